@@ -1,0 +1,11 @@
+//! `rds-core`: a userspace RDS (Reliable Datagram Sockets) stack that speaks the Linux kernel's
+//! RDS wire protocol.
+//!
+//! Layers, top to bottom on send (see `ARCHITECTURE.md` in the repository):
+//! - [`wire`]: the 48-byte `struct rds_header`, its checksum, extension headers and the
+//!   congestion-map payload. Zero-copy views and plain parse/emit structs. No I/O.
+//! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod trace;

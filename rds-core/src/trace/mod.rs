@@ -1,0 +1,1 @@
+//! Wire capture: trace records and the pcap writer.
