@@ -9,3 +9,4 @@
 #![deny(unsafe_code)]
 
 pub mod trace;
+pub mod wire;
