@@ -4,9 +4,18 @@
 //! Layers, top to bottom on send (see `ARCHITECTURE.md` in the repository):
 //! - [`wire`]: the 48-byte `struct rds_header`, its checksum, extension headers and the
 //!   congestion-map payload. Zero-copy views and plain parse/emit structs. No I/O.
+//! - [`proto`]: the sans-IO engine: sockets, connections and their paths, sequencing,
+//!   acknowledgements, retransmission, ping/pong, the multipath handshake, congestion maps.
+//!   Time is passed in; randomness is seeded.
+//! - [`stats`], [`tunables`], [`time`]: kernel-named counters, `net.rds.*` tunables, engine time.
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod proto;
+pub mod sim;
+pub mod stats;
+pub mod time;
 pub mod trace;
+pub mod tunables;
 pub mod wire;

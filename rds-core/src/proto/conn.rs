@@ -1,0 +1,236 @@
+//! Connection and path (lane) state (`struct rds_connection`, `struct rds_conn_path`).
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use core::time::Duration;
+
+use crate::time::Instant;
+use crate::wire::{CongMap, HeaderRepr, MAX_MSG_SIZE};
+
+use super::frag::FragAssembler;
+use super::{SockId, TransportKind};
+
+/// Path states, numbered as the kernel's `RDS_CONN_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PathState {
+    /// No transport connection.
+    Down = 0,
+    /// A transport connection is being set up.
+    Connecting = 1,
+    /// Being shut down.
+    Disconnecting = 2,
+    /// Up: frames flow.
+    Up = 3,
+    /// A duelling connection is being swapped in.
+    Resetting = 4,
+    /// Dropped, shutdown pending.
+    Error = 5,
+}
+
+impl PathState {
+    /// Name as the kernel spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathState::Down => "DOWN",
+            PathState::Connecting => "CONNECTING",
+            PathState::Disconnecting => "DISCONNECTING",
+            PathState::Up => "UP",
+            PathState::Resetting => "RESETTING",
+            PathState::Error => "ERROR",
+        }
+    }
+}
+
+/// A message queued for sending on a path.
+#[derive(Debug, Clone)]
+pub(crate) struct OutMsg {
+    /// Unique, increasing at queue time (orders messages across lanes for the catch-up rule).
+    pub id: u64,
+    /// Ports, length and extensions; `seq`, `ack` and `flags` are filled at transmit.
+    pub hdr: HeaderRepr,
+    pub payload: Bytes,
+    /// The sending socket (for send-buffer accounting); none for pongs and probes.
+    pub sock: Option<SockId>,
+    /// Sequence number, assigned at first transmit (0 before).
+    pub seq: u64,
+    pub retransmitted: bool,
+    pub ack_required: bool,
+    /// TCP: stream offset just past the message's last byte on the current connection.
+    pub ack_off: u64,
+    /// When it was first transmitted.
+    pub first_tx: Option<Instant>,
+}
+
+/// An IB message being fragmented.
+#[derive(Debug, Clone)]
+pub(crate) struct TxCur {
+    pub hdr: [u8; 48],
+    pub payload: Bytes,
+    pub next_off: usize,
+    pub cong_map: bool,
+}
+
+/// One path of a connection.
+#[derive(Debug)]
+pub(crate) struct Path {
+    pub state: PathState,
+    /// Changes whenever the path's transport connection changes; stale reports are ignored.
+    pub epoch: u32,
+    pub next_tx_seq: u64,
+    pub next_rx_seq: u64,
+    pub send_q: VecDeque<OutMsg>,
+    pub retrans: VecDeque<OutMsg>,
+    /// TCP: bytes handed to the transport since the path came up.
+    pub tx_off: u64,
+    /// TCP: bytes the transport reported acknowledged.
+    pub acked_off: u64,
+    pub unacked_packets: u32,
+    pub unacked_bytes: u64,
+    /// IB receive side: sequence of the last complete message (`i_ack_next`).
+    pub ack_next: u64,
+    pub ack_requested: bool,
+    pub ack_in_flight: bool,
+    /// IB send side: highest ack received (`i_ack_recv`).
+    pub ack_recv: u64,
+    pub tx_cur: Option<TxCur>,
+    pub frag: FragAssembler,
+    /// Backoff (`cp_reconnect_jiffies`); zero after a successful connect.
+    pub reconnect_delay: Duration,
+    pub reconnect_at: Option<Instant>,
+    /// A Transmit event is outstanding.
+    pub tx_pending: bool,
+    pub up_since: Option<Instant>,
+    /// Times the path came up.
+    pub ups: u64,
+}
+
+impl Path {
+    pub(crate) fn new() -> Self {
+        Path {
+            state: PathState::Down,
+            epoch: 0,
+            next_tx_seq: 1,
+            next_rx_seq: 0,
+            send_q: VecDeque::new(),
+            retrans: VecDeque::new(),
+            tx_off: 0,
+            acked_off: 0,
+            unacked_packets: 0,
+            unacked_bytes: 0,
+            ack_next: 0,
+            ack_requested: false,
+            ack_in_flight: false,
+            ack_recv: 0,
+            tx_cur: None,
+            frag: FragAssembler::new(MAX_MSG_SIZE as u32),
+            reconnect_delay: Duration::ZERO,
+            reconnect_at: None,
+            tx_pending: false,
+            up_since: None,
+            ups: 0,
+        }
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        self.state == PathState::Up
+    }
+
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.send_q.is_empty() || !self.retrans.is_empty()
+    }
+}
+
+/// A connection to one peer address over one transport.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub laddr: IpAddr,
+    pub faddr: IpAddr,
+    pub kind: TransportKind,
+    pub paths: Vec<Path>,
+    /// `c_npaths`: 0 until the handshake, then the agreed number of paths.
+    pub npaths: usize,
+    /// A probe ping is queued and unanswered (`c_ping_triggered`).
+    pub ping_triggered: bool,
+    pub peer_gen: u32,
+    /// The peer announced SPORT_IDX: accepted lane = client source port mod npaths.
+    pub with_sport_idx: bool,
+    /// The peer's congestion map (`c_fcong`).
+    pub fcong: CongMap,
+    /// Our map must be sent (`c_map_queued`).
+    pub map_queued: bool,
+    /// After a fan-out, lanes above 0 wait until lane 0 holds no message queued before this id.
+    pub catchup_id: Option<u64>,
+    /// If the handshake has not completed by then, fall back to one path.
+    pub hs_deadline: Option<Instant>,
+}
+
+impl Conn {
+    pub(crate) fn new(laddr: IpAddr, faddr: IpAddr, kind: TransportKind) -> Self {
+        Conn {
+            laddr,
+            faddr,
+            kind,
+            paths: (0..kind.max_paths()).map(|_| Path::new()).collect(),
+            npaths: 0,
+            ping_triggered: false,
+            peer_gen: 0,
+            with_sport_idx: false,
+            fcong: CongMap::new(),
+            map_queued: false,
+            catchup_id: None,
+            hs_deadline: None,
+        }
+    }
+
+    /// We have the smaller address (TCP: we own the connections).
+    pub(crate) fn is_smaller(&self) -> bool {
+        super::addr_cmp(self.laddr, self.faddr).is_lt()
+    }
+
+    /// The lane that carries congestion maps: the lowest one that is up.
+    pub(crate) fn map_lane(&self) -> Option<usize> {
+        self.paths.iter().position(Path::is_up)
+    }
+}
+
+/// A snapshot of one path, for info output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathInfo {
+    /// Path index.
+    pub index: usize,
+    /// State.
+    pub state: PathState,
+    /// Next sequence number to send.
+    pub next_tx_seq: u64,
+    /// Next sequence number expected.
+    pub next_rx_seq: u64,
+    /// Messages queued and not yet sent.
+    pub send_queued: usize,
+    /// Messages sent and not yet acknowledged.
+    pub retrans_queued: usize,
+    /// Frames are waiting to be sent (the kernel's SENDING flag).
+    pub sending: bool,
+    /// Times the path came up.
+    pub ups: u64,
+}
+
+/// A snapshot of one connection, for info output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// Connection id.
+    pub id: super::ConnId,
+    /// Local address.
+    pub laddr: IpAddr,
+    /// Peer address.
+    pub faddr: IpAddr,
+    /// Transport.
+    pub kind: TransportKind,
+    /// Agreed number of paths (0 before the handshake).
+    pub npaths: usize,
+    /// The peer's generation number (0 = unknown).
+    pub peer_gen: u32,
+    /// Every path.
+    pub paths: Vec<PathInfo>,
+}

@@ -1,0 +1,308 @@
+//! The sans-IO RDS protocol engine.
+//!
+//! [`Stack`] is one node's whole protocol state: its local addresses and their congestion maps,
+//! the socket table, and every connection with its paths (lanes). It never touches a socket, a
+//! thread or a clock: the caller passes `now` in and drives it with explicit calls.
+//!
+//! Calls, in the style of a sans-IO engine:
+//! - **application**: [`Stack::socket`], [`Stack::bind`], [`Stack::send`], [`Stack::recv`],
+//!   [`Stack::close`], socket options;
+//! - **transport inputs** (`handle_*`): a path connected or failed, bytes acknowledged, a frame
+//!   or fragment received, an ACK sent;
+//! - **outputs** (`poll_*`): [`Stack::poll_transmit`] for frames of a path,
+//!   [`Stack::poll_event`] for work (connect, disconnect, transmit, wake a socket) and
+//!   [`Stack::poll_timeout`] for the next timer, handled with [`Stack::handle_timeout`].
+//!
+//! Transports differ in their acknowledgement model ([`TransportKind`]): RDS/TCP releases a
+//! message when TCP acknowledged its last byte ("transport-acked"); RDS/IB acknowledges with
+//! `h_ack` and ACK-only frames ("RDS-acked") and fragments messages into 4096-byte pieces;
+//! loopback delivers at once. Only TCP has several paths.
+//!
+//! Where this engine departs from the kernel, the item's documentation says so and why.
+
+mod conn;
+mod frag;
+mod rng;
+mod sock;
+mod stack;
+mod stream;
+
+pub use conn::{ConnInfo, PathInfo, PathState};
+pub use frag::{fragments, FragAssembler, FragError, FragInfo};
+pub use rng::{jhash_1word, Rng};
+pub use sock::{InMsg, QueuedMsgInfo, Received, SockInfo};
+pub use stack::Stack;
+pub use stream::{Frame, StreamError, StreamParser};
+
+use core::fmt;
+use std::net::IpAddr;
+
+/// A connection: one (local address, peer address, transport) triple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub(crate) u32);
+
+impl ConnId {
+    /// The index (stable for the stack's lifetime).
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+/// A socket of the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SockId(pub(crate) u32);
+
+impl SockId {
+    /// The number (never reused by a stack).
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+/// An RDS transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TransportKind {
+    /// RDS over InfiniBand / RoCE verbs (`RDS_TRANS_IB` = 0).
+    Ib,
+    /// RDS over TCP (`RDS_TRANS_TCP` = 2).
+    Tcp,
+    /// Same-node delivery (the kernel's `RDS_TRANS_LOOP`, type 3).
+    Loopback,
+}
+
+impl TransportKind {
+    /// The `SO_RDS_TRANSPORT` / `t_type` number.
+    pub fn trans_type(self) -> u32 {
+        match self {
+            TransportKind::Ib => 0,
+            TransportKind::Tcp => 2,
+            TransportKind::Loopback => 3,
+        }
+    }
+
+    /// The kernel's transport name (`t_name`), as RDS_INFO_CONNECTIONS shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Ib => "infiniband",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Loopback => "loopback",
+        }
+    }
+
+    /// From an `SO_RDS_TRANSPORT` value.
+    pub fn from_trans_type(t: u32) -> Option<Self> {
+        match t {
+            0 => Some(TransportKind::Ib),
+            2 => Some(TransportKind::Tcp),
+            _ => None,
+        }
+    }
+
+    /// Whether the transport runs several paths (`t_mp_capable`).
+    pub fn multipath(self) -> bool {
+        self == TransportKind::Tcp
+    }
+
+    /// Paths a connection of this kind has.
+    pub fn max_paths(self) -> usize {
+        if self.multipath() {
+            crate::wire::MPATH_WORKERS
+        } else {
+            1
+        }
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Work for the driver, from [`Stack::poll_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Open a transport connection for the path. Report the outcome with
+    /// [`Stack::handle_connected`] or [`Stack::handle_connect_failed`] with this `epoch`.
+    Connect {
+        /// Connection.
+        conn: ConnId,
+        /// Path index.
+        path: usize,
+        /// Attempt number to quote back.
+        epoch: u32,
+    },
+    /// Close the path's transport connection: the engine already reset the path. Frames still
+    /// arriving on it must be discarded (their epoch is stale).
+    Disconnect {
+        /// Connection.
+        conn: ConnId,
+        /// Path index.
+        path: usize,
+        /// The epoch being closed.
+        epoch: u32,
+        /// Why.
+        reason: DropReason,
+    },
+    /// The path has frames for [`Stack::poll_transmit`]; drain it until it returns `None`.
+    Transmit {
+        /// Connection.
+        conn: ConnId,
+        /// Path index.
+        path: usize,
+    },
+    /// A socket became readable or writable or got a notification: wake its waiters.
+    Wake(SockId),
+    /// A congestion map changed: senders blocked on congestion may retry.
+    CongChanged,
+}
+
+/// Why the engine dropped a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The peer sent bytes that are not RDS (bad length, bad congestion map, bad fragment).
+    Protocol,
+    /// A header checksum failed (IB).
+    BadChecksum,
+    /// An operator asked for a restart (`rds-ctrl conn restart`).
+    Restart,
+    /// An operator killed the connection (`rds-ctrl conn kill`).
+    Kill,
+    /// A tunable that needs new transport sockets changed.
+    Tunable,
+    /// The node is shutting down.
+    Shutdown,
+    /// A newer transport connection replaced this one.
+    Replaced,
+}
+
+/// What kind of frame a [`Transmit`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// A sequenced message (data, ping, pong, probe).
+    Data,
+    /// The 8192-byte congestion map.
+    CongMap,
+    /// An IB ACK-only frame.
+    AckOnly,
+}
+
+/// One frame (TCP: a whole message; IB: one fragment) to put on the wire, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// The 48 header bytes as they go on the wire.
+    pub hdr: [u8; crate::wire::HEADER_LEN],
+    /// The payload bytes following the header in this frame.
+    pub payload: bytes::Bytes,
+    /// What it is.
+    pub kind: FrameKind,
+    /// IB: set the solicited-event bit (last fragment of a message, ACK-only frames).
+    pub solicited: bool,
+}
+
+impl Transmit {
+    /// Bytes on the wire.
+    pub fn wire_len(&self) -> usize {
+        self.hdr.len() + self.payload.len()
+    }
+}
+
+/// Why a bind failed (errno in parentheses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    /// Wildcard, broadcast or multicast address, link-local without scope, port 1, or the
+    /// socket is already bound (EINVAL).
+    #[error("invalid address or port for bind")]
+    Invalid,
+    /// The node owns no such address (EADDRNOTAVAIL).
+    #[error("address not available on this node")]
+    AddrNotAvail,
+    /// The port is taken, or no free port is left (EADDRINUSE).
+    #[error("address in use")]
+    AddrInUse,
+    /// The preset transport cannot serve the address (ENOPROTOOPT).
+    #[error("transport not available for this address")]
+    NoProtoOpt,
+}
+
+/// Why a send failed (errno in parentheses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Not bound, or no destination and none connected (ENOTCONN).
+    #[error("socket not bound or no destination")]
+    NotConn,
+    /// Destination is a wildcard, broadcast or multicast address (EINVAL).
+    #[error("invalid destination")]
+    InvalidDest,
+    /// Source and destination families differ, or the op is not supported (EOPNOTSUPP).
+    #[error("operation not supported")]
+    NotSupported,
+    /// Over 1 MiB or over the send buffer (EMSGSIZE).
+    #[error("message too long")]
+    MsgSize,
+    /// The destination port is congested and the send is non-blocking (ENOBUFS).
+    #[error("destination port congested")]
+    Congested,
+    /// The destination port is congested: a blocking sender must wait and retry.
+    #[error("destination port congested (wait)")]
+    CongestedWait,
+    /// The send buffer is full (EAGAIN); a blocking sender waits for [`Event::Wake`].
+    #[error("send buffer full")]
+    WouldBlock,
+    /// No such socket (EBADF).
+    #[error("no such socket")]
+    BadSocket,
+}
+
+/// Why a receive gave nothing (errno in parentheses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// Nothing queued (EAGAIN).
+    #[error("nothing to receive")]
+    WouldBlock,
+    /// No such socket (EBADF).
+    #[error("no such socket")]
+    BadSocket,
+}
+
+/// Why an accepted transport connection is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AcceptError {
+    /// The peer's address is this node's own (EOPNOTSUPP: local traffic uses loopback).
+    #[error("local address connections use loopback")]
+    Local,
+    /// This node's address is not local.
+    #[error("not a local address")]
+    NotLocal,
+    /// We have the smaller address, so we own the connection: reset the accepted socket; the
+    /// engine connects back if needed (the kernel's rule).
+    #[error("peer has the larger address; connecting back instead")]
+    ConnectBack,
+    /// No path slot is free (every path is up); reset the accepted socket.
+    #[error("no free path")]
+    NoSlot,
+    /// IB: our own connection attempt is in progress; reject and let backoff settle it.
+    #[error("connection attempt in progress")]
+    Raced,
+}
+
+/// Normalises an address: IPv4-mapped IPv6 becomes IPv4, as the kernel stores v4 in mapped form.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// The kernel's `rds_addr_cmp`: addresses compared as 128-bit big-endian numbers, IPv4 in
+/// mapped form.
+pub fn addr_cmp(a: IpAddr, b: IpAddr) -> core::cmp::Ordering {
+    let key = |ip: IpAddr| match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => u128::from(v6),
+    };
+    key(a).cmp(&key(b))
+}

@@ -1,0 +1,1877 @@
+//! [`Stack`]: one node's sans-IO RDS state. See the module documentation of [`super`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::Bytes;
+use core::time::Duration;
+
+use crate::stats::{Counter, Stats};
+use crate::time::Instant;
+use crate::tunables::Tunables;
+use crate::wire::{
+    flags, monitor_mask, CongMap, ExtHeader, HeaderRepr, CONG_MAP_BYTES, FRAG_SIZE, MAX_MSG_SIZE,
+    MPATH_WORKERS, PROBE_PORT,
+};
+
+use super::conn::{Conn, ConnInfo, OutMsg, Path, PathInfo, PathState, TxCur};
+use super::rng::{jhash_1word, Rng};
+use super::sock::{InMsg, QueuedMsgInfo, Received, Sock, SockInfo};
+use super::stream::{Frame, StreamError};
+use super::{
+    canonical, AcceptError, BindError, ConnId, DropReason, Event, FrameKind, RecvError, SendError,
+    SockId, Transmit, TransportKind,
+};
+
+/// How long a multipath connection waits for the peer's handshake pong before it settles on a
+/// single path. The kernel waits forever (a blocking sender hangs if the peer never answers the
+/// probe, for example with `ping_enable = 0`).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Which transports serve a local address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Local {
+    tcp: bool,
+    ib: bool,
+}
+
+#[derive(Debug)]
+struct LocalAddr {
+    serves: Local,
+    /// The address's congestion map (`c_lcong`), shared by all its connections.
+    cong: CongMap,
+}
+
+/// One node's whole protocol state. Deterministic for a given seed and call sequence.
+#[derive(Debug)]
+pub struct Stack {
+    tun: Tunables,
+    rng: Rng,
+    gen_num: u32,
+    hash_init: u32,
+    locals: BTreeMap<IpAddr, LocalAddr>,
+    socks: BTreeMap<SockId, Sock>,
+    next_sock: u32,
+    binds: BTreeMap<(IpAddr, u16), SockId>,
+    conns: Vec<Conn>,
+    conn_index: BTreeMap<(IpAddr, IpAddr, TransportKind), ConnId>,
+    stats: Stats,
+    events: VecDeque<Event>,
+    wakes: BTreeSet<SockId>,
+    next_msg_id: u64,
+    loop_work: Vec<ConnId>,
+    shutting_down: bool,
+    cong_changed: bool,
+}
+
+impl Stack {
+    /// A stack with no addresses. `seed` drives every random choice (ports, jitter, the
+    /// generation number, the lane hash), so equal seeds and calls give equal results.
+    pub fn new(tun: Tunables, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut gen_num = rng.next_u32();
+        if gen_num == 0 {
+            gen_num = 1;
+        }
+        let hash_init = rng.next_u32();
+        Stack {
+            tun,
+            rng,
+            gen_num,
+            hash_init,
+            locals: BTreeMap::new(),
+            socks: BTreeMap::new(),
+            next_sock: 1,
+            binds: BTreeMap::new(),
+            conns: Vec::new(),
+            conn_index: BTreeMap::new(),
+            stats: Stats::default(),
+            events: VecDeque::new(),
+            wakes: BTreeSet::new(),
+            next_msg_id: 1,
+            loop_work: Vec::new(),
+            shutting_down: false,
+            cong_changed: false,
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Configuration and getters
+
+    /// Adds a local address served by TCP and/or IB.
+    pub fn add_local_addr(&mut self, ip: IpAddr, tcp: bool, ib: bool) {
+        self.locals
+            .entry(canonical(ip))
+            .or_insert_with(|| LocalAddr {
+                serves: Local { tcp, ib },
+                cong: CongMap::new(),
+            })
+            .serves = Local { tcp, ib };
+    }
+
+    /// Whether the node owns `ip`.
+    pub fn is_local(&self, ip: IpAddr) -> bool {
+        self.locals.contains_key(&canonical(ip))
+    }
+
+    /// The node's addresses.
+    pub fn local_addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.locals.keys().copied()
+    }
+
+    /// The congestion map of a local address.
+    pub fn local_cong_map(&self, ip: IpAddr) -> Option<&CongMap> {
+        self.locals.get(&canonical(ip)).map(|l| &l.cong)
+    }
+
+    /// This node's generation number (random, nonzero), sent in probes.
+    pub fn gen_num(&self) -> u32 {
+        self.gen_num
+    }
+
+    /// The tunables in force.
+    pub fn tunables(&self) -> &Tunables {
+        &self.tun
+    }
+
+    /// Replaces the tunables. (Transport buffer tunables need the driver to restart TCP
+    /// connections; see [`Stack::restart_all`].)
+    pub fn set_tunables(&mut self, tun: Tunables) {
+        self.tun = tun;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_stats(&mut self) {
+        self.stats.reset();
+    }
+
+    /// A connection's addresses and transport.
+    pub fn conn_addrs(&self, conn: ConnId) -> (IpAddr, IpAddr, TransportKind) {
+        let c = &self.conns[conn.0 as usize];
+        (c.laddr, c.faddr, c.kind)
+    }
+
+    /// Looks up a connection.
+    pub fn find_conn(&self, laddr: IpAddr, faddr: IpAddr, kind: TransportKind) -> Option<ConnId> {
+        self.conn_index
+            .get(&(canonical(laddr), canonical(faddr), kind))
+            .copied()
+    }
+
+    /// A path's state and epoch.
+    pub fn path_state(&self, conn: ConnId, path: usize) -> (PathState, u32) {
+        let p = &self.conns[conn.0 as usize].paths[path];
+        (p.state, p.epoch)
+    }
+
+    /// The peer's generation number as last seen in a handshake (0 = never).
+    pub fn peer_gen(&self, conn: ConnId) -> u32 {
+        self.conns[conn.0 as usize].peer_gen
+    }
+
+    /// The agreed number of paths of a connection (0 before the handshake).
+    pub fn npaths(&self, conn: ConnId) -> usize {
+        self.conns[conn.0 as usize].npaths
+    }
+
+    /// Whether an outgoing transport connection on this path only serves to make the peer
+    /// connect back (TCP: the larger address may not own connections). The transport closes
+    /// such a connection once it is established and reports [`Stack::handle_connect_failed`].
+    pub fn is_trigger_only(&self, conn: ConnId) -> bool {
+        let c = &self.conns[conn.0 as usize];
+        c.kind == TransportKind::Tcp && !c.is_smaller()
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sockets
+
+    /// Creates a socket.
+    pub fn socket(&mut self) -> SockId {
+        let id = SockId(self.next_sock);
+        self.next_sock = self.next_sock.wrapping_add(1).max(1);
+        self.socks.insert(
+            id,
+            Sock::new(
+                self.tun.sndbuf_default as usize,
+                self.tun.rcvbuf_default as usize,
+            ),
+        );
+        id
+    }
+
+    /// `SO_RDS_TRANSPORT`: pins the socket's transport before bind.
+    ///
+    /// # Errors
+    /// [`BindError::Invalid`] if bound or already set (the kernel's EOPNOTSUPP case is
+    /// reported by the socket layer), [`BindError::NoProtoOpt`] for loopback.
+    pub fn set_transport(&mut self, sock: SockId, kind: TransportKind) -> Result<(), BindError> {
+        let s = self.socks.get_mut(&sock).ok_or(BindError::Invalid)?;
+        if s.bound.is_some() || s.transport.is_some() {
+            return Err(BindError::Invalid);
+        }
+        if kind == TransportKind::Loopback {
+            return Err(BindError::NoProtoOpt);
+        }
+        s.transport = Some(kind);
+        Ok(())
+    }
+
+    /// The socket's transport, if pinned or bound.
+    pub fn sock_transport(&self, sock: SockId) -> Option<TransportKind> {
+        self.socks.get(&sock).and_then(|s| s.transport)
+    }
+
+    /// Binds a socket (`bind.c`). Port 0 picks a random free port ≥ 2; port 1 is reserved
+    /// for the multipath probe. There is no wildcard bind.
+    ///
+    /// # Errors
+    /// See [`BindError`].
+    pub fn bind(&mut self, sock: SockId, addr: SocketAddr) -> Result<SocketAddr, BindError> {
+        let s = self.socks.get(&sock).ok_or(BindError::Invalid)?;
+        if s.bound.is_some() {
+            return Err(BindError::Invalid);
+        }
+        let ip = canonical(addr.ip());
+        if !is_unicast(ip) {
+            return Err(BindError::Invalid);
+        }
+        if let (IpAddr::V6(v6), SocketAddr::V6(sa)) = (ip, addr) {
+            if v6.is_unicast_link_local() && sa.scope_id() == 0 {
+                return Err(BindError::Invalid);
+            }
+        }
+        if addr.port() == PROBE_PORT {
+            return Err(BindError::Invalid);
+        }
+        let local = self.locals.get(&ip).ok_or(BindError::AddrNotAvail)?.serves;
+        let kind = match s.transport {
+            Some(TransportKind::Ib) if !local.ib => return Err(BindError::NoProtoOpt),
+            Some(TransportKind::Tcp) if !local.tcp => return Err(BindError::NoProtoOpt),
+            Some(k) => k,
+            None if local.ib => TransportKind::Ib,
+            None if local.tcp => TransportKind::Tcp,
+            None => return Err(BindError::AddrNotAvail),
+        };
+        let port = if addr.port() == 0 {
+            let start = (self.rng.next_u32() as u16).max(2);
+            let mut port = start;
+            loop {
+                if !self.binds.contains_key(&(ip, port)) {
+                    break port;
+                }
+                port = port.wrapping_add(1);
+                if port < 2 {
+                    port = 2;
+                }
+                if port == start {
+                    return Err(BindError::AddrInUse);
+                }
+            }
+        } else {
+            if self.binds.contains_key(&(ip, addr.port())) {
+                return Err(BindError::AddrInUse);
+            }
+            addr.port()
+        };
+        self.binds.insert((ip, port), sock);
+        let bound = SocketAddr::new(ip, port);
+        let hash = jhash_1word(u32::from(port), self.hash_init);
+        let s = self.socks.get_mut(&sock).expect("checked");
+        s.bound = Some(bound);
+        s.transport = Some(kind);
+        s.lane_hash = hash;
+        Ok(bound)
+    }
+
+    /// `connect()`: records a default destination; nothing is sent.
+    ///
+    /// # Errors
+    /// [`SendError::InvalidDest`] for wildcard, broadcast or multicast addresses.
+    pub fn connect(&mut self, sock: SockId, dest: SocketAddr) -> Result<(), SendError> {
+        let dest = SocketAddr::new(canonical(dest.ip()), dest.port());
+        if !is_unicast(dest.ip()) {
+            return Err(SendError::InvalidDest);
+        }
+        let s = self.socks.get_mut(&sock).ok_or(SendError::BadSocket)?;
+        s.connected = Some(dest);
+        Ok(())
+    }
+
+    /// The bound address.
+    pub fn sock_name(&self, sock: SockId) -> Option<SocketAddr> {
+        self.socks.get(&sock).and_then(|s| s.bound)
+    }
+
+    /// The default destination.
+    pub fn peer_name(&self, sock: SockId) -> Option<SocketAddr> {
+        self.socks.get(&sock).and_then(|s| s.connected)
+    }
+
+    /// Sets the usable send buffer (bytes, capped by the tunable).
+    pub fn set_sndbuf(&mut self, sock: SockId, bytes: usize) {
+        let max = self.tun.sndbuf_max as usize;
+        if let Some(s) = self.socks.get_mut(&sock) {
+            s.sndbuf = bytes.clamp(1, max);
+            if s.writable() {
+                self.wakes.insert(sock);
+            }
+        }
+    }
+
+    /// Sets the usable receive buffer (bytes, capped by the tunable).
+    pub fn set_rcvbuf(&mut self, sock: SockId, bytes: usize) {
+        let max = self.tun.rcvbuf_max as usize;
+        if let Some(s) = self.socks.get_mut(&sock) {
+            s.rcvbuf = bytes.clamp(1, max);
+        }
+    }
+
+    /// `(sndbuf, rcvbuf)` in bytes.
+    pub fn bufs(&self, sock: SockId) -> Option<(usize, usize)> {
+        self.socks.get(&sock).map(|s| (s.sndbuf, s.rcvbuf))
+    }
+
+    /// `RDS_CONG_MONITOR`.
+    pub fn set_cong_monitor(&mut self, sock: SockId, on: bool) {
+        if let Some(s) = self.socks.get_mut(&sock) {
+            s.cong_monitor = on;
+        }
+    }
+
+    /// `RDS_RECVERR`.
+    pub fn set_recverr(&mut self, sock: SockId, on: bool) {
+        if let Some(s) = self.socks.get_mut(&sock) {
+            s.recverr = on;
+        }
+    }
+
+    /// `RDS_RECVERR` value.
+    pub fn recverr(&self, sock: SockId) -> bool {
+        self.socks.get(&sock).is_some_and(|s| s.recverr)
+    }
+
+    /// Whether a receive would return something (POLLIN).
+    pub fn readable(&self, sock: SockId) -> bool {
+        self.socks.get(&sock).is_some_and(Sock::readable)
+    }
+
+    /// Whether the send buffer has room (POLLOUT).
+    pub fn writable(&self, sock: SockId) -> bool {
+        self.socks.get(&sock).is_some_and(Sock::writable)
+    }
+
+    /// Whether the socket exists.
+    pub fn sock_exists(&self, sock: SockId) -> bool {
+        self.socks.contains_key(&sock)
+    }
+
+    /// Whether the destination port of `dest` is congested as seen from `sock`.
+    pub fn dest_congested(&self, sock: SockId, dest: SocketAddr) -> bool {
+        let Some(bound) = self.socks.get(&sock).and_then(|s| s.bound) else {
+            return false;
+        };
+        let dip = canonical(dest.ip());
+        if let Some(l) = self.locals.get(&dip) {
+            return l.cong.test(dest.port());
+        }
+        let kind = self.socks[&sock].transport.unwrap_or(TransportKind::Tcp);
+        self.find_conn(bound.ip(), dip, kind)
+            .is_some_and(|c| self.conns[c.0 as usize].fcong.test(dest.port()))
+    }
+
+    /// Sends a message (`rds_sendmsg`). `dest = None` uses the connected destination.
+    /// Returns the payload length.
+    ///
+    /// # Errors
+    /// See [`SendError`]. A blocking caller waits and retries on
+    /// [`SendError::WouldBlock`] (until [`Event::Wake`] for the socket) and on
+    /// [`SendError::CongestedWait`] (until [`Event::CongChanged`] and
+    /// [`Stack::dest_congested`] is false), passing `retry = true` so that counters are not
+    /// counted twice.
+    pub fn send(
+        &mut self,
+        now: Instant,
+        sock: SockId,
+        dest: Option<SocketAddr>,
+        payload: Bytes,
+        nonblock: bool,
+    ) -> Result<usize, SendError> {
+        self.send_ext(now, sock, dest, payload, nonblock, false)
+    }
+
+    /// [`Stack::send`] with the retry flag of a blocking caller.
+    ///
+    /// # Errors
+    /// See [`Stack::send`].
+    pub fn send_ext(
+        &mut self,
+        now: Instant,
+        sock: SockId,
+        dest: Option<SocketAddr>,
+        payload: Bytes,
+        nonblock: bool,
+        retry: bool,
+    ) -> Result<usize, SendError> {
+        let s = self.socks.get(&sock).ok_or(SendError::BadSocket)?;
+        let bound = s.bound.ok_or(SendError::NotConn)?;
+        let dest = dest.or(s.connected).ok_or(SendError::NotConn)?;
+        let dip = canonical(dest.ip());
+        if !is_unicast(dip) {
+            return Err(SendError::InvalidDest);
+        }
+        if dip.is_ipv4() != bound.ip().is_ipv4() {
+            return Err(SendError::NotSupported);
+        }
+        let len = payload.len();
+        if len > MAX_MSG_SIZE || len > s.sndbuf {
+            return Err(SendError::MsgSize);
+        }
+        let kind = if self.locals.contains_key(&dip) {
+            TransportKind::Loopback
+        } else {
+            s.transport.unwrap_or(TransportKind::Tcp)
+        };
+        let lane_hash = s.lane_hash;
+        let cid = self.conn_get_or_create(now, bound.ip(), dip, kind);
+        let lane = self.lane_for(cid, lane_hash);
+        if kind != TransportKind::Loopback && !self.conns[cid.0 as usize].paths[lane].is_up() {
+            // Connect before the congestion check, as `rds_sendmsg` does: a stale map of a
+            // peer that restarted is only replaced once a connection brings the new one.
+            self.want_connect(cid, lane);
+        }
+        let dport = dest.port();
+        if self.peer_congested(cid, dport) {
+            let s = self.socks.get_mut(&sock).expect("checked");
+            if nonblock {
+                self.stats.inc(Counter::CongSendError);
+                if s.cong_monitor {
+                    s.cong_mask |= monitor_mask(dport);
+                }
+                return Err(SendError::Congested);
+            }
+            if !retry {
+                self.stats.inc(Counter::CongSendBlocked);
+            }
+            return Err(SendError::CongestedWait);
+        }
+        let s = self.socks.get_mut(&sock).expect("checked");
+        if s.snd_bytes >= s.sndbuf {
+            return Err(SendError::WouldBlock);
+        }
+        s.snd_bytes += len;
+        let ack_required = s.snd_bytes >= s.sndbuf / 2;
+        self.stats.add(Counter::CopyFromUser, len as u64);
+        let msg = OutMsg {
+            id: self.take_msg_id(),
+            hdr: HeaderRepr::data(0, bound.port(), dport, len as u32),
+            payload,
+            sock: Some(sock),
+            seq: 0,
+            retransmitted: false,
+            ack_required,
+            ack_off: 0,
+            first_tx: None,
+        };
+        self.queue_msg(now, cid, lane, msg);
+        Ok(len)
+    }
+
+    /// Receives (`rds_recvmsg`): a congestion notification first (if monitoring), then the
+    /// oldest message. At most `max_len` payload bytes are returned; without `peek` the rest of
+    /// a longer message is discarded.
+    ///
+    /// # Errors
+    /// [`RecvError::WouldBlock`] when nothing is queued.
+    pub fn recv(
+        &mut self,
+        sock: SockId,
+        max_len: usize,
+        peek: bool,
+    ) -> Result<Received, RecvError> {
+        let s = self.socks.get_mut(&sock).ok_or(RecvError::BadSocket)?;
+        if s.cong_monitor && s.cong_notify != 0 {
+            let n = s.cong_notify;
+            s.cong_notify = 0;
+            return Ok(Received::CongUpdate(n));
+        }
+        let front = s.rcv_q.front().ok_or(RecvError::WouldBlock)?;
+        let full_len = front.payload.len();
+        let truncated = full_len > max_len;
+        let mut msg = if peek {
+            front.clone()
+        } else {
+            s.rcv_q.pop_front().expect("front exists")
+        };
+        if truncated {
+            msg.payload.truncate(max_len);
+        }
+        if !peek {
+            self.stats.inc(Counter::RecvDelivered);
+            self.stats
+                .add(Counter::CopyToUser, msg.payload.len() as u64);
+            self.rcvbuf_delta(sock, -(full_len as i64));
+        }
+        Ok(Received::Data {
+            msg,
+            full_len,
+            truncated,
+        })
+    }
+
+    /// `RDS_CANCEL_SENT_TO`: drops every message of this socket to `dest` from the send and
+    /// retransmit queues. Returns how many were dropped.
+    pub fn cancel_sent_to(&mut self, sock: SockId, dest: SocketAddr) -> usize {
+        let dest = SocketAddr::new(canonical(dest.ip()), dest.port());
+        self.drop_msgs(|m, faddr| {
+            m.sock == Some(sock) && faddr == dest.ip() && m.hdr.dport == dest.port()
+        })
+    }
+
+    /// Closes a socket: unbinds it, drops its queued messages and clears its congestion bit.
+    pub fn close(&mut self, sock: SockId) {
+        let Some(s) = self.socks.remove(&sock) else {
+            return;
+        };
+        self.wakes.remove(&sock);
+        if let Some(b) = s.bound {
+            self.binds.remove(&(b.ip(), b.port()));
+            if s.congested {
+                self.local_cong_changed(b.ip(), b.port(), false);
+            }
+        }
+        self.drop_msgs(|m, _| m.sock == Some(sock));
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Driver outputs
+
+    /// Next piece of work for the driver.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        if let Some(s) = self.wakes.pop_first() {
+            return Some(Event::Wake(s));
+        }
+        if std::mem::take(&mut self.cong_changed) {
+            return Some(Event::CongChanged);
+        }
+        None
+    }
+
+    /// The next timer deadline, if any.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .iter()
+            .flat_map(|c| {
+                c.paths
+                    .iter()
+                    .filter_map(|p| p.reconnect_at)
+                    .chain(c.hs_deadline)
+            })
+            .min()
+    }
+
+    /// Runs due timers: reconnects and handshake fallbacks.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for ci in 0..self.conns.len() {
+            let cid = ConnId(ci as u32);
+            if self.conns[ci].hs_deadline.is_some_and(|t| t <= now) {
+                self.conns[ci].hs_deadline = None;
+                if self.conns[ci].npaths == 0 {
+                    self.conns[ci].ping_triggered = false;
+                    self.set_npaths(now, cid, 1);
+                }
+            }
+            for pi in 0..self.conns[ci].paths.len() {
+                let p = &mut self.conns[ci].paths[pi];
+                if p.reconnect_at.is_some_and(|t| t <= now) {
+                    p.reconnect_at = None;
+                    if p.state == PathState::Down && self.should_reconnect(cid, pi) {
+                        self.start_connect(cid, pi);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next frame to put on the path's wire, in order. `None` when there is nothing (the
+    /// path is not up, empty, or held back).
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, conn: ConnId, path: usize) -> Option<Transmit> {
+        let ci = conn.0 as usize;
+        let t = self.next_transmit(now, ci, path);
+        if t.is_none() {
+            self.conns[ci].paths[path].tx_pending = false;
+        }
+        t
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Transport inputs
+
+    /// An outgoing connection for `(conn, path)` with `epoch` is established. Returns `false`
+    /// if the attempt is stale (the path moved on): the transport must close that connection.
+    pub fn handle_connected(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+    ) -> bool {
+        let p = &self.conns[conn.0 as usize].paths[path];
+        if p.epoch != epoch || p.state != PathState::Connecting {
+            return false;
+        }
+        self.path_up(now, conn, path);
+        true
+    }
+
+    /// The attempt with `epoch` failed (or served only as a trigger); back off and retry.
+    pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, path: usize, epoch: u32) {
+        let p = &mut self.conns[conn.0 as usize].paths[path];
+        if p.epoch != epoch || p.state != PathState::Connecting {
+            return;
+        }
+        p.state = PathState::Down;
+        self.queue_reconnect(now, conn, path);
+    }
+
+    /// The transport connection of `(conn, path)` with `epoch` went away (FIN, RST, error).
+    pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId, path: usize, epoch: u32) {
+        let p = &self.conns[conn.0 as usize].paths[path];
+        if p.epoch != epoch {
+            return;
+        }
+        match p.state {
+            PathState::Up => self.reset_path(now, conn, path, None),
+            PathState::Connecting => self.handle_connect_failed(now, conn, path, epoch),
+            _ => {}
+        }
+    }
+
+    /// A transport connection from `faddr` to our `laddr` was accepted. `client_port` is the
+    /// peer's source port (lane selection with SPORT_IDX). Returns the connection, path and
+    /// epoch it now carries.
+    ///
+    /// # Errors
+    /// See [`AcceptError`]; the transport then resets the accepted connection.
+    pub fn handle_accept(
+        &mut self,
+        now: Instant,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        kind: TransportKind,
+        client_port: u16,
+    ) -> Result<(ConnId, usize, u32), AcceptError> {
+        let (laddr, faddr) = (canonical(laddr), canonical(faddr));
+        if !self.locals.contains_key(&laddr) {
+            return Err(AcceptError::NotLocal);
+        }
+        if self.locals.contains_key(&faddr) {
+            return Err(AcceptError::Local);
+        }
+        let cid = self.conn_get_or_create(now, laddr, faddr, kind);
+        let ci = cid.0 as usize;
+        if kind == TransportKind::Tcp && self.conns[ci].is_smaller() {
+            if self.conns[ci].npaths <= 1 {
+                self.connect_if_down(cid, 0);
+            }
+            return Err(AcceptError::ConnectBack);
+        }
+        if kind == TransportKind::Ib && self.conns[ci].paths[0].state == PathState::Connecting {
+            // Both sides connecting: refuse the request and let backoff settle it
+            // (`ib_connect_raced`).
+            return Err(AcceptError::Raced);
+        }
+        let c = &self.conns[ci];
+        let n = c.npaths;
+        let slot = if n == 0 {
+            // Before the handshake only path 0 exists. A peer that learned the number of
+            // paths (from our probe, or from an earlier incarnation of this node) may already
+            // connect other lanes; those must not become our path 0, or the lanes' sequence
+            // spaces get crossed. Accept only what is path 0 by its source port (lane index
+            // = port mod 8, as newer kernels and this stack choose it); older kernels with
+            // random ports retry until one fits, which they do only until the first handshake.
+            if c.paths[0].is_up() || client_port % MPATH_WORKERS as u16 != 0 {
+                return Err(AcceptError::NoSlot);
+            }
+            0
+        } else if c.with_sport_idx {
+            usize::from(client_port) % n
+        } else {
+            match c.paths[..n].iter().position(|p| !p.is_up()) {
+                Some(i) => i,
+                None if n == 1 => 0,
+                None => return Err(AcceptError::NoSlot),
+            }
+        };
+        if self.conns[ci].paths[slot].is_up() {
+            // The peer owns the connection and opened this lane again, so ours is stale (for
+            // example the peer restarted): replace it. Base kernels reset the newcomer instead
+            // and wait for keepalive to kill the stale connection.
+            self.reset_path(now, cid, slot, Some(DropReason::Replaced));
+        }
+        let epoch = self.path_up(now, cid, slot);
+        Ok((cid, slot, epoch))
+    }
+
+    /// TCP: the peer acknowledged `acked` bytes of the path's current connection (counted from
+    /// its first byte). Messages whose last byte is acknowledged leave the retransmit queue.
+    pub fn handle_tx_acked(
+        &mut self,
+        _now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        acked: u64,
+    ) {
+        let ci = conn.0 as usize;
+        let p = &mut self.conns[ci].paths[path];
+        if p.epoch != epoch || !p.is_up() || acked <= p.acked_off {
+            return;
+        }
+        p.acked_off = acked.min(p.tx_off);
+        let acked = p.acked_off;
+        let mut done = Vec::new();
+        while p.retrans.front().is_some_and(|m| m.ack_off <= acked) {
+            done.push(p.retrans.pop_front().expect("front"));
+        }
+        for m in done {
+            self.stats.inc(Counter::SendDropAcked);
+            self.release(&m);
+        }
+    }
+
+    /// A complete message arrived on a path (TCP: from a [`super::StreamParser`]).
+    ///
+    /// # Errors
+    /// The frame breaks the protocol: the engine reset the path and queued
+    /// [`Event::Disconnect`].
+    pub fn handle_frame(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        frame: Frame,
+    ) -> Result<(), DropReason> {
+        let p = &self.conns[conn.0 as usize].paths[path];
+        if p.epoch != epoch || !p.is_up() {
+            return Ok(());
+        }
+        self.recv_message(now, conn, path, frame.hdr, frame.payload)
+            .inspect_err(|&r| self.reset_path(now, conn, path, Some(r)))
+    }
+
+    /// The path's byte stream could not be parsed: count it and drop the path.
+    pub fn handle_stream_error(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        err: StreamError,
+    ) {
+        let p = &self.conns[conn.0 as usize].paths[path];
+        if p.epoch != epoch || !p.is_up() {
+            return;
+        }
+        self.stats.inc(match err {
+            StreamError::TooLong { .. } => Counter::ConnDropOversize,
+            StreamError::Poisoned => Counter::ConnDropBadFrame,
+        });
+        self.reset_path(now, conn, path, Some(DropReason::Protocol));
+    }
+
+    /// IB: one received SEND (header + up to 4096 payload bytes).
+    ///
+    /// # Errors
+    /// A bad checksum, a short or mismatching fragment: the path was reset and
+    /// [`Event::Disconnect`] queued.
+    pub fn handle_fragment(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        frame: &[u8],
+    ) -> Result<(), DropReason> {
+        let ci = conn.0 as usize;
+        let p = &mut self.conns[ci].paths[path];
+        if p.epoch != epoch || !p.is_up() {
+            return Ok(());
+        }
+        let info = match p.frag.push(frame) {
+            Ok(i) => i,
+            Err(e) => {
+                let (c, r) = match e {
+                    super::FragError::BadChecksum => {
+                        (Counter::RecvDropBadChecksum, DropReason::BadChecksum)
+                    }
+                    super::FragError::TooLong(_) => {
+                        (Counter::ConnDropOversize, DropReason::Protocol)
+                    }
+                    _ => (Counter::ConnDropBadFrame, DropReason::Protocol),
+                };
+                self.stats.inc(c);
+                self.reset_path(now, conn, path, Some(r));
+                return Err(r);
+            }
+        };
+        if info.ack > p.ack_recv {
+            p.ack_recv = info.ack;
+            let mut done = Vec::new();
+            while p
+                .retrans
+                .front()
+                .is_some_and(|m| m.seq <= info.ack && m.seq != 0)
+            {
+                done.push(p.retrans.pop_front().expect("front"));
+            }
+            for m in done {
+                self.stats.inc(Counter::SendDropAcked);
+                self.release(&m);
+            }
+        }
+        match info.complete {
+            Some(f) => self
+                .recv_message(now, conn, path, f.hdr, f.payload)
+                .inspect_err(|&r| self.reset_path(now, conn, path, Some(r))),
+            None => Ok(()),
+        }
+    }
+
+    /// IB: the ACK-only frame in flight completed; another may be sent.
+    pub fn handle_ack_sent(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        let p = &mut self.conns[conn.0 as usize].paths[path];
+        if p.epoch != epoch {
+            return;
+        }
+        p.ack_in_flight = false;
+        if p.ack_requested && p.is_up() {
+            self.want_transmit(conn, path);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Administration
+
+    /// Drops every path of a connection so that it reconnects and retransmits
+    /// (`rds-ctrl conn restart`).
+    pub fn restart_conn(&mut self, now: Instant, conn: ConnId, reason: DropReason) {
+        for pi in 0..self.conns[conn.0 as usize].paths.len() {
+            let st = self.conns[conn.0 as usize].paths[pi].state;
+            if matches!(st, PathState::Up | PathState::Connecting) {
+                self.reset_path(now, conn, pi, Some(reason));
+            }
+        }
+    }
+
+    /// Restarts every connection of a transport (a tunable of it changed).
+    pub fn restart_all(&mut self, now: Instant, kind: TransportKind, reason: DropReason) {
+        for ci in 0..self.conns.len() {
+            if self.conns[ci].kind == kind {
+                self.restart_conn(now, ConnId(ci as u32), reason);
+            }
+        }
+    }
+
+    /// Ends a connection (`rds-ctrl conn kill`): its paths go down without reconnecting and
+    /// every queued message is dropped. Returns how many messages were dropped. New traffic
+    /// (a send, or the peer connecting) brings it back.
+    pub fn kill_conn(&mut self, now: Instant, conn: ConnId) -> usize {
+        let ci = conn.0 as usize;
+        self.restart_conn(now, conn, DropReason::Kill);
+        for p in &mut self.conns[ci].paths {
+            p.reconnect_at = None;
+            p.reconnect_delay = Duration::ZERO;
+        }
+        self.drop_msgs_of_conn(ci)
+    }
+
+    /// Closes every connection for shutdown; nothing reconnects afterwards.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.shutting_down = true;
+        for ci in 0..self.conns.len() {
+            self.restart_conn(now, ConnId(ci as u32), DropReason::Shutdown);
+            for p in &mut self.conns[ci].paths {
+                p.reconnect_at = None;
+            }
+            self.conns[ci].hs_deadline = None;
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Info snapshots
+
+    /// Every connection.
+    pub fn conn_infos(&self) -> Vec<ConnInfo> {
+        self.conns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ConnInfo {
+                id: ConnId(i as u32),
+                laddr: c.laddr,
+                faddr: c.faddr,
+                kind: c.kind,
+                npaths: c.npaths,
+                peer_gen: c.peer_gen,
+                paths: c
+                    .paths
+                    .iter()
+                    .enumerate()
+                    .map(|(j, p)| PathInfo {
+                        index: j,
+                        state: p.state,
+                        next_tx_seq: p.next_tx_seq,
+                        next_rx_seq: p.next_rx_seq,
+                        send_queued: p.send_q.len(),
+                        retrans_queued: p.retrans.len(),
+                        sending: p.tx_pending,
+                        ups: p.ups,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Every socket.
+    pub fn sock_infos(&self) -> Vec<SockInfo> {
+        self.socks
+            .iter()
+            .map(|(&id, s)| SockInfo {
+                id,
+                bound: s.bound,
+                connected: s.connected,
+                sndbuf: s.sndbuf,
+                rcvbuf: s.rcvbuf,
+                snd_bytes: s.snd_bytes,
+                rcv_bytes: s.rcv_bytes,
+                congested: s.congested,
+                transport: s.transport,
+            })
+            .collect()
+    }
+
+    /// Messages in send queues (`retrans = false`) or retransmit queues (`true`).
+    pub fn queued_msgs(&self, retrans: bool) -> Vec<QueuedMsgInfo> {
+        let mut v = Vec::new();
+        for c in &self.conns {
+            for (pi, p) in c.paths.iter().enumerate() {
+                let q = if retrans { &p.retrans } else { &p.send_q };
+                v.extend(q.iter().map(|m| QueuedMsgInfo {
+                    seq: m.seq,
+                    len: m.hdr.len,
+                    laddr: c.laddr,
+                    faddr: c.faddr,
+                    lport: m.hdr.sport,
+                    fport: m.hdr.dport,
+                    path: pi,
+                }));
+            }
+        }
+        v
+    }
+
+    /// Messages waiting in socket receive queues.
+    pub fn recv_queued_msgs(&self) -> Vec<QueuedMsgInfo> {
+        let mut v = Vec::new();
+        for s in self.socks.values() {
+            let Some(b) = s.bound else { continue };
+            v.extend(s.rcv_q.iter().map(|m| QueuedMsgInfo {
+                seq: m.seq,
+                len: m.payload.len() as u32,
+                laddr: b.ip(),
+                faddr: m.from.ip(),
+                lport: b.port(),
+                fport: m.from.port(),
+                path: 0,
+            }));
+        }
+        v
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Internals: connections and paths
+
+    fn take_msg_id(&mut self) -> u64 {
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        id
+    }
+
+    fn conn_get_or_create(
+        &mut self,
+        now: Instant,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        kind: TransportKind,
+    ) -> ConnId {
+        if let Some(&c) = self.conn_index.get(&(laddr, faddr, kind)) {
+            return c;
+        }
+        let cid = ConnId(self.conns.len() as u32);
+        self.conns.push(Conn::new(laddr, faddr, kind));
+        self.conn_index.insert((laddr, faddr, kind), cid);
+        if kind == TransportKind::Loopback {
+            // Loopback connections are up at once and never go down.
+            self.path_up(now, cid, 0);
+        }
+        cid
+    }
+
+    fn peer_congested(&self, cid: ConnId, port: u16) -> bool {
+        let c = &self.conns[cid.0 as usize];
+        if c.kind == TransportKind::Loopback {
+            self.locals.get(&c.faddr).is_some_and(|l| l.cong.test(port))
+        } else {
+            c.fcong.test(port)
+        }
+    }
+
+    fn lane_for(&self, cid: ConnId, lane_hash: u32) -> usize {
+        let c = &self.conns[cid.0 as usize];
+        if !c.kind.multipath() {
+            return 0;
+        }
+        let n = if c.npaths == 0 {
+            MPATH_WORKERS
+        } else {
+            c.npaths
+        };
+        if n <= 1 {
+            0
+        } else {
+            (lane_hash as usize) & (n - 1)
+        }
+    }
+
+    fn queue_msg(&mut self, now: Instant, cid: ConnId, lane: usize, msg: OutMsg) {
+        self.stats.inc(Counter::SendQueued);
+        let ci = cid.0 as usize;
+        self.conns[ci].paths[lane].send_q.push_back(msg);
+        match self.conns[ci].kind {
+            TransportKind::Loopback => {
+                self.loop_work.push(cid);
+                self.run_loopback(now);
+            }
+            _ => {
+                if self.conns[ci].paths[lane].is_up() {
+                    self.want_transmit(cid, lane);
+                } else {
+                    self.want_connect(cid, lane);
+                }
+            }
+        }
+    }
+
+    fn want_transmit(&mut self, cid: ConnId, path: usize) {
+        let p = &mut self.conns[cid.0 as usize].paths[path];
+        if !p.tx_pending && p.is_up() {
+            p.tx_pending = true;
+            self.events.push_back(Event::Transmit { conn: cid, path });
+        }
+    }
+
+    /// Something is queued on `lane` and it is not up: get the right path connecting.
+    fn want_connect(&mut self, cid: ConnId, lane: usize) {
+        let c = &self.conns[cid.0 as usize];
+        let target = match c.kind {
+            TransportKind::Tcp if c.is_smaller() && c.npaths > 0 && lane < c.npaths => lane,
+            _ => 0,
+        };
+        self.connect_if_down(cid, target);
+    }
+
+    fn connect_if_down(&mut self, cid: ConnId, path: usize) {
+        if self.shutting_down {
+            return;
+        }
+        let p = &self.conns[cid.0 as usize].paths[path];
+        if p.state == PathState::Down && p.reconnect_at.is_none() {
+            self.start_connect(cid, path);
+        }
+    }
+
+    fn start_connect(&mut self, cid: ConnId, path: usize) {
+        let p = &mut self.conns[cid.0 as usize].paths[path];
+        p.state = PathState::Connecting;
+        p.epoch = p.epoch.wrapping_add(1);
+        let epoch = p.epoch;
+        self.events.push_back(Event::Connect {
+            conn: cid,
+            path,
+            epoch,
+        });
+    }
+
+    fn should_reconnect(&self, cid: ConnId, path: usize) -> bool {
+        if self.shutting_down {
+            return false;
+        }
+        let c = &self.conns[cid.0 as usize];
+        match c.kind {
+            TransportKind::Loopback => false,
+            TransportKind::Tcp if c.is_smaller() => path == 0 || path < c.npaths,
+            // The larger side connects only to make the peer connect back, and only when it
+            // has something to send.
+            TransportKind::Tcp => path == 0 && c.paths.iter().any(Path::has_queued),
+            TransportKind::Ib => path == 0,
+        }
+    }
+
+    /// `rds_queue_reconnect`: the first attempt at once, then random delays below a bound that
+    /// doubles up to the maximum.
+    fn queue_reconnect(&mut self, now: Instant, cid: ConnId, path: usize) {
+        if !self.should_reconnect(cid, path) {
+            return;
+        }
+        let (min, max) = (self.tun.reconnect_min_delay, self.tun.reconnect_max_delay);
+        let p = &mut self.conns[cid.0 as usize].paths[path];
+        if p.reconnect_delay.is_zero() {
+            p.reconnect_delay = min.max(Duration::from_nanos(1));
+            p.reconnect_at = Some(now);
+        } else {
+            let bound = u64::try_from(p.reconnect_delay.as_nanos()).unwrap_or(u64::MAX);
+            let wait = Duration::from_nanos(self.rng.below(bound.max(1)));
+            p.reconnect_at = Some(now + wait);
+            p.reconnect_delay = (p.reconnect_delay * 2).min(max.max(min));
+        }
+    }
+
+    /// `rds_connect_path_complete`: the path is up. Returns its new epoch.
+    fn path_up(&mut self, now: Instant, cid: ConnId, path: usize) -> u32 {
+        let ci = cid.0 as usize;
+        let c = &mut self.conns[ci];
+        let kind = c.kind;
+        let p = &mut c.paths[path];
+        p.state = PathState::Up;
+        p.epoch = p.epoch.wrapping_add(1);
+        p.ups += 1;
+        p.up_since = Some(now);
+        p.tx_off = 0;
+        p.acked_off = 0;
+        p.reconnect_delay = Duration::ZERO;
+        p.reconnect_at = None;
+        p.ack_next = 0;
+        p.ack_recv = 0;
+        p.ack_requested = false;
+        p.ack_in_flight = false;
+        p.tx_cur = None;
+        p.frag.reset();
+        p.tx_pending = false;
+        let epoch = p.epoch;
+        if kind != TransportKind::Loopback {
+            c.map_queued = true;
+        }
+        if kind.multipath() && path == 0 {
+            let smaller = c.is_smaller();
+            if (smaller || c.npaths == 0) && !c.ping_triggered {
+                self.queue_probe_ping(cid);
+            }
+            let c = &mut self.conns[ci];
+            if c.npaths == 0 {
+                c.hs_deadline = Some(now + HANDSHAKE_TIMEOUT);
+            }
+            if smaller && c.npaths > 1 {
+                self.start_mprds(cid);
+            }
+        }
+        if kind != TransportKind::Loopback {
+            self.want_transmit(cid, path);
+        }
+        epoch
+    }
+
+    /// `rds_conn_path_reset` after a shutdown: requeue unacknowledged messages as
+    /// RETRANSMITTED (keeping `next_rx_seq`), then reconnect if this side should.
+    /// `reason = Some(..)` means the engine decided, so the driver must close the transport.
+    fn reset_path(&mut self, now: Instant, cid: ConnId, path: usize, reason: Option<DropReason>) {
+        let ci = cid.0 as usize;
+        let (max_p, max_b) = (self.tun.max_unacked_packets, self.tun.max_unacked_bytes);
+        let c = &mut self.conns[ci];
+        let multipath = c.kind.multipath();
+        let p = &mut c.paths[path];
+        let was = p.state;
+        if let Some(reason) = reason {
+            if matches!(was, PathState::Up | PathState::Connecting) {
+                self.events.push_back(Event::Disconnect {
+                    conn: cid,
+                    path,
+                    epoch: p.epoch,
+                    reason,
+                });
+            }
+        }
+        if was == PathState::Up {
+            self.stats.inc(Counter::ConnReset);
+        }
+        p.state = PathState::Down;
+        p.epoch = p.epoch.wrapping_add(1);
+        while let Some(mut m) = p.retrans.pop_back() {
+            m.retransmitted = true;
+            m.ack_required = true;
+            p.send_q.push_front(m);
+        }
+        p.tx_cur = None;
+        p.frag.reset();
+        p.tx_off = 0;
+        p.acked_off = 0;
+        p.unacked_packets = max_p;
+        p.unacked_bytes = max_b;
+        p.ack_next = 0;
+        p.ack_recv = 0;
+        p.ack_requested = false;
+        p.ack_in_flight = false;
+        p.tx_pending = false;
+        if multipath && path == 0 {
+            c.ping_triggered = false;
+        }
+        if c.npaths > 0 && path >= c.npaths {
+            self.rehome_lane(cid, path);
+        }
+        if !self.shutting_down && reason != Some(DropReason::Kill) {
+            self.queue_reconnect(now, cid, path);
+        }
+    }
+
+    /// Moves the unsent messages of a lane that is no longer in use to the lane its sockets
+    /// hash to now.
+    fn rehome_lane(&mut self, cid: ConnId, lane: usize) {
+        let c = &mut self.conns[cid.0 as usize];
+        let n = c.npaths.max(1);
+        let to = lane & (n - 1);
+        if to == lane || c.paths[lane].send_q.is_empty() {
+            return;
+        }
+        let moved: Vec<OutMsg> = c.paths[lane].send_q.drain(..).collect();
+        c.paths[to].send_q.extend(moved);
+        if c.paths[to].is_up() {
+            self.want_transmit(cid, to);
+        } else {
+            self.want_connect(cid, to);
+        }
+    }
+
+    fn queue_probe_ping(&mut self, cid: ConnId) {
+        let id = self.take_msg_id();
+        let ci = cid.0 as usize;
+        let mut hdr = HeaderRepr::data(0, PROBE_PORT, 0, 0);
+        self.add_probe_exts(&mut hdr);
+        let c = &mut self.conns[ci];
+        c.ping_triggered = true;
+        let msg = OutMsg {
+            id,
+            hdr,
+            payload: Bytes::new(),
+            sock: None,
+            seq: 0,
+            retransmitted: false,
+            ack_required: false,
+            ack_off: 0,
+            first_tx: None,
+        };
+        // Ahead of fresh messages, behind the ones being retransmitted (they carry older
+        // sequence numbers, which must reach the wire first).
+        let q = &mut c.paths[0].send_q;
+        let at = q.iter().position(|m| m.seq == 0).unwrap_or(q.len());
+        q.insert(at, msg);
+        self.stats.inc(Counter::SendQueued);
+        self.stats.inc(Counter::SendPong);
+    }
+
+    fn add_probe_exts(&self, hdr: &mut HeaderRepr) {
+        for e in [
+            ExtHeader::Npaths(MPATH_WORKERS as u16),
+            ExtHeader::GenNum(self.gen_num),
+            ExtHeader::SportIdx(0),
+        ] {
+            hdr.push_ext(e).expect("probe extensions fit in 16 bytes");
+        }
+    }
+
+    fn start_mprds(&mut self, cid: ConnId) {
+        let c = &self.conns[cid.0 as usize];
+        if c.kind.multipath() && c.npaths > 1 && c.is_smaller() {
+            for i in 0..c.npaths {
+                self.connect_if_down(cid, i);
+            }
+        }
+    }
+
+    fn set_npaths(&mut self, _now: Instant, cid: ConnId, n: usize) {
+        let next_id = self.next_msg_id;
+        let c = &mut self.conns[cid.0 as usize];
+        let old = c.npaths;
+        if old == n {
+            return;
+        }
+        c.npaths = n;
+        if old >= 1 && n > old {
+            // Fan-out after traffic used fewer lanes: keep each socket's order by holding the
+            // new lanes until lane 0 flushed what was queued before (the kernel's catch-up).
+            c.catchup_id = Some(next_id);
+        }
+        for lane in n..c.paths.len() {
+            self.rehome_lane(cid, lane);
+        }
+        for lane in 0..n {
+            let c = &self.conns[cid.0 as usize];
+            if !c.paths[lane].send_q.is_empty() {
+                if c.paths[lane].is_up() {
+                    self.want_transmit(cid, lane);
+                } else {
+                    self.want_connect(cid, lane);
+                }
+            }
+        }
+    }
+
+    /// `rds_conn_peer_gen_update`: the peer restarted if its generation number changed. Its
+    /// sequence numbers start again, so `next_rx_seq` restarts at 0 on every path, and messages
+    /// sent to the old peer are dropped instead of resent.
+    ///
+    /// Departures from the kernel: our `next_tx_seq` keeps counting up instead of restarting
+    /// at 1 (the restarted peer accepts any number, and restarting can make it drop fresh
+    /// messages as old ones after the next reconnect); only messages first transmitted before
+    /// the current lane-0 connection came up are dropped, not ones the new peer already got.
+    fn peer_gen_update(&mut self, cid: ConnId, gen: u32) {
+        if gen == 0 {
+            return;
+        }
+        let ci = cid.0 as usize;
+        let c = &mut self.conns[ci];
+        let old = c.peer_gen;
+        c.peer_gen = gen;
+        if old == 0 || old == gen {
+            return;
+        }
+        let cutoff = c.paths[0].up_since;
+        let stale = |m: &OutMsg| match (m.first_tx, cutoff) {
+            (Some(t), Some(cut)) => t < cut,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let mut dropped = Vec::new();
+        for p in &mut c.paths {
+            p.next_rx_seq = 0;
+            for q in [&mut p.retrans, &mut p.send_q] {
+                let mut keep = VecDeque::with_capacity(q.len());
+                for m in q.drain(..) {
+                    if stale(&m) {
+                        dropped.push(m);
+                    } else {
+                        keep.push_back(m);
+                    }
+                }
+                *q = keep;
+            }
+        }
+        for m in dropped {
+            self.stats.inc(Counter::SendDropPeerRestart);
+            self.release(&m);
+        }
+    }
+
+    /// Removes messages matching `pred` from every queue, releasing their buffer space.
+    fn drop_msgs(&mut self, pred: impl Fn(&OutMsg, IpAddr) -> bool) -> usize {
+        let mut dropped = Vec::new();
+        for c in &mut self.conns {
+            let faddr = c.faddr;
+            for p in &mut c.paths {
+                for q in [&mut p.send_q, &mut p.retrans] {
+                    if q.iter().any(|m| pred(m, faddr)) {
+                        let mut keep = VecDeque::with_capacity(q.len());
+                        for m in q.drain(..) {
+                            if pred(&m, faddr) {
+                                dropped.push(m);
+                            } else {
+                                keep.push_back(m);
+                            }
+                        }
+                        *q = keep;
+                    }
+                }
+            }
+        }
+        let n = dropped.len();
+        for m in dropped {
+            self.release(&m);
+        }
+        n
+    }
+
+    fn drop_msgs_of_conn(&mut self, ci: usize) -> usize {
+        let mut dropped = Vec::new();
+        for p in &mut self.conns[ci].paths {
+            dropped.extend(p.send_q.drain(..));
+            dropped.extend(p.retrans.drain(..));
+        }
+        let n = dropped.len();
+        for m in dropped {
+            self.release(&m);
+        }
+        n
+    }
+
+    /// A message left the queues: give its bytes back to the sending socket.
+    fn release(&mut self, m: &OutMsg) {
+        let Some(sid) = m.sock else { return };
+        if let Some(s) = self.socks.get_mut(&sid) {
+            let was_writable = s.writable();
+            s.snd_bytes = s.snd_bytes.saturating_sub(m.payload.len());
+            if !was_writable && s.writable() {
+                self.wakes.insert(sid);
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Internals: transmit
+
+    fn next_transmit(&mut self, now: Instant, ci: usize, path: usize) -> Option<Transmit> {
+        let kind = self.conns[ci].kind;
+        if !self.conns[ci].paths[path].is_up() || kind == TransportKind::Loopback {
+            return None;
+        }
+        if kind == TransportKind::Ib {
+            if let Some(t) = self.next_fragment(ci, path) {
+                return Some(t);
+            }
+        }
+        let c = &mut self.conns[ci];
+        if c.map_queued && c.map_lane() == Some(path) {
+            c.map_queued = false;
+            let laddr = c.laddr;
+            let map = self
+                .locals
+                .get(&laddr)
+                .map(|l| Bytes::from(l.cong.to_bytes()))
+                .unwrap_or_else(|| Bytes::from(vec![0u8; CONG_MAP_BYTES]));
+            let mut hdr = HeaderRepr::cong_map();
+            self.stats.inc(Counter::CongUpdateQueued);
+            return Some(self.frame_out(ci, path, &mut hdr, map, true));
+        }
+        if path > 0 && self.held_for_catchup(ci) {
+            self.stats.inc(Counter::MprdsCatchupTx0Retries);
+            return self.ack_only(ci, path);
+        }
+        let c = &mut self.conns[ci];
+        let tun_p = self.tun.max_unacked_packets;
+        let tun_b = self.tun.max_unacked_bytes;
+        let p = &mut c.paths[path];
+        let Some(mut m) = p.send_q.pop_front() else {
+            return self.ack_only(ci, path);
+        };
+        if m.seq == 0 {
+            m.seq = p.next_tx_seq;
+            p.next_tx_seq += 1;
+            m.first_tx = Some(now);
+        }
+        // Require an ACK every so many packets or bytes (`rds_send_xmit`).
+        let len = u64::from(m.hdr.len);
+        if p.unacked_packets == 0 || p.unacked_bytes < len {
+            m.ack_required = true;
+            p.unacked_packets = tun_p;
+            p.unacked_bytes = tun_b;
+            self.stats.inc(Counter::SendAckRequired);
+        } else {
+            p.unacked_bytes -= len;
+            p.unacked_packets -= 1;
+        }
+        let mut hdr = m.hdr;
+        hdr.seq = m.seq;
+        hdr.flags = 0;
+        if m.retransmitted {
+            hdr.flags |= flags::RETRANSMITTED;
+        }
+        if kind == TransportKind::Ib && m.ack_required {
+            hdr.flags |= flags::ACK_REQUIRED;
+        }
+        let payload = m.payload.clone();
+        let t = self.frame_out(ci, path, &mut hdr, payload, false);
+        let p = &mut self.conns[ci].paths[path];
+        m.ack_off = p.tx_off;
+        p.retrans.push_back(m);
+        Some(t)
+    }
+
+    /// Emits a whole message (TCP) or starts fragmenting it (IB).
+    fn frame_out(
+        &mut self,
+        ci: usize,
+        path: usize,
+        hdr: &mut HeaderRepr,
+        payload: Bytes,
+        cong_map: bool,
+    ) -> Transmit {
+        let kind = self.conns[ci].kind;
+        let p = &mut self.conns[ci].paths[path];
+        if kind == TransportKind::Ib {
+            hdr.ack = p.ack_next;
+            if p.ack_requested {
+                p.ack_requested = false;
+            }
+            let mut bytes = [0u8; 48];
+            hdr.emit_checksummed(&mut bytes);
+            p.tx_cur = Some(TxCur {
+                hdr: bytes,
+                payload,
+                next_off: 0,
+                cong_map,
+            });
+            return self.next_fragment(ci, path).expect("just started");
+        }
+        p.tx_off += (crate::wire::HEADER_LEN + payload.len()) as u64;
+        Transmit {
+            hdr: hdr.to_bytes(),
+            payload,
+            kind: if cong_map {
+                FrameKind::CongMap
+            } else {
+                FrameKind::Data
+            },
+            solicited: false,
+        }
+    }
+
+    fn next_fragment(&mut self, ci: usize, path: usize) -> Option<Transmit> {
+        let p = &mut self.conns[ci].paths[path];
+        let cur = p.tx_cur.as_mut()?;
+        let off = cur.next_off;
+        let len = (cur.payload.len() - off).min(FRAG_SIZE);
+        let last = off + len >= cur.payload.len();
+        let t = Transmit {
+            hdr: cur.hdr,
+            payload: cur.payload.slice(off..off + len),
+            kind: if cur.cong_map {
+                FrameKind::CongMap
+            } else {
+                FrameKind::Data
+            },
+            solicited: last,
+        };
+        cur.next_off = off + len;
+        if last {
+            p.tx_cur = None;
+        }
+        Some(t)
+    }
+
+    /// IB: an ACK-only frame when one is requested and none is in flight.
+    fn ack_only(&mut self, ci: usize, path: usize) -> Option<Transmit> {
+        if self.conns[ci].kind != TransportKind::Ib {
+            return None;
+        }
+        let p = &mut self.conns[ci].paths[path];
+        if !p.ack_requested || p.ack_in_flight {
+            return None;
+        }
+        p.ack_requested = false;
+        p.ack_in_flight = true;
+        let mut hdr = [0u8; 48];
+        HeaderRepr::ack_only(p.ack_next).emit_checksummed(&mut hdr);
+        Some(Transmit {
+            hdr,
+            payload: Bytes::new(),
+            kind: FrameKind::AckOnly,
+            solicited: true,
+        })
+    }
+
+    fn held_for_catchup(&mut self, ci: usize) -> bool {
+        let c = &mut self.conns[ci];
+        let Some(mark) = c.catchup_id else {
+            return false;
+        };
+        let p0 = &c.paths[0];
+        let pending = p0
+            .send_q
+            .iter()
+            .chain(p0.retrans.iter())
+            .any(|m| m.id < mark);
+        if !pending {
+            c.catchup_id = None;
+        }
+        pending
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Internals: receive
+
+    fn recv_message(
+        &mut self,
+        now: Instant,
+        cid: ConnId,
+        path: usize,
+        hdr: HeaderRepr,
+        payload: Bytes,
+    ) -> Result<(), DropReason> {
+        let ci = cid.0 as usize;
+        let kind = self.conns[ci].kind;
+        if hdr.is_cong_map() {
+            if kind == TransportKind::Loopback {
+                return Ok(());
+            }
+            let Ok(map) = CongMap::from_bytes(&payload) else {
+                self.stats.inc(Counter::ConnDropBadCongMap);
+                return Err(DropReason::Protocol);
+            };
+            let mask = self.conns[ci].fcong.update_from(&map);
+            self.stats.inc(Counter::CongUpdateReceived);
+            self.cong_map_updated(mask);
+            // Departure from the kernel: newly congested ports of a kernel peer also need
+            // no action here; senders test the map when they send.
+            return Ok(());
+        }
+        if payload.len() != hdr.len as usize {
+            self.stats.inc(Counter::ConnDropBadFrame);
+            return Err(DropReason::Protocol);
+        }
+        let ping_enable = self.tun.ping_enable;
+        let p = &mut self.conns[ci].paths[path];
+        if kind == TransportKind::Ib {
+            p.ack_next = hdr.seq;
+            if hdr.has_flag(flags::ACK_REQUIRED) {
+                p.ack_requested = true;
+                self.stats.inc(Counter::RecvAckRequired);
+                self.want_transmit(cid, path);
+            }
+        }
+        if kind.multipath() && hdr.is_hs_probe() {
+            // A probe from a restarted peer may come again as a retransmission whose sequence
+            // number looks old to us. Learn the new generation first (which restarts our
+            // `next_rx_seq`), or the probe and everything the new peer retransmits would be
+            // dropped as duplicates. (The kernel checks duplicates first.)
+            let gen = hdr.exts().find_map(|e| match e {
+                ExtHeader::GenNum(g) => Some(g),
+                _ => None,
+            });
+            let known = self.conns[ci].peer_gen;
+            if let Some(g) = gen.filter(|&g| g != 0 && known != 0 && g != known) {
+                self.peer_gen_update(cid, g);
+            }
+        }
+        let p = &mut self.conns[ci].paths[path];
+        if hdr.seq < p.next_rx_seq && hdr.has_flag(flags::RETRANSMITTED) {
+            self.stats.inc(Counter::RecvDropOldSeq);
+            return Ok(());
+        }
+        p.next_rx_seq = hdr.seq + 1;
+
+        if ping_enable && hdr.dport == 0 {
+            if hdr.sport == 0 {
+                return Ok(());
+            }
+            self.stats.inc(Counter::RecvPing);
+            self.send_pong(now, cid, path, hdr.sport);
+            if hdr.is_probe_ping() && kind.multipath() {
+                self.process_handshake(now, cid, &hdr);
+            }
+            return Ok(());
+        }
+        if hdr.is_probe_pong() {
+            if kind.multipath() {
+                self.process_handshake(now, cid, &hdr);
+            }
+            return Ok(());
+        }
+
+        let c = &self.conns[ci];
+        let (to_ip, from_ip) = if kind == TransportKind::Loopback {
+            (c.faddr, c.laddr)
+        } else {
+            (c.laddr, c.faddr)
+        };
+        let Some(&sid) = self.binds.get(&(to_ip, hdr.dport)) else {
+            self.stats.inc(Counter::RecvDropNoSock);
+            return Ok(());
+        };
+        let rdma_dest = hdr.exts().find_map(|e| match e {
+            ExtHeader::RdmaDest { rkey, offset } => {
+                Some(u64::from(rkey) | (u64::from(offset) << 32))
+            }
+            _ => None,
+        });
+        let len = payload.len();
+        let s = self.socks.get_mut(&sid).expect("bound sockets exist");
+        s.rcv_q.push_back(InMsg {
+            from: SocketAddr::new(from_ip, hdr.sport),
+            payload,
+            seq: hdr.seq,
+            rx_time: now,
+            rdma_dest,
+        });
+        self.stats.inc(Counter::RecvQueued);
+        self.wakes.insert(sid);
+        self.rcvbuf_delta(sid, len as i64);
+        Ok(())
+    }
+
+    /// `rds_send_pong`: a zero-length message from port 0 to the pinger's port, on the same
+    /// path, unless the pinger's port is congested. A probe's pong carries the handshake
+    /// extensions.
+    fn send_pong(&mut self, now: Instant, cid: ConnId, path: usize, to_port: u16) {
+        let ci = cid.0 as usize;
+        let c = &self.conns[ci];
+        // Loopback: the answer travels the reverse connection back to the pinger (the kernel
+        // queues it on the same loopback connection, which delivers it to the pinged address
+        // instead when the two addresses differ).
+        let (cid, path) = if c.kind == TransportKind::Loopback {
+            let (l, f) = (c.laddr, c.faddr);
+            (
+                self.conn_get_or_create(now, f, l, TransportKind::Loopback),
+                0,
+            )
+        } else {
+            (cid, path)
+        };
+        if self.peer_congested(cid, to_port) {
+            return;
+        }
+        let mut hdr = HeaderRepr::pong(0, to_port);
+        if to_port == PROBE_PORT && self.conns[cid.0 as usize].kind.multipath() {
+            self.add_probe_exts(&mut hdr);
+        }
+        let msg = OutMsg {
+            id: self.take_msg_id(),
+            hdr,
+            payload: Bytes::new(),
+            sock: None,
+            seq: 0,
+            retransmitted: false,
+            ack_required: false,
+            ack_off: 0,
+            first_tx: None,
+        };
+        self.stats.inc(Counter::SendPong);
+        self.queue_msg(now, cid, path, msg);
+    }
+
+    /// `rds_recv_hs_exthdrs` + `rds_start_mprds`.
+    fn process_handshake(&mut self, now: Instant, cid: ConnId, hdr: &HeaderRepr) {
+        let mut npaths = None;
+        let mut gen = 0;
+        let mut sport_idx = false;
+        for e in hdr.exts() {
+            match e {
+                ExtHeader::Npaths(n) => npaths = Some(usize::from(n).min(MPATH_WORKERS)),
+                ExtHeader::GenNum(g) => gen = g,
+                ExtHeader::SportIdx(_) => sport_idx = true,
+                _ => {}
+            }
+        }
+        let c = &mut self.conns[cid.0 as usize];
+        let n = npaths.unwrap_or(c.npaths).max(1);
+        c.ping_triggered = false;
+        c.hs_deadline = None;
+        if sport_idx {
+            c.with_sport_idx = true;
+        }
+        self.peer_gen_update(cid, gen);
+        self.set_npaths(now, cid, n);
+        self.start_mprds(cid);
+    }
+
+    fn run_loopback(&mut self, now: Instant) {
+        while let Some(cid) = self.loop_work.pop() {
+            let ci = cid.0 as usize;
+            while let Some(mut m) = self.conns[ci].paths[0].send_q.pop_front() {
+                let p = &mut self.conns[ci].paths[0];
+                m.seq = p.next_tx_seq;
+                p.next_tx_seq += 1;
+                let mut hdr = m.hdr;
+                hdr.seq = m.seq;
+                // Acked as soon as it is handed to the receiver (`rds_loop_xmit`).
+                self.release(&m);
+                let _ = self.recv_message(now, cid, 0, hdr, m.payload);
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Internals: congestion
+
+    /// `rds_recv_rcvbuf_delta`: a socket is congested above its receive buffer and uncongested
+    /// again below half of it.
+    fn rcvbuf_delta(&mut self, sid: SockId, delta: i64) {
+        let Some(s) = self.socks.get_mut(&sid) else {
+            return;
+        };
+        if delta == 0 {
+            return;
+        }
+        if delta > 0 {
+            s.rcv_bytes += delta as usize;
+            self.stats.add(Counter::RecvBytesAddedToSock, delta as u64);
+        } else {
+            s.rcv_bytes = s.rcv_bytes.saturating_sub((-delta) as usize);
+            self.stats
+                .add(Counter::RecvBytesFreedFromSock, (-delta) as u64);
+        }
+        let Some(b) = s.bound else { return };
+        let now_congested = s.rcv_bytes > s.rcvbuf;
+        if !s.congested && now_congested {
+            s.congested = true;
+            self.local_cong_changed(b.ip(), b.port(), true);
+        } else if s.congested && s.rcv_bytes < s.rcvbuf / 2 {
+            s.congested = false;
+            self.local_cong_changed(b.ip(), b.port(), false);
+        }
+    }
+
+    /// A port of a local address changed congestion state: send our map to every peer of the
+    /// address, and tell local monitors (loopback senders read the map directly).
+    fn local_cong_changed(&mut self, ip: IpAddr, port: u16, congested: bool) {
+        let Some(l) = self.locals.get_mut(&ip) else {
+            return;
+        };
+        if congested {
+            l.cong.set(port);
+        } else {
+            l.cong.clear(port);
+        }
+        for ci in 0..self.conns.len() {
+            let c = &mut self.conns[ci];
+            if c.laddr != ip || c.kind == TransportKind::Loopback {
+                continue;
+            }
+            c.map_queued = true;
+            if let Some(lane) = c.map_lane() {
+                self.want_transmit(ConnId(ci as u32), lane);
+            }
+        }
+        self.cong_map_updated(if congested { 0 } else { monitor_mask(port) });
+    }
+
+    /// `rds_cong_map_updated`: notify congestion monitors whose ports were uncongested and
+    /// wake blocked senders.
+    fn cong_map_updated(&mut self, uncongested: u64) {
+        if uncongested != 0 {
+            for (&sid, s) in &mut self.socks {
+                if s.cong_monitor && s.cong_mask & uncongested != 0 {
+                    s.cong_notify |= s.cong_mask & uncongested;
+                    s.cong_mask &= !uncongested;
+                    self.wakes.insert(sid);
+                }
+            }
+        }
+        self.cong_changed = true;
+    }
+}
+
+/// Unicast: not unspecified, broadcast or multicast (also in mapped form).
+fn is_unicast(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast()),
+        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast()),
+    }
+}

@@ -1,0 +1,681 @@
+//! A deterministic simulated network of [`Stack`]s, for tests and benchmarks.
+//!
+//! Each node is a [`Stack`] with one address. When a stack asks to connect a path, the
+//! simulator plays both TCP (a reliable, ordered byte stream per direction, acknowledged as
+//! the receiver consumes it) or IB (reliable, ordered frames) between the two nodes, with
+//! seeded latency. Faults are explicit calls: [`Sim::cut_link`] ends a connection after a
+//! random prefix of the bytes in flight (the rest is lost, and so may be the acknowledgements),
+//! and [`Sim::restart_node`] replaces a node's stack with a fresh one (a new generation number).
+//! Everything, delivery chunking included, follows from the seed.
+//!
+//! Applications drive the stacks directly through [`Sim::stack`] and call [`Sim::pump`]
+//! afterwards so that the stack's work (connects, frames) enters the network.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use bytes::{Bytes, BytesMut};
+use core::time::Duration;
+
+use crate::proto::{ConnId, Event, Rng, SockId, Stack, StreamParser, TransportKind};
+use crate::time::Instant;
+use crate::tunables::Tunables;
+use crate::wire::MAX_MSG_SIZE;
+
+/// Simulator settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Transport every node uses between nodes (TCP or IB).
+    pub kind: TransportKind,
+    /// One-way latency range.
+    pub latency: (Duration, Duration),
+    /// TCP: deliver the byte stream in chunks of at most this many bytes (random sizes), so
+    /// that headers and payloads straddle reads.
+    pub max_chunk: usize,
+    /// Probability that the acknowledgements still in flight are lost when a link is cut.
+    pub ack_loss_on_cut: f64,
+    /// Tunables for every stack.
+    pub tunables: Tunables,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            kind: TransportKind::Tcp,
+            latency: (Duration::from_micros(20), Duration::from_micros(200)),
+            max_chunk: 4096,
+            ack_loss_on_cut: 0.5,
+            tunables: Tunables::default(),
+        }
+    }
+}
+
+/// A node of the simulation.
+#[derive(Debug)]
+pub struct SimNode {
+    /// Its stack.
+    pub stack: Stack,
+    /// Its address.
+    pub addr: IpAddr,
+    /// Incarnation: increases with every restart.
+    pub incarnation: u64,
+    /// Sockets woken since the application last looked (readable, writable, notified).
+    pub woken: Vec<SockId>,
+    /// A congestion map changed since the application last looked.
+    pub cong_changed: bool,
+}
+
+#[derive(Debug)]
+struct End {
+    node: usize,
+    incarnation: u64,
+    conn: ConnId,
+    path: usize,
+    /// Epoch of the stack's path this end carries (0 until the initiator accepted it).
+    epoch: u32,
+    open: bool,
+    /// A Closed event for this end is pending.
+    closing: bool,
+    parser: StreamParser,
+    /// Bytes this end has written.
+    tx_bytes: u64,
+    /// Bytes this end has consumed.
+    rx_bytes: u64,
+    /// Deliveries towards this end are not scheduled before this time (keeps order).
+    next_rx_time: Instant,
+    /// Bytes past this stream offset never arrive (set by a cut).
+    rx_cutoff: u64,
+}
+
+#[derive(Debug)]
+struct Link {
+    ends: [End; 2],
+    /// Acknowledgements to end `i` are lost (set by a cut).
+    acks_lost: [bool; 2],
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// Bytes (TCP) or one frame (IB) arrive at `ends[to]`; `off` is the stream offset.
+    Deliver {
+        link: usize,
+        to: usize,
+        off: u64,
+        data: Bytes,
+    },
+    /// TCP acknowledgement of `upto` bytes reaches `ends[to]`.
+    Acked { link: usize, to: usize, upto: u64 },
+    /// IB: the ACK-only frame sent by `ends[to]` completed.
+    AckSent { link: usize, to: usize },
+    /// A connection request reaches node `to`.
+    Arrive {
+        from: usize,
+        from_inc: u64,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        to_addr: IpAddr,
+    },
+    /// The initiator learns the outcome.
+    Result {
+        node: usize,
+        inc: u64,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        link: Option<usize>,
+    },
+    /// `ends[end]` learns that its connection is gone.
+    Closed { link: usize, end: usize },
+}
+
+/// The simulated network.
+#[derive(Debug)]
+pub struct Sim {
+    cfg: SimConfig,
+    now: Instant,
+    rng: Rng,
+    nodes: Vec<SimNode>,
+    links: Vec<Link>,
+    /// (node, conn, path) -> (link, end) of the path's current transport connection.
+    by_path: HashMap<(usize, ConnId, usize), (usize, usize)>,
+    queue: BTreeMap<(Instant, u64), Ev>,
+    seq: u64,
+    next_port: u16,
+    /// Bytes carried, all links, both directions.
+    pub bytes_carried: u64,
+    /// Links cut so far.
+    pub cuts: u64,
+}
+
+impl Sim {
+    /// An empty network.
+    pub fn new(cfg: SimConfig, seed: u64) -> Self {
+        Sim {
+            cfg,
+            now: Instant::ZERO,
+            rng: Rng::new(seed ^ 0x5eed_0f5e_ed00_0001),
+            nodes: Vec::new(),
+            links: Vec::new(),
+            by_path: HashMap::new(),
+            queue: BTreeMap::new(),
+            seq: 0,
+            next_port: 40000,
+            bytes_carried: 0,
+            cuts: 0,
+        }
+    }
+
+    /// Adds a node owning `addr`; returns its index.
+    pub fn add_node(&mut self, addr: IpAddr) -> usize {
+        let seed = self.rng.next_u64();
+        let stack = self.new_stack(addr, seed);
+        self.nodes.push(SimNode {
+            stack,
+            addr,
+            incarnation: 0,
+            woken: Vec::new(),
+            cong_changed: false,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn new_stack(&self, addr: IpAddr, seed: u64) -> Stack {
+        let mut s = Stack::new(self.cfg.tunables.clone(), seed);
+        let ib = self.cfg.kind == TransportKind::Ib;
+        s.add_local_addr(addr, !ib, ib);
+        s
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// The simulator's random generator (for workloads that must follow the seed).
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    /// A node.
+    pub fn node(&mut self, n: usize) -> &mut SimNode {
+        &mut self.nodes[n]
+    }
+
+    /// A node's stack. Call [`Sim::pump`] after driving it.
+    pub fn stack(&mut self, n: usize) -> &mut Stack {
+        &mut self.nodes[n].stack
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Links currently carrying traffic in both directions.
+    pub fn live_links(&self) -> Vec<usize> {
+        (0..self.links.len())
+            .filter(|&l| {
+                self.links[l]
+                    .ends
+                    .iter()
+                    .all(|e| e.open && !e.closing && e.epoch != 0)
+            })
+            .collect()
+    }
+
+    fn latency(&mut self) -> Duration {
+        let (lo, hi) = self.cfg.latency;
+        let span = u64::try_from((hi - lo).as_nanos()).unwrap_or(0);
+        lo + Duration::from_nanos(if span == 0 { 0 } else { self.rng.below(span) })
+    }
+
+    fn schedule(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((at.max(self.now), self.seq), ev);
+    }
+
+    /// Moves the node's pending work (connects, disconnects, frames, wakeups) into the
+    /// network. Call after every direct use of [`Sim::stack`].
+    pub fn pump(&mut self, n: usize) {
+        while let Some(ev) = self.nodes[n].stack.poll_event() {
+            match ev {
+                Event::Connect { conn, path, epoch } => {
+                    let (_, faddr, _) = self.nodes[n].stack.conn_addrs(conn);
+                    let lat = self.latency();
+                    let inc = self.nodes[n].incarnation;
+                    self.schedule(
+                        self.now + lat,
+                        Ev::Arrive {
+                            from: n,
+                            from_inc: inc,
+                            conn,
+                            path,
+                            epoch,
+                            to_addr: faddr,
+                        },
+                    );
+                }
+                Event::Disconnect {
+                    conn, path, epoch, ..
+                } => {
+                    if let Some(&(l, e)) = self.by_path.get(&(n, conn, path)) {
+                        if self.links[l].ends[e].epoch == epoch {
+                            self.close_end(l, e);
+                        }
+                    }
+                }
+                Event::Transmit { conn, path } => self.transmit(n, conn, path),
+                Event::Wake(s) => self.nodes[n].woken.push(s),
+                Event::CongChanged => self.nodes[n].cong_changed = true,
+            }
+        }
+    }
+
+    /// Drains a path's frames into its link.
+    fn transmit(&mut self, n: usize, conn: ConnId, path: usize) {
+        let link = self.by_path.get(&(n, conn, path)).copied();
+        let now = self.now;
+        let ib = self.cfg.kind == TransportKind::Ib;
+        let mut stream = BytesMut::new();
+        let mut frames = Vec::new();
+        while let Some(t) = self.nodes[n].stack.poll_transmit(now, conn, path) {
+            if ib {
+                let mut f = BytesMut::with_capacity(t.wire_len());
+                f.extend_from_slice(&t.hdr);
+                f.extend_from_slice(&t.payload);
+                frames.push((f.freeze(), t.kind == crate::proto::FrameKind::AckOnly));
+            } else {
+                stream.extend_from_slice(&t.hdr);
+                stream.extend_from_slice(&t.payload);
+            }
+        }
+        let Some((l, e)) = link else { return };
+        if !self.links[l].ends[e].open {
+            return;
+        }
+        let to = 1 - e;
+        if ib {
+            for (f, ack_only) in frames {
+                let off = self.links[l].ends[e].tx_bytes;
+                self.links[l].ends[e].tx_bytes += f.len() as u64;
+                let at = self.delivery_time(l, to);
+                self.schedule(
+                    at,
+                    Ev::Deliver {
+                        link: l,
+                        to,
+                        off,
+                        data: f,
+                    },
+                );
+                if ack_only {
+                    self.schedule(at, Ev::AckSent { link: l, to: e });
+                }
+            }
+        } else {
+            let mut data = stream.freeze();
+            while !data.is_empty() {
+                let max = self.cfg.max_chunk.max(1) as u64;
+                let n = (1 + self.rng.below(max) as usize).min(data.len());
+                let chunk = data.split_to(n);
+                let off = self.links[l].ends[e].tx_bytes;
+                self.links[l].ends[e].tx_bytes += chunk.len() as u64;
+                let at = self.delivery_time(l, to);
+                self.schedule(
+                    at,
+                    Ev::Deliver {
+                        link: l,
+                        to,
+                        off,
+                        data: chunk,
+                    },
+                );
+            }
+        }
+    }
+
+    fn delivery_time(&mut self, l: usize, to: usize) -> Instant {
+        let lat = self.latency();
+        let end = &mut self.links[l].ends[to];
+        let at = (self.now + lat).max(end.next_rx_time);
+        end.next_rx_time = at;
+        at
+    }
+
+    /// End `e` closes its side (its stack decided, or its node died): the peer learns after
+    /// the data already on its way (a FIN or RST follows the data).
+    fn close_end(&mut self, l: usize, e: usize) {
+        self.links[l].ends[e].open = false;
+        let other = 1 - e;
+        self.notify_closed(l, other);
+    }
+
+    fn notify_closed(&mut self, l: usize, e: usize) {
+        let end = &self.links[l].ends[e];
+        if !end.open || end.closing {
+            return;
+        }
+        let lat = self.latency();
+        let at = (self.now + lat).max(self.links[l].ends[e].next_rx_time);
+        self.links[l].ends[e].closing = true;
+        self.schedule(at, Ev::Closed { link: l, end: e });
+    }
+
+    /// Cuts a link: of the bytes in flight in each direction a random prefix still arrives,
+    /// the rest (and anything sent later) is lost; acknowledgements may be lost too. Both ends
+    /// then learn that the connection is gone.
+    pub fn cut_link(&mut self, l: usize) {
+        self.cuts += 1;
+        for to in 0..2 {
+            let recv = self.links[l].ends[to].rx_bytes;
+            let sent = self.links[l].ends[1 - to].tx_bytes;
+            let keep = if sent > recv {
+                recv + self.rng.below(sent - recv + 1)
+            } else {
+                recv
+            };
+            let cut = &mut self.links[l].ends[to].rx_cutoff;
+            *cut = (*cut).min(keep);
+            let lose = self.rng.below(1_000_000) < (self.cfg.ack_loss_on_cut * 1e6) as u64;
+            self.links[l].acks_lost[to] = lose;
+        }
+        for e in 0..2 {
+            self.notify_closed(l, e);
+        }
+    }
+
+    /// Replaces node `n`'s stack with a new one (new generation number, no sockets). Its
+    /// transport connections die; peers learn it after a latency.
+    pub fn restart_node(&mut self, n: usize) {
+        let seed = self.rng.next_u64();
+        let addr = self.nodes[n].addr;
+        self.nodes[n].stack = self.new_stack(addr, seed);
+        self.nodes[n].incarnation += 1;
+        self.nodes[n].woken.clear();
+        for l in 0..self.links.len() {
+            for e in 0..2 {
+                if self.links[l].ends[e].node == n && self.links[l].ends[e].open {
+                    self.close_end(l, e);
+                }
+            }
+        }
+        self.by_path.retain(|k, _| k.0 != n);
+    }
+
+    /// The earliest pending event or timer.
+    fn next_time(&self) -> Option<Instant> {
+        let q = self.queue.keys().next().map(|k| k.0);
+        let t = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.stack.poll_timeout())
+            .min();
+        match (q, t) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Processes everything due up to `t` and leaves the clock at `t`.
+    pub fn run_until(&mut self, t: Instant) {
+        while let Some(next) = self.next_time() {
+            if next > t {
+                break;
+            }
+            self.now = self.now.max(next);
+            self.process_due();
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Advances by `d`.
+    pub fn run_for(&mut self, d: Duration) {
+        let t = self.now + d;
+        self.run_until(t);
+    }
+
+    /// Whether nothing is pending in the network (timers may still be).
+    pub fn network_idle(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn process_due(&mut self) {
+        let now = self.now;
+        while let Some((&key, _)) = self.queue.iter().next() {
+            if key.0 > now {
+                break;
+            }
+            let ev = self.queue.remove(&key).expect("present");
+            self.handle(ev);
+        }
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].stack.poll_timeout().is_some_and(|t| t <= now) {
+                self.nodes[n].stack.handle_timeout(now);
+                self.pump(n);
+            }
+        }
+    }
+
+    fn end_live(&self, l: usize, e: usize) -> bool {
+        let end = &self.links[l].ends[e];
+        end.open && self.nodes[end.node].incarnation == end.incarnation
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = self.now;
+        match ev {
+            Ev::Deliver {
+                link,
+                to,
+                off,
+                data,
+            } => {
+                if !self.end_live(link, to) {
+                    return;
+                }
+                let end = &self.links[link].ends[to];
+                debug_assert!(end.epoch != 0, "data before the connection result");
+                if off >= end.rx_cutoff {
+                    return;
+                }
+                let keep = (end.rx_cutoff - off).min(data.len() as u64) as usize;
+                let data = data.slice(..keep);
+                let (n, conn, path, epoch) = (end.node, end.conn, end.path, end.epoch);
+                self.links[link].ends[to].rx_bytes += data.len() as u64;
+                self.bytes_carried += data.len() as u64;
+                if self.cfg.kind == TransportKind::Ib {
+                    let _ = self.nodes[n]
+                        .stack
+                        .handle_fragment(now, conn, path, epoch, &data);
+                } else {
+                    let mut frames = Vec::new();
+                    let r = self.links[link].ends[to].parser.feed(data, &mut frames);
+                    for f in frames {
+                        if self.nodes[n]
+                            .stack
+                            .handle_frame(now, conn, path, epoch, f)
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    if let Err(e) = r {
+                        self.nodes[n]
+                            .stack
+                            .handle_stream_error(now, conn, path, epoch, e);
+                    }
+                    let upto = self.links[link].ends[to].rx_bytes;
+                    if !self.links[link].acks_lost[1 - to] {
+                        let lat = self.latency();
+                        self.schedule(
+                            now + lat,
+                            Ev::Acked {
+                                link,
+                                to: 1 - to,
+                                upto,
+                            },
+                        );
+                    }
+                }
+                self.pump(n);
+            }
+            Ev::Acked { link, to, upto } => {
+                if !self.end_live(link, to) || self.links[link].acks_lost[to] {
+                    return;
+                }
+                let end = &self.links[link].ends[to];
+                let (n, conn, path, epoch) = (end.node, end.conn, end.path, end.epoch);
+                self.nodes[n]
+                    .stack
+                    .handle_tx_acked(now, conn, path, epoch, upto);
+                self.pump(n);
+            }
+            Ev::AckSent { link, to } => {
+                if !self.end_live(link, to) {
+                    return;
+                }
+                let end = &self.links[link].ends[to];
+                let (n, conn, path, epoch) = (end.node, end.conn, end.path, end.epoch);
+                self.nodes[n].stack.handle_ack_sent(conn, path, epoch);
+                self.pump(n);
+            }
+            Ev::Arrive {
+                from,
+                from_inc,
+                conn,
+                path,
+                epoch,
+                to_addr,
+            } => {
+                let target = self.nodes.iter().position(|n| n.addr == to_addr);
+                let lat = self.latency();
+                let mut link = None;
+                if let Some(t) = target {
+                    let from_addr = self.nodes[from].addr;
+                    let port = self.client_port(path);
+                    let kind = self.cfg.kind;
+                    if let Ok((bconn, bpath, bepoch)) = self.nodes[t]
+                        .stack
+                        .handle_accept(now, to_addr, from_addr, kind, port)
+                    {
+                        // A newer connection replaced the path's previous one, if any.
+                        if let Some(&(ol, oe)) = self.by_path.get(&(t, bconn, bpath)) {
+                            self.close_end(ol, oe);
+                        }
+                        let l = self.links.len();
+                        let mk = |node, inc, conn, path, epoch| End {
+                            node,
+                            incarnation: inc,
+                            conn,
+                            path,
+                            epoch,
+                            open: true,
+                            closing: false,
+                            parser: StreamParser::new(MAX_MSG_SIZE as u32),
+                            tx_bytes: 0,
+                            rx_bytes: 0,
+                            next_rx_time: Instant::ZERO,
+                            rx_cutoff: u64::MAX,
+                        };
+                        let t_inc = self.nodes[t].incarnation;
+                        let mut a = mk(from, from_inc, conn, path, 0);
+                        a.next_rx_time = now + lat;
+                        self.links.push(Link {
+                            ends: [a, mk(t, t_inc, bconn, bpath, bepoch)],
+                            acks_lost: [false; 2],
+                        });
+                        self.by_path.insert((t, bconn, bpath), (l, 1));
+                        link = Some(l);
+                    }
+                }
+                // The initiator learns the outcome before any data from the acceptor arrives.
+                self.schedule(
+                    now + lat,
+                    Ev::Result {
+                        node: from,
+                        inc: from_inc,
+                        conn,
+                        path,
+                        epoch,
+                        link,
+                    },
+                );
+                if let Some(t) = target {
+                    self.pump(t);
+                }
+            }
+            Ev::Result {
+                node,
+                inc,
+                conn,
+                path,
+                epoch,
+                link,
+            } => {
+                if self.nodes[node].incarnation != inc {
+                    if let Some(l) = link {
+                        self.close_end(l, 0);
+                    }
+                    return;
+                }
+                let st = &mut self.nodes[node].stack;
+                match link {
+                    Some(l) if st.is_trigger_only(conn) => {
+                        st.handle_connect_failed(now, conn, path, epoch);
+                        self.close_end(l, 0);
+                    }
+                    Some(l) if !self.links[l].ends[0].open => {
+                        // The acceptor already closed it (reset right after the handshake).
+                        st.handle_connect_failed(now, conn, path, epoch);
+                    }
+                    Some(l) if st.handle_connected(now, conn, path, epoch) => {
+                        let (_, ep) = st.path_state(conn, path);
+                        self.links[l].ends[0].epoch = ep;
+                        if let Some(&(ol, oe)) = self.by_path.get(&(node, conn, path)) {
+                            self.close_end(ol, oe);
+                        }
+                        self.by_path.insert((node, conn, path), (l, 0));
+                    }
+                    Some(l) => self.close_end(l, 0),
+                    None => st.handle_connect_failed(now, conn, path, epoch),
+                }
+                self.pump(node);
+            }
+            Ev::Closed { link, end } => {
+                let live = self.end_live(link, end);
+                let e = &mut self.links[link].ends[end];
+                e.open = false;
+                e.closing = false;
+                if !live {
+                    return;
+                }
+                let (n, conn, path, epoch) = (e.node, e.conn, e.path, e.epoch);
+                if self.by_path.get(&(n, conn, path)) == Some(&(link, end)) {
+                    self.by_path.remove(&(n, conn, path));
+                }
+                self.notify_closed(link, 1 - end);
+                if epoch != 0 {
+                    self.nodes[n]
+                        .stack
+                        .handle_disconnected(now, conn, path, epoch);
+                    self.pump(n);
+                }
+            }
+        }
+    }
+
+    /// A client source port congruent to the lane index mod 8, as newer kernels choose.
+    fn client_port(&mut self, path: usize) -> u16 {
+        self.next_port = self.next_port.wrapping_add(8);
+        if self.next_port < 40000 {
+            self.next_port = 40000;
+        }
+        self.next_port + path as u16
+    }
+}
