@@ -262,11 +262,21 @@ impl Sim {
                     );
                 }
                 Event::Disconnect {
-                    conn, path, epoch, ..
+                    conn,
+                    path,
+                    epoch,
+                    reason,
                 } => {
                     if let Some(&(l, e)) = self.by_path.get(&(n, conn, path)) {
                         if self.links[l].ends[e].epoch == epoch {
-                            self.close_end(l, e);
+                            self.by_path.remove(&(n, conn, path));
+                            if reason.drains() {
+                                // Half-close: the peer learns, closes its side after the data
+                                // it already sent, and this end reads until then.
+                                self.notify_closed(l, 1 - e);
+                            } else {
+                                self.close_end(l, e);
+                            }
                         }
                     }
                 }

@@ -52,6 +52,7 @@ struct World {
     pairs: BTreeMap<(u64, u64), PairLog>,
     next_gid: u64,
     restarts: u64,
+    conn_restarts: u64,
     misdirected: u64,
     violations: Vec<String>,
     /// Outstanding send work: (sender index in socks, dest node, dest port, remaining).
@@ -256,6 +257,7 @@ struct Outcome {
     delivered: u64,
     cuts: u64,
     restarts: u64,
+    conn_restarts: u64,
     misdirected: u64,
 }
 
@@ -286,6 +288,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         pairs: BTreeMap::new(),
         next_gid: 1,
         restarts: 0,
+        conn_restarts: 0,
         misdirected: 0,
         violations: vec![],
         work: vec![],
@@ -319,6 +322,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     }
     let cut_per_mille = pick.below(40);
     let restart_per_mille = if ib { 0 } else { pick.below(8) };
+    let conn_restart_per_mille = pick.below(10);
     let mut step = 0u64;
     let deadline = Instant::ZERO + Duration::from_secs(120);
     loop {
@@ -332,6 +336,24 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
                 if !live.is_empty() {
                     let l = live[w.sim.rng().below(live.len() as u64) as usize];
                     w.sim.cut_link(l);
+                }
+            }
+            if w.sim.rng().below(1000) < conn_restart_per_mille {
+                // An operator restart (`rds-ctrl conn restart`): graceful, with a drain.
+                let n = w.sim.rng().below(2) as usize;
+                let infos = w.sim.stack(n).conn_infos();
+                let tcp_or_ib: Vec<_> = infos
+                    .iter()
+                    .filter(|c| c.kind != TransportKind::Loopback)
+                    .map(|c| c.id)
+                    .collect();
+                if let Some(&c) = tcp_or_ib.first() {
+                    let now = w.sim.now();
+                    w.sim
+                        .stack(n)
+                        .restart_conn(now, c, rds_core::proto::DropReason::Restart);
+                    w.sim.pump(n);
+                    w.conn_restarts += 1;
                 }
             }
             if w.restarts < 2 && w.sim.rng().below(1000) < restart_per_mille {
@@ -395,6 +417,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         delivered,
         cuts: w.sim.cuts,
         restarts: w.restarts,
+        conn_restarts: w.conn_restarts,
         misdirected: w.misdirected,
     })
 }
@@ -433,7 +456,7 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn exactly_once_in_order_under_faults() {
-    let mut totals = (0u64, 0u64, 0u64, 0u64);
+    let mut totals = (0u64, 0u64, 0u64, 0u64, 0u64);
     let seeds = seeds();
     for &seed in &seeds {
         match run_seed(seed) {
@@ -442,23 +465,26 @@ fn exactly_once_in_order_under_faults() {
                 totals.1 += o.cuts;
                 totals.2 += o.restarts;
                 totals.3 += o.misdirected;
+                totals.4 += o.conn_restarts;
             }
             Err(e) => panic!("seed {seed} failed (rerun with RDS_SIM_SEED={seed}):\n{e}"),
         }
     }
     eprintln!(
-        "{} seeds: {} messages delivered exactly once in order, {} cuts, {} restarts, {} \
-         stale messages for restarted sockets",
+        "{} seeds: {} messages delivered exactly once in order, {} cuts, {} node restarts, {} \
+         connection restarts, {} stale messages for restarted sockets",
         seeds.len(),
         totals.0,
         totals.1,
         totals.2,
+        totals.4,
         totals.3
     );
     // The faults really happened.
     if seeds.len() >= 100 {
         assert!(totals.1 > seeds.len() as u64, "too few cuts: {}", totals.1);
         assert!(totals.2 > 10, "too few restarts: {}", totals.2);
+        assert!(totals.4 > 10, "too few connection restarts: {}", totals.4);
     }
 }
 

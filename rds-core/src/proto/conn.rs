@@ -104,6 +104,9 @@ pub(crate) struct Path {
     pub up_since: Option<Instant>,
     /// Times the path came up.
     pub ups: u64,
+    /// The previous connection is being drained: frames of this epoch are still processed,
+    /// and the path reconnects only once the drain ends.
+    pub drain_epoch: Option<u32>,
 }
 
 impl Path {
@@ -130,6 +133,7 @@ impl Path {
             tx_pending: false,
             up_since: None,
             ups: 0,
+            drain_epoch: None,
         }
     }
 
@@ -164,6 +168,8 @@ pub(crate) struct Conn {
     pub catchup_id: Option<u64>,
     /// If the handshake has not completed by then, fall back to one path.
     pub hs_deadline: Option<Instant>,
+    /// Killed by an operator: no automatic reconnect until new traffic.
+    pub killed: bool,
 }
 
 impl Conn {
@@ -181,6 +187,7 @@ impl Conn {
             map_queued: false,
             catchup_id: None,
             hs_deadline: None,
+            killed: false,
         }
     }
 
@@ -214,6 +221,10 @@ pub struct PathInfo {
     pub sending: bool,
     /// Times the path came up.
     pub ups: u64,
+    /// The previous transport connection is still being drained.
+    pub draining: bool,
+    /// A reconnect is scheduled.
+    pub reconnect_pending: bool,
 }
 
 /// A snapshot of one connection, for info output.

@@ -176,6 +176,19 @@ pub enum DropReason {
     Replaced,
 }
 
+impl DropReason {
+    /// Whether the peer is healthy, so that what it already sent (and our TCP acknowledged)
+    /// must still be read: the transport half-closes (`SHUT_WR`), keeps reading until the
+    /// peer's end of stream, and then reports [`Stack::handle_disconnected`] for the old
+    /// epoch. The path reconnects only after that, so old data is processed before new.
+    pub fn drains(self) -> bool {
+        !matches!(
+            self,
+            DropReason::Protocol | DropReason::BadChecksum | DropReason::Replaced
+        )
+    }
+}
+
 /// What kind of frame a [`Transmit`] carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameKind {

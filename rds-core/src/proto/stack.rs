@@ -646,7 +646,14 @@ impl Stack {
 
     /// The transport connection of `(conn, path)` with `epoch` went away (FIN, RST, error).
     pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId, path: usize, epoch: u32) {
-        let p = &self.conns[conn.0 as usize].paths[path];
+        let p = &mut self.conns[conn.0 as usize].paths[path];
+        if p.drain_epoch == Some(epoch) {
+            p.drain_epoch = None;
+            if p.state == PathState::Down && !self.shutting_down {
+                self.queue_reconnect(now, conn, path);
+            }
+            return;
+        }
         if p.epoch != epoch {
             return;
         }
@@ -672,7 +679,7 @@ impl Stack {
         client_port: u16,
     ) -> Result<(ConnId, usize, u32), AcceptError> {
         let (laddr, faddr) = (canonical(laddr), canonical(faddr));
-        if !self.locals.contains_key(&laddr) {
+        if !self.locals.contains_key(&laddr) || self.shutting_down {
             return Err(AcceptError::NotLocal);
         }
         if self.locals.contains_key(&faddr) {
@@ -764,11 +771,25 @@ impl Stack {
         frame: Frame,
     ) -> Result<(), DropReason> {
         let p = &self.conns[conn.0 as usize].paths[path];
-        if p.epoch != epoch || !p.is_up() {
+        let draining = p.drain_epoch == Some(epoch);
+        if !draining && (p.epoch != epoch || !p.is_up()) {
             return Ok(());
         }
         self.recv_message(now, conn, path, frame.hdr, frame.payload)
-            .inspect_err(|&r| self.reset_path(now, conn, path, Some(r)))
+            .inspect_err(|&r| {
+                if draining {
+                    self.conns[conn.0 as usize].paths[path].drain_epoch = None;
+                    self.events.push_back(Event::Disconnect {
+                        conn,
+                        path,
+                        epoch,
+                        reason: r,
+                    });
+                    self.queue_reconnect(now, conn, path);
+                } else {
+                    self.reset_path(now, conn, path, Some(r));
+                }
+            })
     }
 
     /// The path's byte stream could not be parsed: count it and drop the path.
@@ -889,6 +910,7 @@ impl Stack {
     /// (a send, or the peer connecting) brings it back.
     pub fn kill_conn(&mut self, now: Instant, conn: ConnId) -> usize {
         let ci = conn.0 as usize;
+        self.conns[ci].killed = true;
         self.restart_conn(now, conn, DropReason::Kill);
         for p in &mut self.conns[ci].paths {
             p.reconnect_at = None;
@@ -937,6 +959,8 @@ impl Stack {
                         retrans_queued: p.retrans.len(),
                         sending: p.tx_pending,
                         ups: p.ups,
+                        draining: p.drain_epoch.is_some(),
+                        reconnect_pending: p.reconnect_at.is_some(),
                     })
                     .collect(),
             })
@@ -1095,8 +1119,9 @@ impl Stack {
         if self.shutting_down {
             return;
         }
+        self.conns[cid.0 as usize].killed = false;
         let p = &self.conns[cid.0 as usize].paths[path];
-        if p.state == PathState::Down && p.reconnect_at.is_none() {
+        if p.state == PathState::Down && p.reconnect_at.is_none() && p.drain_epoch.is_none() {
             self.start_connect(cid, path);
         }
     }
@@ -1114,10 +1139,10 @@ impl Stack {
     }
 
     fn should_reconnect(&self, cid: ConnId, path: usize) -> bool {
-        if self.shutting_down {
+        let c = &self.conns[cid.0 as usize];
+        if self.shutting_down || c.killed {
             return false;
         }
-        let c = &self.conns[cid.0 as usize];
         match c.kind {
             TransportKind::Loopback => false,
             TransportKind::Tcp if c.is_smaller() => path == 0 || path < c.npaths,
@@ -1168,6 +1193,9 @@ impl Stack {
         p.tx_cur = None;
         p.frag.reset();
         p.tx_pending = false;
+        // A new connection ends any drain of the previous one (an accepting transport reads
+        // the old connection to its end before it reports the new one).
+        p.drain_epoch = None;
         let epoch = p.epoch;
         if kind != TransportKind::Loopback {
             c.map_queued = true;
@@ -1201,6 +1229,7 @@ impl Stack {
         let multipath = c.kind.multipath();
         let p = &mut c.paths[path];
         let was = p.state;
+        let mut drain = false;
         if let Some(reason) = reason {
             if matches!(was, PathState::Up | PathState::Connecting) {
                 self.events.push_back(Event::Disconnect {
@@ -1209,6 +1238,10 @@ impl Stack {
                     epoch: p.epoch,
                     reason,
                 });
+                if was == PathState::Up && reason.drains() {
+                    p.drain_epoch = Some(p.epoch);
+                    drain = true;
+                }
             }
         }
         if was == PathState::Up {
@@ -1238,7 +1271,7 @@ impl Stack {
         if c.npaths > 0 && path >= c.npaths {
             self.rehome_lane(cid, path);
         }
-        if !self.shutting_down && reason != Some(DropReason::Kill) {
+        if !drain && !self.shutting_down && reason != Some(DropReason::Kill) {
             self.queue_reconnect(now, cid, path);
         }
     }
