@@ -489,7 +489,7 @@ impl GuestJob {
     /// a grace period; a job that overruns is killed and reported as an error.
     pub fn wait(mut self) -> Result<GuestOutput> {
         let deadline = self.started + self.timeout + HOST_GRACE;
-        let mut polls = 0u64;
+        let mut next_alive_check = Instant::now() + Duration::from_secs(1);
         while !self.is_finished() {
             if Instant::now() >= deadline {
                 self.kill();
@@ -501,9 +501,11 @@ impl GuestJob {
                     self.stdout_so_far()
                 );
             }
-            polls += 1;
-            if polls % 50 == 0 && !self.qemu_alive() {
-                bail!("guest g{} died while running job {}", self.guest, self.id);
+            if Instant::now() >= next_alive_check {
+                next_alive_check += Duration::from_secs(1);
+                if !self.qemu_alive() && !self.is_finished() {
+                    bail!("guest g{} died while running job {}", self.guest, self.id);
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
