@@ -869,8 +869,10 @@ rdstool info conns | grep "^198.18.0.2 198.18.0.2 .* infiniband " || { rdstool i
 	else
 		t0=$(now_ms)
 		st=0
-		run_job 1 30 'rdstool bind 198.18.0.2:4200 -t ib --expect ENOPROTOOPT' || st=1
-		report g1-ib-absent "$st" "$t0" "lab.ib=0: SO_RDS_TRANSPORT=IB refused as expected"
+		run_job 1 30 'rdstool bind 198.18.0.2:4200 -t ib --expect ENOPROTOOPT || exit 1
+! grep -q "^rds_rdma " /proc/modules || { echo "rds_rdma got loaded"; exit 1; }
+ibv_devices | grep -q rxe0 || exit 1' || st=1
+		report g1-ib-absent "$st" "$t0" "lab.ib=0: no rds_rdma (SO_RDS_TRANSPORT=IB refused), rxe0 present"
 	fi
 
 	if [ "$n" -lt 2 ]; then

@@ -658,13 +658,14 @@ static void usage_send(void)
 {
 	puts("rdstool send -b ADDR:PORT -d ADDR:PORT [-n COUNT] [-s SIZES] [-t tcp|ib|auto]\n"
 	     "             [--nonblock] [--sockets K] [--sndbuf BYTES] [--timeout SEC] [--no-drain]\n"
-	     "             [--linger-ms MS]\n"
+	     "             [--linger-ms MS] [--text STRING]\n"
 	     "  SIZES: N | N1,N2,... (cycled) | MIN:MAX (deterministic pseudo-random); k/m suffixes\n"
 	     "  --sockets K binds ports PORT..PORT+K-1 and sends round robin; message i uses\n"
 	     "  socket i%K and carries per-socket index i/K. Before closing (which makes the kernel\n"
 	     "  drop unsent messages) it waits until its messages have left the kernel's send and\n"
 	     "  retransmit queues (RDS_INFO_SEND/RETRANS_MESSAGES), unless --no-drain; then it\n"
-	     "  keeps the sockets open --linger-ms longer.");
+	     "  keeps the sockets open --linger-ms longer. --text sends STRING as every message\n"
+	     "  instead of the pattern.");
 }
 
 static int cmd_send(int argc, char **argv)
@@ -674,10 +675,12 @@ static int cmd_send(int argc, char **argv)
 		{ "size", 1, 0, 's' }, { "sizes", 1, 0, 's' }, { "transport", 1, 0, 't' },
 		{ "nonblock", 0, 0, 'N' }, { "sockets", 1, 0, 'K' }, { "sndbuf", 1, 0, 'S' },
 		{ "timeout", 1, 0, 'T' }, { "no-drain", 0, 0, 'D' }, { "quiet", 0, 0, 'q' },
-		{ "linger-ms", 1, 0, 'L' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+		{ "linger-ms", 1, 0, 'L' }, { "text", 1, 0, 'X' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 } };
 	struct sockaddr_in bindaddr, dst;
 	int have_bind = 0, have_dst = 0, nsock = 1, drain = 1, c;
 	uint64_t count = 1, timeout_s = 60, linger_ms = 0;
+	const char *text = NULL;
 	struct sizes sz;
 	struct sockopts so = { RDS_TRANS_TCP, 0, 0, 0 };
 	parse_sizes(&sz, "64");
@@ -694,6 +697,7 @@ static int cmd_send(int argc, char **argv)
 		case 'T': timeout_s = parse_u64(optarg, "--timeout"); break;
 		case 'D': drain = 0; break;
 		case 'L': linger_ms = parse_u64(optarg, "--linger-ms"); break;
+		case 'X': text = optarg; break;
 		case 'q': g_quiet = 1; break;
 		case 'h': usage_send(); return 0;
 		default: usage_send(); return 2;
@@ -705,6 +709,11 @@ static int cmd_send(int argc, char **argv)
 		die(2, "--sockets must be 1..256");
 	if (ntohs(bindaddr.sin_port) + nsock - 1 > 65535)
 		die(2, "port range overflows");
+	if (text) {
+		/* fixed content instead of the pattern */
+		sz.nlist = 1;
+		sz.list[0] = (uint32_t)strlen(text);
+	}
 	uint32_t maxsz = max_size(&sz);
 	if (!so.sndbuf) {
 		so.sndbuf = 256 * 1024;
@@ -732,7 +741,10 @@ static int cmd_send(int argc, char **argv)
 		int k = (int)(sent % (uint64_t)nsock);
 		uint64_t idx = sent / (uint64_t)nsock;
 		uint32_t size = size_of(&sz, sent);
-		fill_payload(buf, idx, size);
+		if (text)
+			memcpy(buf, text, size);
+		else
+			fill_payload(buf, idx, size);
 		int done = 0;
 		for (int attempt = 0; !done; attempt++) {
 			if (now_ns() >= deadline) {
@@ -885,10 +897,11 @@ static void usage_recv(void)
 {
 	puts("rdstool recv -b ADDR:PORT [-n COUNT] [-t tcp|ib|auto] [--rcvbuf BYTES]\n"
 	     "             [--pause-after M --pause-ms T] [--timeout SEC] [--extra-ms T]\n"
-	     "             [--no-verify] [--sources S] [--quiet]\n"
+	     "             [--no-verify] [--print] [--sources S] [--quiet]\n"
 	     "  Verifies per (source addr, source port) that messages carry indexes 0,1,2,...\n"
 	     "  with the pattern of `send`. --extra-ms waits T ms after COUNT and fails on any\n"
-	     "  further message (duplicate detection). --sources S requires exactly S sources.");
+	     "  further message (duplicate detection). --sources S requires exactly S sources.\n"
+	     "  --print prints 'msg SRC:PORT LEN HEX32 TEXT32' per message (first 32 bytes).");
 }
 
 static int cmd_recv(int argc, char **argv)
@@ -898,9 +911,9 @@ static int cmd_recv(int argc, char **argv)
 		{ "rcvbuf", 1, 0, 'R' }, { "pause-after", 1, 0, 'P' }, { "pause-ms", 1, 0, 'M' },
 		{ "timeout", 1, 0, 'T' }, { "extra-ms", 1, 0, 'X' }, { "no-verify", 0, 0, 'V' },
 		{ "sources", 1, 0, 'S' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' },
-		{ 0, 0, 0, 0 } };
+		{ "print", 0, 0, 'p' }, { 0, 0, 0, 0 } };
 	struct sockaddr_in bindaddr;
-	int have_bind = 0, verify = 1, c;
+	int have_bind = 0, verify = 1, print = 0, c;
 	uint64_t count = 1, timeout_s = 60, pause_after = 0, pause_ms = 0, extra_ms = 0;
 	long want_sources = -1;
 	struct sockopts so = { RDS_TRANS_TCP, 0, 0, 0 };
@@ -915,6 +928,7 @@ static int cmd_recv(int argc, char **argv)
 		case 'T': timeout_s = parse_u64(optarg, "--timeout"); break;
 		case 'X': extra_ms = parse_u64(optarg, "--extra-ms"); break;
 		case 'V': verify = 0; break;
+		case 'p': print = 1; break;
 		case 'S': want_sources = (long)parse_u64(optarg, "--sources"); break;
 		case 'q': g_quiet = 1; break;
 		case 'h': usage_recv(); return 0;
@@ -966,6 +980,16 @@ static int cmd_recv(int argc, char **argv)
 		}
 		if (!t_first)
 			t_first = now_ns();
+		if (print) {
+			/* msg SRC LEN FIRST-BYTES-HEX PRINTABLE-PREFIX */
+			char hx[2 * 32 + 1], txt[33];
+			size_t n = (size_t)r < 32 ? (size_t)r : 32;
+			hex_of(buf, n, hx);
+			for (size_t i = 0; i < n; i++)
+				txt[i] = buf[i] >= 32 && buf[i] < 127 ? (char)buf[i] : '.';
+			txt[n] = 0;
+			printf("msg %s %zd %s %s\n", sin_str(&from, b, sizeof(b)), r, n ? hx : "-", n ? txt : "-");
+		}
 		got++;
 		bytes += (uint64_t)r;
 		struct source *s = src_find(tab, &from);

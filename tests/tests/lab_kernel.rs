@@ -54,6 +54,30 @@ fn kernel_lab_selftest() {
     let r = recv.wait().unwrap().check("receiver").unwrap();
     assert!(r.stdout.contains("recv: ok received=20"), "{}", r.stdout);
 
+    // fixed text content, printed by the receiver
+    let recv = lab
+        .spawn(
+            2,
+            "rdstool recv -b 198.18.0.4:7100 -t tcp -n 2 --no-verify --print --timeout 30",
+            T,
+        )
+        .unwrap();
+    recv.wait_for_output("recv: bound", Duration::from_secs(30))
+        .unwrap();
+    lab.exec_ok(
+        1,
+        "rdstool send -b 198.18.0.2:7101 -d 198.18.0.4:7100 -n 2 --text hello-from-g1",
+        T,
+    )
+    .unwrap();
+    let r = recv.wait().unwrap().check("text receiver").unwrap();
+    assert!(
+        r.stdout
+            .contains("msg 198.18.0.2:7101 13 68656c6c6f2d66726f6d2d6731 hello-from-g1"),
+        "{}",
+        r.stdout
+    );
+
     // a job that outlives its time limit is killed by the guest (status 124)
     let slow = lab.exec(1, "sleep 30", Duration::from_secs(2)).unwrap();
     assert_eq!(slow.status, 124, "{slow:?}");
@@ -114,4 +138,25 @@ fn kernel_lab_selftest() {
         booted.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// Guests without the kernel's rds_rdma (for userspace RDS/IB tests): rxe0 is there, the
+/// kernel refuses (and does not autoload) the IB transport.
+#[test]
+fn kernel_lab_without_rds_rdma() {
+    let opts = LabOptions {
+        ib: false,
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(1, opts).expect("the kernel lab must boot");
+    let report = lab.run_kernel_checks().expect("kernel-only lab checks");
+    println!("{report}");
+    assert!(report.contains("g1-ib-absent"), "{report}");
+    assert!(report.contains("\nPASS"), "{report}");
+    let out = lab
+        .exec_ok(1, "cat /proc/cmdline; ls /dev/infiniband", T)
+        .unwrap();
+    assert!(out.stdout.contains("lab.ib=0"), "{}", out.stdout);
+    assert!(out.stdout.contains("uverbs0"), "{}", out.stdout);
+    lab.stop().unwrap();
 }
