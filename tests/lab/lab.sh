@@ -95,18 +95,23 @@ deb_of() {
 	echo "$f"
 }
 
+# download PKG...: fetch the packages that are not cached yet; returns 1 on failure
 download() {
 	local p missing=()
-	for p in "$@"; do [ -n "$(deb_of "$p")" ] || missing+=("$p"); done
+	local -A seen=()
+	for p in "$@"; do
+		[ -n "${seen[$p]:-}" ] && continue
+		seen[$p]=1
+		[ -n "$(deb_of "$p")" ] || missing+=("$p")
+	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	log "downloading ${#missing[@]} package(s): ${missing[*]}"
 	local part="$CACHE/debs/.partial"
 	rm -rf "$part"
 	mkdir -p "$part"
 	if ! (cd "$part" && apt-get -q -o APT::Sandbox::User=root download "${missing[@]}" >&2); then
-		apt_update
-		(cd "$part" && apt-get -q -o APT::Sandbox::User=root download "${missing[@]}" >&2) ||
-			die "apt-get download failed for: ${missing[*]}"
+		rm -rf "$part"
+		return 1
 	fi
 	mv "$part"/*.deb "$CACHE/debs/"
 	rm -rf "$part"
@@ -384,7 +389,15 @@ cmd_setup() {
 	resolve_kernel
 	package_lists
 	# shellcheck disable=SC2086
-	download "$KERNEL_PKG" kmod libkmod2 busybox-static $QEMU_PKGS $GUEST_PKGS
+	if ! download "$KERNEL_PKG" kmod libkmod2 busybox-static $QEMU_PKGS $GUEST_PKGS; then
+		# stale package lists: refresh them, resolve the kernel again, retry once
+		[ "$APT_UPDATED" = 1 ] && die "apt-get download failed (see above)"
+		apt_update
+		resolve_kernel
+		# shellcheck disable=SC2086
+		download "$KERNEL_PKG" kmod libkmod2 busybox-static $QEMU_PKGS $GUEST_PKGS ||
+			die "apt-get download failed even after apt-get update (see above)"
+	fi
 
 	# keep only the kernel in use (each one costs ~70 MB of .deb and ~65 MB of vmlinux)
 	local old
@@ -894,9 +907,9 @@ ibv_devices | grep -q rxe0 || exit 1' || st=1
 	report ping-tcp-g2-g1 "$st" "$t0" "$(echo "$CHECK_OUT" | grep -o 'received=[0-9]* .*avg_us=[0-9.]*')"
 
 	check_transfer tcp-g2-g1 tcp 5000 "-n 40 --sources 1 --extra-ms 300" "-n 40 -s 0,1,16,100,4096,8192,65536,1m"
-	run_job 2 20 'rdstool info conns; rdstool info tcp' || true
 	t0=$(now_ms)
 	st=0
+	run_job 2 20 'rdstool wait-conn -l 198.18.0.4 -f 198.18.0.2 -t tcp --timeout 10 && rdstool info conns && rdstool info tcp' || st=1
 	echo "$CHECK_OUT" | grep -q '^198.18.0.4 198.18.0.2 [0-9]* [0-9]* tcp 0x0[4-7]' || st=1
 	echo "$CHECK_OUT" | grep -q '^198.18.0.4:16385 198.18.0.2:[0-9]' || st=1
 	report info-conns-tcp "$st" "$t0" "$(echo "$CHECK_OUT" | grep '^198.18.0.4 198.18.0.2' | head -n 1)"
