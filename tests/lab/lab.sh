@@ -14,6 +14,7 @@ NS=rdslab
 GUEST_MEM=${LAB_MEM:-768}
 BOOT_TIMEOUT=${LAB_BOOT_TIMEOUT:-120}
 EXEC_TIMEOUT=${LAB_EXEC_TIMEOUT:-120}
+LAB_LOCK=${LAB_LOCK:-/run/lock/rdslab.lock}
 HOST_ADDR1=198.18.0.1
 HOST_ADDR2=198.18.0.3
 
@@ -519,7 +520,7 @@ launch_guest() {
 		-device "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:0$g,romfile=" \
 		-virtfs "local,path=$gd/share,mount_tag=share,security_model=none,id=share" \
 		-display none -monitor none -serial "file:$gd/console.log" \
-		-pidfile "$gd/qemu.pid" -daemonize >"$gd/qemu.stderr" 2>&1 ||
+		-pidfile "$gd/qemu.pid" -daemonize >"$gd/qemu.stderr" 2>&1 7>&- 8>&- ||
 		die "qemu for g$g failed to start: $(tail -n 5 "$gd/qemu.stderr")"
 }
 
@@ -977,6 +978,10 @@ cmd_check() {
 cmd_selftest() {
 	need_root
 	local t0 ts tb tc
+	# the same machine-wide lock as the Rust Lab (namespace, bridge and taps are global)
+	mkdir -p "$(dirname "$LAB_LOCK")"
+	exec 7>"$LAB_LOCK"
+	flock -w 900 7 || die "another lab holds $LAB_LOCK"
 	t0=$(now_ms)
 	cmd_setup
 	ts=$(now_ms)

@@ -4,9 +4,10 @@
 //! `tests/lab/README.md` for the topology, the job spool and `rdstool`.
 //!
 //! Contract:
-//! - [`Lab::start`] needs root. It takes a lab-wide lock (an in-process mutex plus `flock` on
-//!   `tests/lab/run/lab.lock`), so labs in one test binary or in concurrent test binaries run
-//!   one after the other. It stops leftovers of an earlier run, runs `lab.sh setup` (cached)
+//! - [`Lab::start`] needs root. It takes a machine-wide lock (an in-process mutex plus `flock`
+//!   on [`LOCK_FILE`], the same lock `lab.sh selftest` takes), because the namespace, bridge and
+//!   tap names are global: labs in one test binary, in concurrent test binaries or in other
+//!   checkouts run one after the other. It stops leftovers of an earlier run, runs `lab.sh setup` (cached)
 //!   and `lab.sh start N`, and fails with the script's output (including the guest console
 //!   tail) if anything goes wrong. Dropping the [`Lab`] stops the guests and deletes the
 //!   namespace (if the lab created it).
@@ -44,6 +45,15 @@ pub const HOST_ADDR2: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 pub const RDS_TCP_PORT: u16 = 16385;
 /// RDS/IB (RDMA CM) port.
 pub const RDS_IB_PORT: u16 = 18634;
+/// Machine-wide lock serialising labs (`LAB_LOCK` overrides it, for lab.sh too).
+pub const LOCK_FILE: &str = "/run/lock/rdslab.lock";
+
+fn lock_file() -> PathBuf {
+    match std::env::var_os("LAB_LOCK") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(LOCK_FILE),
+    }
+}
 
 /// Address of guest `g` (1 or 2).
 pub fn guest_addr(g: usize) -> Ipv4Addr {
@@ -179,15 +189,23 @@ impl Lab {
         let dir = lab_dir();
         let run = run_dir();
         fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
+        let lock_path = lock_file();
+        if let Some(parent) = lock_path.parent() {
+            fs::create_dir_all(parent).ok();
+        }
         let lockf = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(run.join("lab.lock"))
-            .context("opening the lab lock file")?;
+            .open(&lock_path)
+            .with_context(|| format!("opening the lab lock file {}", lock_path.display()))?;
         // SAFETY: flock on a file descriptor we own.
         if unsafe { libc::flock(lockf.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            bail!("flock on lab.lock: {}", std::io::Error::last_os_error());
+            bail!(
+                "flock on {}: {}",
+                lock_path.display(),
+                std::io::Error::last_os_error()
+            );
         }
         // Leftovers of a crashed run are ours to clean up while we hold the lock.
         script_ok(lab_script(&dir, &["stop"], None)?, "stop")?;
