@@ -503,25 +503,52 @@ running_guests() {
 	echo $n
 }
 
-launch_guest() {
-	local g=$1 ib=$2
+# qemu_args G IB MODE: the qemu command line (after the binary) for guest G
+qemu_args() {
+	local g=$1 ib=$2 mode=$3
 	local gd="$RUN/g$g" ip
 	ip=$(guest_ip "$g")
+	# shellcheck disable=SC2206
+	QARGS=(-name "lab-g$g" $ACCEL_ARGS -smp 1 -m "$GUEST_MEM"
+		-nodefaults -no-user-config -no-reboot
+		-L "$QROOT/usr/share/qemu" -L "$QROOT/usr/share/seabios"
+		-kernel "$VMLINUX" -initrd "$INITRD"
+		-append "console=ttyS0 quiet loglevel=3 panic=-1 lab.mode=$mode lab.ip=$ip lab.name=g$g lab.ib=$ib"
+		-netdev "tap,id=n0,ifname=tap$g,script=no,downscript=no"
+		-device "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:0$g,romfile="
+		-virtfs "local,path=$gd/share,mount_tag=share,security_model=none,id=share"
+		-display none)
+}
+
+launch_guest() {
+	local g=$1 ib=$2
+	local gd="$RUN/g$g"
 	rm -rf "$gd"
 	mkdir -p "$gd/share/jobs"
-	# shellcheck disable=SC2086
+	qemu_args "$g" "$ib" agent
 	ip netns exec "$NS" env LD_LIBRARY_PATH="$QEMU_LD" QEMU_MODULE_DIR="$QEMU_MODDIR" \
-		"$QEMU_BIN" -name "lab-g$g" $ACCEL_ARGS -smp 1 -m "$GUEST_MEM" \
-		-nodefaults -no-user-config -no-reboot \
-		-L "$QROOT/usr/share/qemu" -L "$QROOT/usr/share/seabios" \
-		-kernel "$VMLINUX" -initrd "$INITRD" \
-		-append "console=ttyS0 quiet loglevel=3 panic=-1 lab.mode=agent lab.ip=$ip lab.name=g$g lab.ib=$ib" \
-		-netdev "tap,id=n0,ifname=tap$g,script=no,downscript=no" \
-		-device "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:0$g,romfile=" \
-		-virtfs "local,path=$gd/share,mount_tag=share,security_model=none,id=share" \
-		-display none -monitor none -serial "file:$gd/console.log" \
+		"$QEMU_BIN" "${QARGS[@]}" -monitor none -serial "file:$gd/console.log" \
 		-pidfile "$gd/qemu.pid" -daemonize >"$gd/qemu.stderr" 2>&1 7>&- 8>&- ||
 		die "qemu for g$g failed to start: $(tail -n 5 "$gd/qemu.stderr")"
+}
+
+cmd_shell() {
+	need_root
+	local g=${1:-1} ib=${LAB_IB:-1}
+	guest_ip "$g" >/dev/null
+	qemu_pid_of "$g" >/dev/null && die "g$g is running (lab.sh stop first)"
+	[ -f "$CACHE/lab.env" ] || die "lab not set up (run lab.sh setup)"
+	# shellcheck disable=SC1091
+	. "$CACHE/lab.env"
+	qemu_env
+	accel_args
+	netns_up
+	rm -rf "$RUN/g$g"
+	mkdir -p "$RUN/g$g/share/jobs"
+	qemu_args "$g" "$ib" shell
+	log "interactive g$g: quit with Ctrl-a x; 'lab.sh stop' removes the namespace afterwards"
+	ip netns exec "$NS" env LD_LIBRARY_PATH="$QEMU_LD" QEMU_MODULE_DIR="$QEMU_MODDIR" \
+		"$QEMU_BIN" "${QARGS[@]}" -serial mon:stdio
 }
 
 console_tail() {
@@ -1040,6 +1067,7 @@ usage: lab.sh COMMAND
   wait [--timeout S] G ID       wait for a spawned job; prints output, exits with its status
   kill G ID                     kill a spawned job
   ns 'cmd'              run a host command inside the rdslab netns
+  shell [G]             boot guest G (default 1) with an interactive console (Ctrl-a x quits)
   check                 kernel-only checks against the running lab
   selftest              setup + start 2 + check + stop
   status                show what is running
@@ -1061,6 +1089,7 @@ main() {
 	wait) cmd_wait "$@" ;;
 	kill) cmd_kill "$@" ;;
 	ns) cmd_ns "$@" ;;
+	shell) cmd_shell "$@" ;;
 	check) cmd_check "$@" ;;
 	selftest) cmd_selftest "$@" ;;
 	status) cmd_status "$@" ;;
