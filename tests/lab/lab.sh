@@ -817,6 +817,7 @@ check_selftest_peer() {
 	local name=$1 total=$2 reset=$3 tr=$4 t0 st=0 id1 o1 o2
 	t0=$(now_ms)
 	local common="-n $total -t $tr --ep0 198.18.0.2:10000 --ep1 198.18.0.4:20000 --timeout 150"
+	[ "$tr" = ib ] && common="-n $total -t ib --ep0 198.18.0.2:30000 --ep1 198.18.0.4:30000 --timeout 150"
 	[ "$reset" -gt 0 ] && common+=" --reset-every $reset"
 	id1=$(job_submit 1 180 "rdstool selftest-peer --me 0 $common")
 	run_job 2 180 "rdstool selftest-peer --me 1 $common" || st=1
@@ -840,7 +841,7 @@ check_selftest_peer() {
 	done
 	local r
 	r=$(echo "$o2" | grep -o 'resets=[0-9]*' | head -n 1)
-	report "$name" "$st" "$t0" "$total msgs, g2 $r, per-pair digests $([ $st = 0 ] && echo match || echo MISMATCH)"
+	report "$name" "$st" "$t0" "$total msgs over $tr, g2 $r, per-pair digests $([ $st = 0 ] && echo match || echo MISMATCH)"
 }
 
 run_checks() {
@@ -969,6 +970,7 @@ ibv_devices | grep -q rxe0 || exit 1' || st=1
 
 	# the kernel selftest traffic, kernel <-> kernel across the guests, with resets
 	check_selftest_peer selftest-peer-tcp 2000 100 tcp
+	[ "$ib" = 1 ] && check_selftest_peer selftest-peer-ib 2000 0 ib
 
 	# netem on both guests' eth0, then traffic must still arrive intact
 	t0=$(now_ms)

@@ -15,7 +15,7 @@ fn kernel_lab_selftest() {
     let lab = Lab::start(2, LabOptions::default()).expect("the kernel lab must boot");
     let booted = t0.elapsed();
 
-    // 1. the kernel-only checks of lab.sh (17 checks with two guests)
+    // 1. the kernel-only checks of lab.sh (18 checks with two guests)
     let report = lab.run_kernel_checks().expect("kernel-only lab checks");
     println!("{report}");
     assert!(report.contains("\nPASS"), "no PASS verdict in:\n{report}");
