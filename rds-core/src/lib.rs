@@ -8,14 +8,25 @@
 //!   acknowledgements, retransmission, ping/pong, the multipath handshake, congestion maps.
 //!   Time is passed in; randomness is seeded.
 //! - [`stats`], [`tunables`], [`time`]: kernel-named counters, `net.rds.*` tunables, engine time.
+//! - [`node`]: a running node: the engine behind a lock, an epoll I/O thread running the
+//!   RDS/TCP transport (listener on `addr:16385`, lanes, reconnects), timers and the trace tap.
+//! - [`socket`]: RDS sockets with the kernel's semantics and errno values ([`Socket`]).
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod errno;
+pub mod node;
 pub mod proto;
 pub mod sim;
+pub mod socket;
 pub mod stats;
 pub mod time;
 pub mod trace;
 pub mod tunables;
 pub mod wire;
+
+mod sys;
+
+pub use node::{Node, NodeConfig};
+pub use socket::{RecvFlags, RecvMsg, Socket};

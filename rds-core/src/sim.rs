@@ -17,10 +17,13 @@ use std::net::IpAddr;
 use bytes::{Bytes, BytesMut};
 use core::time::Duration;
 
-use crate::proto::{ConnId, Event, Rng, SockId, Stack, StreamParser, TransportKind};
+use crate::proto::{AcceptError, ConnId, Event, Rng, SockId, Stack, StreamParser, TransportKind};
 use crate::time::Instant;
 use crate::tunables::Tunables;
 use crate::wire::MAX_MSG_SIZE;
+
+/// How often a held (accepted, not yet assigned) connection is offered again.
+const HELD_RETRY: Duration = Duration::from_millis(2);
 
 /// Simulator settings.
 #[derive(Debug, Clone)]
@@ -76,6 +79,16 @@ struct End {
     open: bool,
     /// A Closed event for this end is pending.
     closing: bool,
+    /// The TCP source port the initiator used (lane selection at the acceptor).
+    client_port: u16,
+    /// The acceptor refused this connection: TCP acknowledges what arrives (the kernel
+    /// accepted the connection), nothing reads it, and a reset follows.
+    refused: bool,
+    /// The acceptor holds this connection unread, waiting for a lane: since when, and the
+    /// bytes that arrived meanwhile (acknowledged by TCP, processed once adopted).
+    held: Option<(Instant, Vec<Bytes>)>,
+    /// The peer closed its side while this end was held: close right after adoption.
+    peer_closed: bool,
     parser: StreamParser,
     /// Bytes this end has written.
     tx_bytes: u64,
@@ -127,6 +140,10 @@ enum Ev {
     },
     /// `ends[end]` learns that its connection is gone.
     Closed { link: usize, end: usize },
+    /// The acceptor resets a connection it refused.
+    Refuse { link: usize },
+    /// The acceptor offers a held connection to its engine again.
+    Retry { link: usize },
 }
 
 /// The simulated network.
@@ -497,8 +514,27 @@ impl Sim {
                 let keep = (end.rx_cutoff - off).min(data.len() as u64) as usize;
                 let data = data.slice(..keep);
                 let (n, conn, path, epoch) = (end.node, end.conn, end.path, end.epoch);
+                let refused = end.refused;
                 self.links[link].ends[to].rx_bytes += data.len() as u64;
                 self.bytes_carried += data.len() as u64;
+                if let Some((_, buf)) = self.links[link].ends[to].held.as_mut() {
+                    buf.push(data.clone());
+                }
+                if refused || self.links[link].ends[to].held.is_some() {
+                    let upto = self.links[link].ends[to].rx_bytes;
+                    if !self.links[link].acks_lost[1 - to] {
+                        let lat = self.latency();
+                        self.schedule(
+                            now + lat,
+                            Ev::Acked {
+                                link,
+                                to: 1 - to,
+                                upto,
+                            },
+                        );
+                    }
+                    return;
+                }
                 if self.cfg.kind == TransportKind::Ib {
                     let _ = self.nodes[n]
                         .stack
@@ -570,38 +606,65 @@ impl Sim {
                     let from_addr = self.nodes[from].addr;
                     let port = self.client_port(path);
                     let kind = self.cfg.kind;
-                    if let Ok((bconn, bpath, bepoch)) = self.nodes[t]
-                        .stack
-                        .handle_accept(now, to_addr, from_addr, kind, port)
-                    {
-                        // A newer connection replaced the path's previous one, if any.
-                        if let Some(&(ol, oe)) = self.by_path.get(&(t, bconn, bpath)) {
-                            self.close_end(ol, oe);
+                    let accepted = self.nodes[t].stack.handle_accept(
+                        now,
+                        to_addr,
+                        from_addr,
+                        kind,
+                        port,
+                        Duration::ZERO,
+                    );
+                    let t_inc = self.nodes[t].incarnation;
+                    match accepted {
+                        Ok((bconn, bpath, bepoch)) => {
+                            // A newer connection replaced the path's previous one, if any.
+                            if let Some(&(ol, oe)) = self.by_path.get(&(t, bconn, bpath)) {
+                                self.close_end(ol, oe);
+                            }
+                            let l = self.links.len();
+                            let mut a = self.new_end(from, from_inc, conn, path, 0);
+                            a.next_rx_time = now + lat;
+                            let b = self.new_end(t, t_inc, bconn, bpath, bepoch);
+                            self.links.push(Link {
+                                ends: [a, b],
+                                acks_lost: [false; 2],
+                            });
+                            self.by_path.insert((t, bconn, bpath), (l, 1));
+                            link = Some(l);
                         }
-                        let l = self.links.len();
-                        let mk = |node, inc, conn, path, epoch| End {
-                            node,
-                            incarnation: inc,
-                            conn,
-                            path,
-                            epoch,
-                            open: true,
-                            closing: false,
-                            parser: StreamParser::new(MAX_MSG_SIZE as u32),
-                            tx_bytes: 0,
-                            rx_bytes: 0,
-                            next_rx_time: Instant::ZERO,
-                            rx_cutoff: u64::MAX,
-                        };
-                        let t_inc = self.nodes[t].incarnation;
-                        let mut a = mk(from, from_inc, conn, path, 0);
-                        a.next_rx_time = now + lat;
-                        self.links.push(Link {
-                            ends: [a, mk(t, t_inc, bconn, bpath, bepoch)],
-                            acks_lost: [false; 2],
-                        });
-                        self.by_path.insert((t, bconn, bpath), (l, 1));
-                        link = Some(l);
+                        Err(AcceptError::Wait) if kind == TransportKind::Tcp => {
+                            // Held unread until the engine can give it a lane.
+                            let l = self.links.len();
+                            let mut a = self.new_end(from, from_inc, conn, path, 0);
+                            a.next_rx_time = now + lat;
+                            let mut b = self.new_end(t, t_inc, conn, path, 0);
+                            b.held = Some((now, Vec::new()));
+                            b.client_port = port;
+                            self.links.push(Link {
+                                ends: [a, b],
+                                acks_lost: [false; 2],
+                            });
+                            link = Some(l);
+                            self.schedule(now + HELD_RETRY, Ev::Retry { link: l });
+                        }
+                        Err(_) if kind == TransportKind::Tcp => {
+                            // TCP completed the handshake before the engine refused: the
+                            // initiator sees the connection up (its data acknowledged by the
+                            // acceptor's TCP), then a reset.
+                            let l = self.links.len();
+                            let mut a = self.new_end(from, from_inc, conn, path, 0);
+                            a.next_rx_time = now + lat;
+                            let mut b = self.new_end(t, t_inc, conn, path, 0);
+                            b.refused = true;
+                            self.links.push(Link {
+                                ends: [a, b],
+                                acks_lost: [false; 2],
+                            });
+                            link = Some(l);
+                            let d = self.latency() + self.latency();
+                            self.schedule(now + lat + d, Ev::Refuse { link: l });
+                        }
+                        Err(_) => {}
                     }
                 }
                 // The initiator learns the outcome before any data from the acceptor arrives.
@@ -657,7 +720,91 @@ impl Sim {
                 }
                 self.pump(node);
             }
+            Ev::Retry { link } => {
+                let end = &self.links[link].ends[1];
+                let Some((since, _)) = end.held.as_ref() else {
+                    return;
+                };
+                let waited = now - *since;
+                let t = end.node;
+                if !self.end_live(link, 1) {
+                    return;
+                }
+                let from = self.links[link].ends[0].node;
+                let (to_addr, from_addr) = (self.nodes[t].addr, self.nodes[from].addr);
+                let port = end.client_port;
+                let kind = self.cfg.kind;
+                match self.nodes[t]
+                    .stack
+                    .handle_accept(now, to_addr, from_addr, kind, port, waited)
+                {
+                    Ok((bconn, bpath, bepoch)) => {
+                        if let Some(&(ol, oe)) = self.by_path.get(&(t, bconn, bpath)) {
+                            self.close_end(ol, oe);
+                        }
+                        let e = &mut self.links[link].ends[1];
+                        e.conn = bconn;
+                        e.path = bpath;
+                        e.epoch = bepoch;
+                        let (_, held) = e.held.take().expect("held");
+                        self.by_path.insert((t, bconn, bpath), (link, 1));
+                        let mut frames = Vec::new();
+                        let mut r = Ok(());
+                        for d in held {
+                            r = r.and(self.links[link].ends[1].parser.feed(d, &mut frames));
+                        }
+                        for f in frames {
+                            if self.nodes[t]
+                                .stack
+                                .handle_frame(now, bconn, bpath, bepoch, f)
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                        if let Err(e) = r {
+                            self.nodes[t]
+                                .stack
+                                .handle_stream_error(now, bconn, bpath, bepoch, e);
+                        }
+                        if self.links[link].ends[1].peer_closed {
+                            self.pump(t);
+                            self.links[link].ends[1].open = false;
+                            self.by_path.remove(&(t, bconn, bpath));
+                            self.nodes[t]
+                                .stack
+                                .handle_disconnected(now, bconn, bpath, bepoch);
+                            self.notify_closed(link, 0);
+                        }
+                    }
+                    Err(AcceptError::Wait) if waited < crate::proto::stack::STASH_MAX => {
+                        self.schedule(now + HELD_RETRY, Ev::Retry { link });
+                    }
+                    Err(_) => {
+                        self.links[link].ends[1].held = None;
+                        self.links[link].ends[1].refused = true;
+                        self.close_end(link, 1);
+                    }
+                }
+                self.pump(t);
+            }
+            Ev::Refuse { link } => {
+                if self.links[link].ends[1].open {
+                    self.close_end(link, 1);
+                }
+            }
             Ev::Closed { link, end } => {
+                if self.links[link].ends[end].held.is_some() {
+                    // Unread, so the end of stream is noticed once the connection is adopted.
+                    self.links[link].ends[end].closing = false;
+                    self.links[link].ends[end].peer_closed = true;
+                    return;
+                }
+                if self.links[link].ends[end].refused {
+                    self.links[link].ends[end].closing = false;
+                    self.close_end(link, end);
+                    return;
+                }
                 let live = self.end_live(link, end);
                 let e = &mut self.links[link].ends[end];
                 e.open = false;
@@ -677,6 +824,27 @@ impl Sim {
                     self.pump(n);
                 }
             }
+        }
+    }
+
+    fn new_end(&self, node: usize, incarnation: u64, conn: ConnId, path: usize, epoch: u32) -> End {
+        End {
+            node,
+            incarnation,
+            conn,
+            path,
+            epoch,
+            open: true,
+            closing: false,
+            client_port: 0,
+            refused: false,
+            held: None,
+            peer_closed: false,
+            parser: StreamParser::new(MAX_MSG_SIZE as u32),
+            tx_bytes: 0,
+            rx_bytes: 0,
+            next_rx_time: Instant::ZERO,
+            rx_cutoff: u64::MAX,
         }
     }
 

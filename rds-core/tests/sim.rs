@@ -147,14 +147,7 @@ impl World {
                 self.work[wi].3 -= 1;
                 true
             }
-            Err(e @ (SendError::WouldBlock | SendError::Congested)) => {
-                if std::env::var("RDS_SIM_DEBUG").is_ok()
-                    && self.sim.now() > Instant::ZERO + Duration::from_secs(100)
-                {
-                    eprintln!("send from {s:?} to {dest} blocked: {e:?}");
-                }
-                false
-            }
+            Err(SendError::WouldBlock | SendError::Congested) => false,
             Err(e) => panic!("unexpected send error {e:?}"),
         }
     }
@@ -203,8 +196,8 @@ impl World {
             let log = self.pairs.entry((sender, receiver)).or_default();
             if k < log.next_expected {
                 self.violations.push(format!(
-                    "pair {sender}->{receiver}: got {k} after {} (duplicate or reorder)",
-                    log.next_expected
+                    "pair {sender}->{receiver}: got {k} after {} (duplicate or reorder), seq {} from {}",
+                    log.next_expected, msg.seq, msg.from
                 ));
             } else {
                 for lost in log.next_expected..k {
@@ -384,8 +377,13 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
             v.truncate(5);
             let c0 = w.sim.stack(0).conn_infos();
             let c1 = w.sim.stack(1).conn_infos();
+            let socks: Vec<_> = w
+                .socks
+                .iter()
+                .map(|s| (s.gid, s.node, s.port, w.alive[&s.gid]))
+                .collect();
             let info = format!(
-                "kind {:?} restarts {} cuts {} t={:?}\nnode0 {c0:#?}\nnode1 {c1:#?}",
+                "socks {socks:?}\nkind {:?} restarts {} cuts {} t={:?}\nnode0 {c0:#?}\nnode1 {c1:#?}",
                 w.kind,
                 w.restarts,
                 w.sim.cuts,

@@ -170,6 +170,11 @@ pub(crate) struct Conn {
     pub hs_deadline: Option<Instant>,
     /// Killed by an operator: no automatic reconnect until new traffic.
     pub killed: bool,
+    /// The peer answered our probe on the current lane-0 connection, so it knows the number
+    /// of lanes and accepts lanes above 0 (only then does the smaller side open them).
+    pub fanout_ok: bool,
+    /// Generation numbers of earlier incarnations of the peer, never to be accepted again.
+    pub retired_gens: Vec<u32>,
 }
 
 impl Conn {
@@ -188,6 +193,8 @@ impl Conn {
             catchup_id: None,
             hs_deadline: None,
             killed: false,
+            fanout_ok: false,
+            retired_gens: Vec::new(),
         }
     }
 

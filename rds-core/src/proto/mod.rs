@@ -24,7 +24,7 @@ mod conn;
 mod frag;
 mod rng;
 mod sock;
-mod stack;
+pub mod stack;
 mod stream;
 
 pub use conn::{ConnInfo, PathInfo, PathState};
@@ -291,9 +291,10 @@ pub enum AcceptError {
     /// engine connects back if needed (the kernel's rule).
     #[error("peer has the larger address; connecting back instead")]
     ConnectBack,
-    /// No path slot is free (every path is up); reset the accepted socket.
-    #[error("no free path")]
-    NoSlot,
+    /// No lane can be assigned yet: keep the connection unread and ask again shortly (up to
+    /// [`stack::STASH_MAX`]); its data is already acknowledged by our TCP.
+    #[error("no lane for the connection yet")]
+    Wait,
     /// IB: our own connection attempt is in progress; reject and let backoff settle it.
     #[error("connection attempt in progress")]
     Raced,

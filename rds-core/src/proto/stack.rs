@@ -28,6 +28,13 @@ use super::{
 /// probe, for example with `ping_enable = 0`).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Before the first handshake, a held connection whose source port does not say "lane 0" is
+/// taken as path 0 after this long (older kernels pick random source ports).
+pub const STASH_AS_PATH0_AFTER: Duration = Duration::from_millis(50);
+
+/// How long a transport holds an accepted connection waiting for a lane before it resets it.
+pub const STASH_MAX: Duration = Duration::from_secs(5);
+
 /// Which transports serve a local address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Local {
@@ -665,11 +672,18 @@ impl Stack {
     }
 
     /// A transport connection from `faddr` to our `laddr` was accepted. `client_port` is the
-    /// peer's source port (lane selection with SPORT_IDX). Returns the connection, path and
-    /// epoch it now carries.
+    /// peer's source port (lane selection with SPORT_IDX); `waited` is how long the transport
+    /// has held this connection after earlier [`AcceptError::Wait`] answers. Returns the
+    /// connection, path and epoch it now carries.
+    ///
+    /// A connection is refused only when it cannot carry data (see [`AcceptError`]). When no
+    /// lane can be assigned yet, the answer is [`AcceptError::Wait`]: the transport keeps the
+    /// connection *unread* (its data stays in the TCP receive buffer, where the peer already
+    /// counts it as acknowledged) and asks again later, as newer kernels stash such
+    /// connections. Resetting it would lose that data.
     ///
     /// # Errors
-    /// See [`AcceptError`]; the transport then resets the accepted connection.
+    /// See [`AcceptError`].
     pub fn handle_accept(
         &mut self,
         now: Instant,
@@ -677,6 +691,7 @@ impl Stack {
         faddr: IpAddr,
         kind: TransportKind,
         client_port: u16,
+        waited: Duration,
     ) -> Result<(ConnId, usize, u32), AcceptError> {
         let (laddr, faddr) = (canonical(laddr), canonical(faddr));
         if !self.locals.contains_key(&laddr) || self.shutting_down {
@@ -688,6 +703,7 @@ impl Stack {
         let cid = self.conn_get_or_create(now, laddr, faddr, kind);
         let ci = cid.0 as usize;
         if kind == TransportKind::Tcp && self.conns[ci].is_smaller() {
+            // A larger peer's connection only asks us to connect (it never carries data).
             if self.conns[ci].npaths <= 1 {
                 self.connect_if_down(cid, 0);
             }
@@ -695,20 +711,24 @@ impl Stack {
         }
         if kind == TransportKind::Ib && self.conns[ci].paths[0].state == PathState::Connecting {
             // Both sides connecting: refuse the request and let backoff settle it
-            // (`ib_connect_raced`).
+            // (`ib_connect_raced`); an IB reject happens before any data.
             return Err(AcceptError::Raced);
         }
         let c = &self.conns[ci];
         let n = c.npaths;
+        let lane0 = usize::from(client_port) % MPATH_WORKERS == 0;
         let slot = if n == 0 {
             // Before the handshake only path 0 exists. A peer that learned the number of
-            // paths (from our probe, or from an earlier incarnation of this node) may already
-            // connect other lanes; those must not become our path 0, or the lanes' sequence
-            // spaces get crossed. Accept only what is path 0 by its source port (lane index
-            // = port mod 8, as newer kernels and this stack choose it); older kernels with
-            // random ports retry until one fits, which they do only until the first handshake.
-            if c.paths[0].is_up() || client_port % MPATH_WORKERS as u16 != 0 {
-                return Err(AcceptError::NoSlot);
+            // lanes (from our probe, or from an earlier incarnation of this node) may already
+            // connect others; they must not become our path 0, or the lanes' sequence spaces
+            // cross. Lane index = source port mod 8, as newer kernels and this stack choose
+            // it; older kernels use random ports, so after a short wait any connection is
+            // taken as path 0.
+            // Path 0 by its port (while ours is up, ours is stale and is replaced below), or,
+            // after a short wait, any connection while we have no path 0.
+            let settled = waited >= STASH_AS_PATH0_AFTER;
+            if !(lane0 || (settled && !c.paths[0].is_up())) {
+                return Err(AcceptError::Wait);
             }
             0
         } else if c.with_sport_idx {
@@ -717,7 +737,7 @@ impl Stack {
             match c.paths[..n].iter().position(|p| !p.is_up()) {
                 Some(i) => i,
                 None if n == 1 => 0,
-                None => return Err(AcceptError::NoSlot),
+                None => return Err(AcceptError::Wait),
             }
         };
         if self.conns[ci].paths[slot].is_up() {
@@ -1109,7 +1129,11 @@ impl Stack {
     fn want_connect(&mut self, cid: ConnId, lane: usize) {
         let c = &self.conns[cid.0 as usize];
         let target = match c.kind {
-            TransportKind::Tcp if c.is_smaller() && c.npaths > 0 && lane < c.npaths => lane,
+            TransportKind::Tcp
+                if c.is_smaller() && c.fanout_ok && c.npaths > 0 && lane < c.npaths =>
+            {
+                lane
+            }
             _ => 0,
         };
         self.connect_if_down(cid, target);
@@ -1117,6 +1141,10 @@ impl Stack {
 
     fn connect_if_down(&mut self, cid: ConnId, path: usize) {
         if self.shutting_down {
+            return;
+        }
+        let c = &self.conns[cid.0 as usize];
+        if path > 0 && c.kind == TransportKind::Tcp && !(c.is_smaller() && c.fanout_ok) {
             return;
         }
         self.conns[cid.0 as usize].killed = false;
@@ -1145,7 +1173,10 @@ impl Stack {
         }
         match c.kind {
             TransportKind::Loopback => false,
-            TransportKind::Tcp if c.is_smaller() => path == 0 || path < c.npaths,
+            // Lanes above 0 only once the peer confirmed the handshake: a peer that does not
+            // know the number of lanes refuses them, possibly after its TCP acknowledged data
+            // sent on them (which would then be lost).
+            TransportKind::Tcp if c.is_smaller() => path == 0 || (c.fanout_ok && path < c.npaths),
             // The larger side connects only to make the peer connect back, and only when it
             // has something to send.
             TransportKind::Tcp => path == 0 && c.paths.iter().any(Path::has_queued),
@@ -1201,6 +1232,11 @@ impl Stack {
             c.map_queued = true;
         }
         if kind.multipath() && path == 0 {
+            // The smaller side probes on every new lane-0 connection; the larger side (as the
+            // kernel's accepting side) while it does not know the number of lanes. Its probe
+            // goes ahead of fresh messages and tells a peer that it restarted (GEN_NUM) before
+            // the retransmissions behind it could be taken as old duplicates. The peer fans
+            // out only on the pong to its own probe, so this ping does not race lanes.
             let smaller = c.is_smaller();
             if (smaller || c.npaths == 0) && !c.ping_triggered {
                 self.queue_probe_ping(cid);
@@ -1209,9 +1245,9 @@ impl Stack {
             if c.npaths == 0 {
                 c.hs_deadline = Some(now + HANDSHAKE_TIMEOUT);
             }
-            if smaller && c.npaths > 1 {
-                self.start_mprds(cid);
-            }
+            // Lanes above 0 reconnect once the pong to the probe just queued confirms that
+            // the peer still knows the number of lanes (it may have restarted).
+            let _ = smaller;
         }
         if kind != TransportKind::Loopback {
             self.want_transmit(cid, path);
@@ -1249,11 +1285,21 @@ impl Stack {
         }
         p.state = PathState::Down;
         p.epoch = p.epoch.wrapping_add(1);
+        // A probe's pong answers a probe on the connection it came with; the next lane-0
+        // connection runs a new exchange. Resent, a pong would tell a restarted peer that we
+        // processed its probe when we did not (and it would fan out before we learnt its
+        // generation). Our own probe ping is resent first, as the kernel does: it carries our
+        // generation ahead of the retransmissions behind it.
+        let stale_pong = |m: &OutMsg| m.sock.is_none() && m.hdr.is_probe_pong();
         while let Some(mut m) = p.retrans.pop_back() {
+            if stale_pong(&m) {
+                continue;
+            }
             m.retransmitted = true;
             m.ack_required = true;
             p.send_q.push_front(m);
         }
+        p.send_q.retain(|m| !stale_pong(m));
         p.tx_cur = None;
         p.frag.reset();
         p.tx_off = 0;
@@ -1266,10 +1312,25 @@ impl Stack {
         p.ack_in_flight = false;
         p.tx_pending = false;
         if multipath && path == 0 {
+            // The next connection gets a fresh probe too (behind the retransmissions): a
+            // resent one may be dropped by the peer as a duplicate and then goes unanswered.
             c.ping_triggered = false;
+            c.fanout_ok = false;
+        }
+        let reprobe = multipath && path > 0 && c.is_smaller() && c.fanout_ok;
+        if reprobe {
+            // A lane dropped: before any lane reconnects, ask again whether the peer at the
+            // other end of lane 0 knows the lanes. If the peer restarted, lane 0 is stale,
+            // no pong comes, and the lanes wait for lane 0 to reconnect; otherwise a new
+            // peer would refuse them after its TCP acknowledged data sent on them.
+            c.fanout_ok = false;
         }
         if c.npaths > 0 && path >= c.npaths {
             self.rehome_lane(cid, path);
+        }
+        if reprobe && !self.conns[ci].ping_triggered && self.conns[ci].paths[0].is_up() {
+            self.queue_probe_ping(cid);
+            self.want_transmit(cid, 0);
         }
         if !drain && !self.shutting_down && reason != Some(DropReason::Kill) {
             self.queue_reconnect(now, cid, path);
@@ -1383,10 +1444,17 @@ impl Stack {
         let ci = cid.0 as usize;
         let c = &mut self.conns[ci];
         let old = c.peer_gen;
+        if c.retired_gens.contains(&gen) {
+            return;
+        }
         c.peer_gen = gen;
         if old == 0 || old == gen {
             return;
         }
+        if c.retired_gens.len() >= 8 {
+            c.retired_gens.remove(0);
+        }
+        c.retired_gens.push(old);
         let cutoff = c.paths[0].up_since;
         let stale = |m: &OutMsg| match (m.first_tx, cutoff) {
             (Some(t), Some(cut)) => t < cut,
@@ -1690,6 +1758,12 @@ impl Stack {
             });
             let known = self.conns[ci].peer_gen;
             if let Some(g) = gen.filter(|&g| g != 0 && known != 0 && g != known) {
+                if self.conns[ci].retired_gens.contains(&g) {
+                    // From an incarnation of the peer that has already been replaced: this
+                    // connection is stale. Drop it rather than go back to the old generation.
+                    self.stats.inc(Counter::ConnDropBadFrame);
+                    return Err(DropReason::Replaced);
+                }
                 self.peer_gen_update(cid, g);
             }
         }
@@ -1707,13 +1781,13 @@ impl Stack {
             self.stats.inc(Counter::RecvPing);
             self.send_pong(now, cid, path, hdr.sport);
             if hdr.is_probe_ping() && kind.multipath() {
-                self.process_handshake(now, cid, &hdr);
+                self.process_handshake(now, cid, &hdr, false);
             }
             return Ok(());
         }
         if hdr.is_probe_pong() {
             if kind.multipath() {
-                self.process_handshake(now, cid, &hdr);
+                self.process_handshake(now, cid, &hdr, true);
             }
             return Ok(());
         }
@@ -1790,7 +1864,13 @@ impl Stack {
     }
 
     /// `rds_recv_hs_exthdrs` + `rds_start_mprds`.
-    fn process_handshake(&mut self, now: Instant, cid: ConnId, hdr: &HeaderRepr) {
+    ///
+    /// Departure from the kernel: the smaller side connects the other lanes only when the
+    /// pong to its own probe arrives (`pong = true`), not on the peer's probe ping. At that
+    /// point the peer has processed our probe and knows the number of lanes, so it accepts
+    /// them; on the peer's ping it may not yet, and would refuse them (a reset and a retry
+    /// per lane).
+    fn process_handshake(&mut self, now: Instant, cid: ConnId, hdr: &HeaderRepr, pong: bool) {
         let mut npaths = None;
         let mut gen = 0;
         let mut sport_idx = false;
@@ -1810,8 +1890,13 @@ impl Stack {
             c.with_sport_idx = true;
         }
         self.peer_gen_update(cid, gen);
+        if pong {
+            self.conns[cid.0 as usize].fanout_ok = true;
+        }
         self.set_npaths(now, cid, n);
-        self.start_mprds(cid);
+        if pong {
+            self.start_mprds(cid);
+        }
     }
 
     fn run_loopback(&mut self, now: Instant) {

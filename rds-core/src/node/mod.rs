@@ -1,0 +1,691 @@
+//! A running RDS node: the engine ([`crate::proto::Stack`]) behind a lock, driven by one I/O
+//! thread over epoll that runs the TCP transport, timers and wakeups; loopback traffic between
+//! the node's own addresses is handled inside the engine.
+//!
+//! Locking: the I/O thread holds the transport lock while it works and takes the engine lock
+//! inside it; application threads take only the engine lock, briefly (to queue or dequeue a
+//! message). Blocking socket calls wait on a per-socket condition variable tied to the engine
+//! lock. The I/O thread is woken through an eventfd only when it sleeps.
+
+pub mod tap;
+mod tcp;
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::proto::{
+    ConnId, ConnInfo, DropReason, Event, QueuedMsgInfo, SockId, SockInfo, Stack, TransportKind,
+};
+use crate::stats::{Counter, TcpStats};
+use crate::sys;
+use crate::time::Instant;
+use crate::tunables::Tunables;
+
+use tap::Tap;
+pub use tcp::TcpSockInfo;
+use tcp::{Tcp, TcpOut, TOKEN_WAKE};
+
+/// How a node is set up.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Addresses the node owns (IPv4 and/or IPv6). Each gets a TCP listener on port 16385.
+    pub addrs: Vec<IpAddr>,
+    /// Tunables.
+    pub tunables: Tunables,
+    /// Seed for the engine's randomness (ports, jitter, generation number); random if `None`.
+    pub seed: Option<u64>,
+    /// A name for logs and `rds-info --node` (e.g. "embedded" or "daemon").
+    pub name: String,
+}
+
+impl NodeConfig {
+    /// A node for these addresses with default tunables.
+    pub fn new(addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        NodeConfig {
+            addrs: addrs.into_iter().collect(),
+            tunables: Tunables::default(),
+            seed: None,
+            name: "embedded".into(),
+        }
+    }
+}
+
+/// Per-socket wait state (lives under the engine lock).
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    pub cv: Condvar,
+    /// Readable eventfd (POLLIN readiness), created on demand.
+    pub rx_fd: Mutex<Option<(OwnedFd, bool)>>,
+    /// Writable eventfd (POLLOUT readiness), created on demand.
+    pub tx_fd: Mutex<Option<(OwnedFd, bool)>>,
+}
+
+impl Waiter {
+    /// Brings the readiness eventfds in line with the socket's state.
+    pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
+        for (slot, want) in [(&self.rx_fd, readable), (&self.tx_fd, writable)] {
+            let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((fd, signaled)) = g.as_mut() {
+                if want && !*signaled {
+                    sys::eventfd_signal(fd.as_raw_fd());
+                    *signaled = true;
+                } else if !want && *signaled {
+                    sys::eventfd_clear(fd.as_raw_fd());
+                    *signaled = false;
+                }
+            }
+        }
+    }
+}
+
+/// Engine state shared by the I/O thread and application threads.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub stack: Stack,
+    /// Transport work queued by application threads for the I/O thread.
+    pub io_work: VecDeque<Event>,
+    pub waiters: HashMap<SockId, Arc<Waiter>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub name: String,
+    pub core: Mutex<Core>,
+    /// Senders blocked on a congested port wait here.
+    pub cong_cv: Condvar,
+    tcp: Mutex<Tcp>,
+    epoll: Arc<sys::Epoll>,
+    wake_fd: OwnedFd,
+    io_sleeping: AtomicBool,
+    running: AtomicBool,
+    origin: std::time::Instant,
+    origin_wall_ns: u64,
+    pub tcp_stats: Arc<TcpStats>,
+    pub tap: Tap,
+    pub addrs: Mutex<Vec<IpAddr>>,
+    pub frames_in: AtomicU64,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A running node. Cheap to clone (shared). Shut down with [`Node::shutdown`] or by dropping
+/// the last handle.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub(crate) inner: Arc<Inner>,
+    _owner: Arc<Owner>,
+}
+
+/// Shuts the node down when the last user handle goes away.
+#[derive(Debug)]
+struct Owner(Arc<Inner>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Node {
+    /// Starts a node: listeners on every address, the I/O thread.
+    ///
+    /// # Errors
+    /// A listener cannot bind (the address is not configured here, or port 16385 is taken,
+    /// for example by the kernel's `rds_tcp`), or a system resource is missing.
+    pub fn start(cfg: NodeConfig) -> io::Result<Node> {
+        let seed = cfg.seed.unwrap_or_else(random_seed);
+        let mut stack = Stack::new(cfg.tunables.clone(), seed);
+        let tcp_stats = Arc::new(TcpStats::new());
+        let epoll = Arc::new(sys::Epoll::new()?);
+        let mut tcp = Tcp::new(epoll.clone(), tcp_stats.clone(), seed.rotate_left(17))?;
+        for &a in &cfg.addrs {
+            stack.add_local_addr(a, true, false);
+            tcp.listen(a)?;
+        }
+        let wake_fd = sys::eventfd()?;
+        epoll.add(wake_fd.as_raw_fd(), TOKEN_WAKE, sys::EPOLLIN)?;
+        let origin = std::time::Instant::now();
+        let origin_wall_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let inner = Arc::new(Inner {
+            name: cfg.name,
+            core: Mutex::new(Core {
+                stack,
+                io_work: VecDeque::new(),
+                waiters: HashMap::new(),
+            }),
+            cong_cv: Condvar::new(),
+            tcp: Mutex::new(tcp),
+            epoll,
+            wake_fd,
+            io_sleeping: AtomicBool::new(false),
+            running: AtomicBool::new(true),
+            origin,
+            origin_wall_ns,
+            tcp_stats,
+            tap: Tap::default(),
+            addrs: Mutex::new(cfg.addrs),
+            frames_in: AtomicU64::new(0),
+            thread: Mutex::new(None),
+        });
+        let io = inner.clone();
+        let h = std::thread::Builder::new()
+            .name("rds-io".into())
+            .spawn(move || io.io_loop())?;
+        *lock(&inner.thread) = Some(h);
+        Ok(Node {
+            _owner: Arc::new(Owner(inner.clone())),
+            inner,
+        })
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The addresses the node owns.
+    pub fn addrs(&self) -> Vec<IpAddr> {
+        lock(&self.inner.addrs).clone()
+    }
+
+    /// Whether the node owns `ip`.
+    pub fn owns(&self, ip: IpAddr) -> bool {
+        let ip = crate::proto::canonical(ip);
+        lock(&self.inner.addrs)
+            .iter()
+            .any(|&a| crate::proto::canonical(a) == ip)
+    }
+
+    /// Takes on another address: a listener on `ip:16385` and the address in the engine.
+    ///
+    /// # Errors
+    /// The listener cannot bind (the address is not configured here, or the port is taken).
+    pub fn add_addr(&self, ip: IpAddr) -> io::Result<()> {
+        let ip = crate::proto::canonical(ip);
+        let mut addrs = lock(&self.inner.addrs);
+        if addrs.contains(&ip) {
+            return Ok(());
+        }
+        lock(&self.inner.tcp).listen(ip)?;
+        lock(&self.inner.core).stack.add_local_addr(ip, true, false);
+        addrs.push(ip);
+        Ok(())
+    }
+
+    /// Closes every connection (half-closing and draining briefly) and stops the I/O thread.
+    /// Sockets of this node fail afterwards.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// Whether the node runs.
+    pub fn is_running(&self) -> bool {
+        self.inner.running.load(Ordering::Relaxed)
+    }
+
+    /// Counters: the core list, then the TCP transport's, with the kernel's names.
+    pub fn stats(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<_> = lock(&self.inner.core).stack.stats().iter().collect();
+        v.extend(self.inner.tcp_stats.snapshot());
+        v
+    }
+
+    /// One counter's value.
+    pub fn counter(&self, c: Counter) -> u64 {
+        lock(&self.inner.core).stack.stats().get(c)
+    }
+
+    /// Zeroes every counter.
+    pub fn reset_stats(&self) {
+        lock(&self.inner.core).stack.reset_stats();
+        self.inner.tcp_stats.reset();
+    }
+
+    /// The tunables in force.
+    pub fn tunables(&self) -> Tunables {
+        lock(&self.inner.core).stack.tunables().clone()
+    }
+
+    /// Replaces the tunables. Changing the TCP buffer sizes drops every RDS/TCP connection so
+    /// that it reconnects with them, as the kernel does (`rds_tcp_sysctl_reset`).
+    pub fn set_tunables(&self, t: Tunables) {
+        let mut core = lock(&self.inner.core);
+        let old = core.stack.tunables().clone();
+        core.stack.set_tunables(t.clone());
+        if old.tcp_sndbuf != t.tcp_sndbuf || old.tcp_rcvbuf != t.tcp_rcvbuf {
+            let now = self.inner.now();
+            core.stack
+                .restart_all(now, TransportKind::Tcp, DropReason::Tunable);
+        }
+        self.inner.after_app_call(core);
+    }
+
+    /// Every connection (RDS_INFO_CONNECTIONS and per-path detail).
+    pub fn connections(&self) -> Vec<ConnInfo> {
+        lock(&self.inner.core).stack.conn_infos()
+    }
+
+    /// Every socket (RDS_INFO_SOCKETS).
+    pub fn sockets(&self) -> Vec<SockInfo> {
+        lock(&self.inner.core).stack.sock_infos()
+    }
+
+    /// Messages in send queues (RDS_INFO_SEND_MESSAGES).
+    pub fn send_queue(&self) -> Vec<QueuedMsgInfo> {
+        lock(&self.inner.core).stack.queued_msgs(false)
+    }
+
+    /// Messages in retransmit queues (RDS_INFO_RETRANS_MESSAGES).
+    pub fn retrans_queue(&self) -> Vec<QueuedMsgInfo> {
+        lock(&self.inner.core).stack.queued_msgs(true)
+    }
+
+    /// Messages in socket receive queues (RDS_INFO_RECV_MESSAGES).
+    pub fn recv_queue(&self) -> Vec<QueuedMsgInfo> {
+        lock(&self.inner.core).stack.recv_queued_msgs()
+    }
+
+    /// TCP sockets of the transport (RDS_INFO_TCP_SOCKETS).
+    pub fn tcp_sockets(&self) -> Vec<TcpSockInfo> {
+        lock(&self.inner.tcp).infos()
+    }
+
+    /// Restarts the connection between `laddr` and `faddr`: it reconnects and retransmits.
+    /// Returns whether such a connection exists.
+    pub fn restart_conn(&self, laddr: IpAddr, faddr: IpAddr) -> bool {
+        self.with_conn(laddr, faddr, |st, c, now| {
+            st.restart_conn(now, c, DropReason::Restart);
+        })
+        .is_some()
+    }
+
+    /// Ends the connection between `laddr` and `faddr` and drops its queued messages (their
+    /// senders get their send-buffer space back). Returns how many messages were dropped, or
+    /// `None` if there is no such connection.
+    pub fn kill_conn(&self, laddr: IpAddr, faddr: IpAddr) -> Option<usize> {
+        self.with_conn(laddr, faddr, |st, c, now| st.kill_conn(now, c))
+    }
+
+    fn with_conn<R>(
+        &self,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        f: impl FnOnce(&mut Stack, ConnId, Instant) -> R,
+    ) -> Option<R> {
+        let mut core = lock(&self.inner.core);
+        let c = core.stack.find_conn(laddr, faddr, TransportKind::Tcp)?;
+        let now = self.inner.now();
+        let r = f(&mut core.stack, c, now);
+        self.inner.after_app_call(core);
+        Some(r)
+    }
+
+    /// The trace tap.
+    pub fn tap(&self) -> &Tap {
+        &self.inner.tap
+    }
+
+    /// Engine time now.
+    pub fn now(&self) -> Instant {
+        self.inner.now()
+    }
+
+    /// Wall-clock nanoseconds since the Unix epoch of an engine instant.
+    pub fn wall_ns(&self, t: Instant) -> u64 {
+        self.inner.origin_wall_ns + t.as_nanos()
+    }
+
+    /// Live TCP connections of the transport.
+    pub fn tcp_connection_count(&self) -> usize {
+        lock(&self.inner.tcp).len()
+    }
+}
+
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        return t ^ u64::from(std::process::id()).rotate_left(32);
+    }
+    u64::from_ne_bytes(b)
+}
+
+impl Inner {
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_nanos(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    pub(crate) fn lock_core(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Drains engine events after an application call: wakes sockets, hands transport work
+    /// to the I/O thread, then releases the lock and wakes the I/O thread if needed.
+    pub(crate) fn after_app_call(&self, mut core: MutexGuard<'_, Core>) {
+        let io = drain_events(&mut core, self, true);
+        drop(core);
+        if io {
+            self.wake_io();
+        }
+    }
+
+    pub(crate) fn wake_io(&self) {
+        if self.io_sleeping.load(Ordering::SeqCst) {
+            sys::eventfd_signal(self.wake_fd.as_raw_fd());
+        }
+    }
+
+    fn shutdown(&self) {
+        if !self.running.load(Ordering::SeqCst) {
+            return;
+        }
+        {
+            let mut core = lock(&self.core);
+            let now = self.now();
+            core.stack.shutdown(now);
+            drain_events(&mut core, self, true);
+        }
+        self.wake_io();
+        // Give half-closed connections a moment to drain, then stop.
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        while std::time::Instant::now() < deadline {
+            if lock(&self.tcp).len() == 0 {
+                break;
+            }
+            self.wake_io();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.running.store(false, Ordering::SeqCst);
+        sys::eventfd_signal(self.wake_fd.as_raw_fd());
+        let h = lock(&self.thread).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        lock(&self.tcp).close_all();
+        // Wake every blocked caller so that it sees the node gone.
+        let core = lock(&self.core);
+        for w in core.waiters.values() {
+            w.cv.notify_all();
+        }
+        self.cong_cv.notify_all();
+    }
+
+    /// The I/O thread.
+    fn io_loop(self: Arc<Self>) {
+        let mut evs = Vec::new();
+        let mut outs = Vec::new();
+        let mut busy = true;
+        while self.running.load(Ordering::SeqCst) {
+            let timeout = if busy {
+                Some(Duration::ZERO)
+            } else {
+                let now = self.now();
+                let t_engine = lock(&self.core).stack.poll_timeout();
+                let t_tcp = lock(&self.tcp).next_timer();
+                let next = match (t_engine, t_tcp) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                Some(
+                    next.map_or(Duration::from_millis(500), |t| t - now)
+                        .min(Duration::from_millis(500)),
+                )
+            };
+            self.io_sleeping.store(true, Ordering::SeqCst);
+            // Work queued between the last check and sleeping must not be missed.
+            let queued = !lock(&self.core).io_work.is_empty();
+            let timeout = if queued {
+                Some(Duration::ZERO)
+            } else {
+                timeout
+            };
+            if self.epoll.wait(&mut evs, timeout).is_err() {
+                evs.clear();
+            }
+            self.io_sleeping.store(false, Ordering::SeqCst);
+            if !self.running.load(Ordering::SeqCst) {
+                break;
+            }
+            busy = self.io_round(&evs, &mut outs);
+        }
+    }
+
+    /// One round of the I/O thread: socket events, engine updates, writes. Returns whether
+    /// more work is pending right away.
+    fn io_round(&self, evs: &[(u64, u32)], outs: &mut Vec<TcpOut>) -> bool {
+        let mut tcp = lock(&self.tcp);
+        let now = self.now();
+        outs.clear();
+        for &(token, bits) in evs {
+            if token == TOKEN_WAKE {
+                sys::eventfd_clear(self.wake_fd.as_raw_fd());
+                continue;
+            }
+            tcp.handle_event(token, bits, now, outs);
+        }
+        tcp.timers(now, outs);
+        {
+            let mut core = lock(&self.core);
+            self.apply(&mut tcp, &mut core, outs, now);
+            for st in tcp.take_stash(now) {
+                self.offer(
+                    &mut tcp, &mut core, st.stream, st.local, st.peer, st.since, now,
+                );
+            }
+            if core.stack.poll_timeout().is_some_and(|t| t <= now) {
+                core.stack.handle_timeout(now);
+            }
+            self.run_io_work(&mut tcp, &mut core, now);
+        }
+        // Write outside the engine lock; acknowledgements and refills come back in.
+        for _ in 0..4 {
+            outs.clear();
+            let refill = tcp.flush(now, outs);
+            if outs.is_empty() && refill.is_empty() {
+                break;
+            }
+            let mut core = lock(&self.core);
+            self.apply(&mut tcp, &mut core, outs, now);
+            for (c, p) in refill {
+                tcp.pull(&mut core.stack, c, p, now, &self.tap);
+            }
+            self.run_io_work(&mut tcp, &mut core, now);
+        }
+        tcp.has_pending()
+    }
+
+    /// Applies what the sockets told us to the engine.
+    fn apply(&self, tcp: &mut Tcp, core: &mut Core, outs: &mut Vec<TcpOut>, now: Instant) {
+        for o in outs.drain(..) {
+            match o {
+                TcpOut::Accepted {
+                    stream,
+                    local,
+                    peer,
+                } => {
+                    let (laddr, faddr) = (local.ip(), peer.ip());
+                    // Old data of a half-closed predecessor goes first.
+                    let mut old = Vec::new();
+                    tcp.finish_drains_of(
+                        crate::proto::canonical(laddr),
+                        crate::proto::canonical(faddr),
+                        &core.stack,
+                        now,
+                        &mut old,
+                    );
+                    self.apply(tcp, core, &mut old, now);
+                    self.offer(tcp, core, stream, local, peer, now, now);
+                }
+                TcpOut::Connected(idx) => {
+                    let Some((c, p, epoch)) = tcp.ident(idx) else {
+                        continue;
+                    };
+                    if core.stack.is_trigger_only(c) {
+                        // The larger address may not own the connection: its only purpose
+                        // was to make the peer connect back.
+                        tcp.close_now(idx, false);
+                        core.stack.handle_connect_failed(now, c, p, epoch);
+                    } else if core.stack.handle_connected(now, c, p, epoch) {
+                        let (_, e) = core.stack.path_state(c, p);
+                        tcp.established(idx, e);
+                        tcp.mark(idx);
+                    } else {
+                        tcp.close_now(idx, false);
+                    }
+                }
+                TcpOut::ConnectFailed(idx) => {
+                    if let Some((c, p, epoch)) = tcp.ident(idx) {
+                        tcp.close_now(idx, false);
+                        core.stack.handle_connect_failed(now, c, p, epoch);
+                    }
+                }
+                TcpOut::Frames {
+                    conn,
+                    path,
+                    epoch,
+                    frames,
+                } => {
+                    tcp.tap_rx(&core.stack, conn, path, &frames, &self.tap);
+                    self.frames_in
+                        .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    for f in frames {
+                        if core.stack.handle_frame(now, conn, path, epoch, f).is_err() {
+                            break;
+                        }
+                    }
+                }
+                TcpOut::StreamError {
+                    conn,
+                    path,
+                    epoch,
+                    err,
+                } => core.stack.handle_stream_error(now, conn, path, epoch, err),
+                TcpOut::Closed(idx) => {
+                    if let Some((c, p, epoch, connecting)) = tcp.closed(idx) {
+                        if connecting {
+                            core.stack.handle_connect_failed(now, c, p, epoch);
+                        } else {
+                            core.stack.handle_disconnected(now, c, p, epoch);
+                        }
+                    }
+                }
+                TcpOut::Acked {
+                    conn,
+                    path,
+                    epoch,
+                    acked,
+                } => core.stack.handle_tx_acked(now, conn, path, epoch, acked),
+            }
+        }
+    }
+
+    /// Offers an accepted connection to the engine: adopt it on its lane, hold it unread a
+    /// little longer, or reset it.
+    #[allow(clippy::too_many_arguments)]
+    fn offer(
+        &self,
+        tcp: &mut Tcp,
+        core: &mut Core,
+        stream: std::net::TcpStream,
+        local: std::net::SocketAddr,
+        peer: std::net::SocketAddr,
+        since: Instant,
+        now: Instant,
+    ) {
+        let waited = now - since;
+        match core.stack.handle_accept(
+            now,
+            local.ip(),
+            peer.ip(),
+            TransportKind::Tcp,
+            peer.port(),
+            waited,
+        ) {
+            Ok((c, p, epoch)) => {
+                let tun = core.stack.tunables().clone();
+                if tcp.adopt(stream, local, peer, c, p, epoch, &tun).is_err() {
+                    core.stack.handle_disconnected(now, c, p, epoch);
+                }
+            }
+            Err(crate::proto::AcceptError::Wait) if waited < crate::proto::stack::STASH_MAX => {
+                tcp.stash(stream, local, peer, since, now);
+            }
+            Err(e) => tcp.refuse(stream, e),
+        }
+    }
+
+    /// Executes the engine's transport work (connect, disconnect, transmit) and wakes sockets.
+    fn run_io_work(&self, tcp: &mut Tcp, core: &mut Core, now: Instant) {
+        drain_events(core, self, false);
+        while let Some(ev) = core.io_work.pop_front() {
+            match ev {
+                Event::Connect { conn, path, epoch } => {
+                    let (laddr, faddr, _) = core.stack.conn_addrs(conn);
+                    let tun = core.stack.tunables().clone();
+                    if tcp.connect(conn, path, epoch, laddr, faddr, &tun).is_err() {
+                        core.stack.handle_connect_failed(now, conn, path, epoch);
+                    }
+                }
+                Event::Disconnect {
+                    conn,
+                    path,
+                    epoch,
+                    reason,
+                } => {
+                    tcp.disconnect(conn, path, epoch, reason, now);
+                }
+                Event::Transmit { conn, path } => {
+                    tcp.pull(&mut core.stack, conn, path, now, &self.tap);
+                }
+                Event::Wake(_) | Event::CongChanged => {}
+            }
+            drain_events(core, self, false);
+        }
+    }
+}
+
+/// Handles the engine's events: socket wakeups at once, transport work into `io_work`.
+/// Returns whether transport work was queued.
+fn drain_events(core: &mut Core, inner: &Inner, _from_app: bool) -> bool {
+    let mut io = false;
+    while let Some(ev) = core.stack.poll_event() {
+        match ev {
+            Event::Wake(s) => {
+                if let Some(w) = core.waiters.get(&s) {
+                    w.cv.notify_all();
+                    let r = core.stack.readable(s);
+                    let wr = core.stack.writable(s);
+                    w.update_fds(r, wr);
+                }
+            }
+            Event::CongChanged => inner.cong_cv.notify_all(),
+            other => {
+                core.io_work.push_back(other);
+                io = true;
+            }
+        }
+    }
+    io
+}

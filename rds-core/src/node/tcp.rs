@@ -1,0 +1,855 @@
+//! The RDS/TCP transport (`net/rds/tcp*.c`): one listener on `addr:16385` per local address,
+//! outgoing connections bound to the local address (lane `i` from a source port `≡ i mod 8`),
+//! the byte stream of `[header][payload]` frames, and "acknowledged" meaning the peer's TCP
+//! acknowledged a message's last byte (from `SIOCOUTQ`).
+//!
+//! This module only moves bytes: sequence numbers, retransmission and who connects are the
+//! engine's decisions. It runs on the node's I/O thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+use super::tap::{Dir, Tap};
+use crate::proto::{AcceptError, ConnId, DropReason, Frame, Stack, StreamParser};
+use crate::stats::{TcpCounter, TcpStats};
+use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
+use crate::time::Instant;
+use crate::tunables::Tunables;
+use crate::wire::{MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
+
+pub(crate) const TOKEN_WAKE: u64 = 0;
+const TOKEN_LISTENER: u64 = 1 << 32;
+const TOKEN_CONN: u64 = 2 << 32;
+const TOKEN_MASK: u64 = (1 << 32) - 1;
+
+/// Stop pulling frames from the engine once this many bytes wait to be written.
+const OUT_HIGH: usize = 4 << 20;
+/// Bytes read per `read(2)`.
+const READ_CHUNK: usize = 256 << 10;
+/// Most bytes read from one connection per readiness event before others get a turn.
+const READ_BUDGET: usize = 4 << 20;
+/// How long a half-closed connection may take to deliver the peer's remaining data.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// First and last interval of the acknowledgement poll while bytes are unacknowledged.
+const ACK_POLL_MIN: Duration = Duration::from_micros(50);
+const ACK_POLL_MAX: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Connecting,
+    Up,
+    Draining(Instant),
+}
+
+#[derive(Debug)]
+struct TcpConn {
+    stream: TcpStream,
+    conn: ConnId,
+    path: usize,
+    epoch: u32,
+    state: State,
+    parser: StreamParser,
+    out: VecDeque<Bytes>,
+    out_bytes: usize,
+    /// Bytes written to the socket since it was created.
+    written: u64,
+    /// Highest acknowledged count reported to the engine.
+    acked: u64,
+    /// The engine may hold more frames (pulling stopped at the high mark).
+    more: bool,
+    epoll_out: bool,
+    local: SocketAddr,
+    peer: SocketAddr,
+    ack_poll: Option<(Instant, Duration)>,
+    /// Sequence of the last byte sent / expected una / seen una for info (`rds_info_tcp_socket`).
+    last_seen_una: u32,
+}
+
+/// One TCP socket for `rds-info -T` (`rds_info_tcp_socket`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpSockInfo {
+    /// Local address and port.
+    pub local: SocketAddr,
+    /// Peer address and port.
+    pub peer: SocketAddr,
+    /// Header bytes still expected for the message being received.
+    pub hdr_rem: u64,
+    /// Payload bytes still expected for the message being received.
+    pub data_rem: u64,
+    /// Bytes handed to TCP so far, mod 2^32 (`last_sent_nxt`).
+    pub last_sent_nxt: u32,
+    /// Bytes the engine expects to be acknowledged, mod 2^32 (`last_expected_una`).
+    pub last_expected_una: u32,
+    /// Bytes seen acknowledged, mod 2^32 (`last_seen_una`).
+    pub last_seen_una: u32,
+    /// Path index.
+    pub path: usize,
+    /// Connection state name.
+    pub state: &'static str,
+}
+
+/// What the I/O thread learnt from the sockets, to be applied to the engine.
+#[derive(Debug)]
+pub(crate) enum TcpOut {
+    Accepted {
+        stream: TcpStream,
+        local: SocketAddr,
+        peer: SocketAddr,
+    },
+    Connected(usize),
+    ConnectFailed(usize),
+    Frames {
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        frames: Vec<Frame>,
+    },
+    StreamError {
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        err: crate::proto::StreamError,
+    },
+    Closed(usize),
+    Acked {
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        acked: u64,
+    },
+}
+
+/// The transport state, owned by the I/O thread.
+#[derive(Debug)]
+pub(crate) struct Tcp {
+    pub epoll: Arc<Epoll>,
+    listeners: Vec<(IpAddr, TcpListener)>,
+    conns: Vec<Option<TcpConn>>,
+    free: Vec<usize>,
+    by_path: HashMap<(ConnId, usize), usize>,
+    rbuf: BytesMut,
+    hdr_arena: BytesMut,
+    pending_flush: Vec<usize>,
+    pub stats: Arc<TcpStats>,
+    port_rng: crate::proto::Rng,
+    stashed: Vec<Stashed>,
+    stash_retry_at: Instant,
+}
+
+/// An accepted connection waiting, unread, for a lane.
+#[derive(Debug)]
+pub(crate) struct Stashed {
+    pub stream: TcpStream,
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+    pub since: Instant,
+}
+
+/// How often held connections are offered to the engine again.
+const STASH_RETRY: Duration = Duration::from_millis(2);
+
+impl Tcp {
+    pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<TcpStats>, seed: u64) -> io::Result<Self> {
+        Ok(Tcp {
+            epoll,
+            listeners: Vec::new(),
+            conns: Vec::new(),
+            free: Vec::new(),
+            by_path: HashMap::new(),
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            hdr_arena: BytesMut::new(),
+            pending_flush: Vec::new(),
+            stats,
+            port_rng: crate::proto::Rng::new(seed),
+            stashed: Vec::new(),
+            stash_retry_at: Instant::ZERO,
+        })
+    }
+
+    /// Listens on `addr:16385` (never a wildcard).
+    pub(crate) fn listen(&mut self, addr: IpAddr) -> io::Result<()> {
+        let l = TcpListener::bind(SocketAddr::new(addr, RDS_TCP_PORT)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot listen on {}: {e}",
+                    SocketAddr::new(addr, RDS_TCP_PORT)
+                ),
+            )
+        })?;
+        l.set_nonblocking(true)?;
+        let _ = sys::tune_rds_tcp(l.as_raw_fd());
+        let token = TOKEN_LISTENER | self.listeners.len() as u64;
+        self.epoll.add(l.as_raw_fd(), token, EPOLLIN)?;
+        self.listeners.push((addr, l));
+        Ok(())
+    }
+
+    fn insert(&mut self, c: TcpConn) -> usize {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        self.conns[idx] = Some(c);
+        idx
+    }
+
+    fn remove(&mut self, idx: usize) -> Option<TcpConn> {
+        let c = self.conns.get_mut(idx)?.take()?;
+        let _ = self.epoll.delete(c.stream.as_raw_fd());
+        if self.by_path.get(&(c.conn, c.path)) == Some(&idx) {
+            self.by_path.remove(&(c.conn, c.path));
+        }
+        self.free.push(idx);
+        Some(c)
+    }
+
+    /// Handles one readiness event; results go to `out`.
+    pub(crate) fn handle_event(
+        &mut self,
+        token: u64,
+        bits: u32,
+        now: Instant,
+        out: &mut Vec<TcpOut>,
+    ) {
+        if token & !TOKEN_MASK == TOKEN_LISTENER {
+            self.accept_all((token & TOKEN_MASK) as usize, out);
+            return;
+        }
+        if token & !TOKEN_MASK != TOKEN_CONN {
+            return;
+        }
+        let idx = (token & TOKEN_MASK) as usize;
+        let Some(c) = self.conns.get(idx).and_then(Option::as_ref) else {
+            return;
+        };
+        if c.state == State::Connecting {
+            if bits & (EPOLLOUT | EPOLLERR | EPOLLHUP) != 0 {
+                match sys::take_error(c.stream.as_raw_fd()) {
+                    Ok(None) if bits & EPOLLERR == 0 => out.push(TcpOut::Connected(idx)),
+                    _ => out.push(TcpOut::ConnectFailed(idx)),
+                }
+            }
+            return;
+        }
+        if bits & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR) != 0 {
+            self.stats.inc(TcpCounter::TcpDataReadyCalls);
+            self.read(idx, now, out);
+        }
+        if bits & EPOLLOUT != 0 {
+            self.stats.inc(TcpCounter::TcpWriteSpaceCalls);
+            self.pending_flush.push(idx);
+        }
+    }
+
+    fn accept_all(&mut self, li: usize, out: &mut Vec<TcpOut>) {
+        let Some((_, l)) = self.listeners.get(li) else {
+            return;
+        };
+        loop {
+            match l.accept() {
+                Ok((stream, peer)) => {
+                    let local = match stream.local_addr() {
+                        Ok(a) => a,
+                        Err(_) => continue,
+                    };
+                    out.push(TcpOut::Accepted {
+                        stream,
+                        local,
+                        peer,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // ECONNABORTED and resource errors: try again on the next event.
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Reads what is available (bounded), parses frames; end of stream or an error closes.
+    fn read(&mut self, idx: usize, _now: Instant, out: &mut Vec<TcpOut>) {
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        let fd = c.stream.as_raw_fd();
+        let mut frames = Vec::new();
+        let mut total = 0;
+        let mut closed = false;
+        let mut stream_err = None;
+        while total < READ_BUDGET {
+            match sys::read_spare(fd, &mut self.rbuf, READ_CHUNK) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    total += n;
+                    let chunk = self.rbuf.split().freeze();
+                    if let Err(e) = c.parser.feed(chunk, &mut frames) {
+                        stream_err = Some(e);
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        if !frames.is_empty() {
+            out.push(TcpOut::Frames {
+                conn,
+                path,
+                epoch,
+                frames,
+            });
+        }
+        if let Some(err) = stream_err {
+            out.push(TcpOut::StreamError {
+                conn,
+                path,
+                epoch,
+                err,
+            });
+        } else if closed {
+            out.push(TcpOut::Closed(idx));
+        } else if total >= READ_BUDGET {
+            // More to read: come back without waiting for a new edge.
+            self.pending_flush.push(idx);
+        }
+        // Incoming data may carry acknowledgements of ours.
+        self.poll_ack(idx, out);
+    }
+
+    /// Reads a draining connection of `conn` to its end (before a new connection takes over).
+    pub(crate) fn finish_drains_of(
+        &mut self,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        stack: &Stack,
+        now: Instant,
+        out: &mut Vec<TcpOut>,
+    ) {
+        let idxs: Vec<usize> = (0..self.conns.len())
+            .filter(|&i| {
+                self.conns[i].as_ref().is_some_and(|c| {
+                    matches!(c.state, State::Draining(_))
+                        && stack.conn_addrs(c.conn).0 == laddr
+                        && stack.conn_addrs(c.conn).1 == faddr
+                })
+            })
+            .collect();
+        for i in idxs {
+            self.read(i, now, out);
+        }
+    }
+
+    /// Opens an outgoing connection for `(conn, path)` from `laddr` to `faddr:16385`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn connect(
+        &mut self,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        tun: &Tunables,
+    ) -> io::Result<()> {
+        let target = SocketAddr::new(faddr, RDS_TCP_PORT);
+        let fd = sys::tcp_socket(&target)?;
+        sys::set_reuseaddr(fd.as_raw_fd())?;
+        sys::tune_rds_tcp(fd.as_raw_fd())?;
+        sys::set_bufs(fd.as_raw_fd(), tun.tcp_sndbuf, tun.tcp_rcvbuf)?;
+        // Lane i binds a source port ≡ i (mod 8), so that the peer can tell the lane
+        // (the 2026 kernels' SPORT_IDX scheme); the ephemeral range is 32768..61000.
+        let mut bound = false;
+        for _ in 0..32 {
+            let group = self.port_rng.below((61000 - 32768) / MPATH_WORKERS as u64) as u16;
+            let port = 32768 + group * MPATH_WORKERS as u16 + path as u16;
+            if sys::bind(fd.as_raw_fd(), SocketAddr::new(laddr, port)).is_ok() {
+                bound = true;
+                break;
+            }
+        }
+        if !bound {
+            sys::bind(fd.as_raw_fd(), SocketAddr::new(laddr, 0))?;
+        }
+        sys::connect(fd.as_raw_fd(), target)?;
+        let stream = TcpStream::from(fd);
+        let local = sys::local_addr(stream.as_raw_fd())?;
+        let c = TcpConn {
+            stream,
+            conn,
+            path,
+            epoch,
+            state: State::Connecting,
+            parser: StreamParser::new(MAX_MSG_SIZE as u32),
+            out: VecDeque::new(),
+            out_bytes: 0,
+            written: 0,
+            acked: 0,
+            more: false,
+            epoll_out: true,
+            local,
+            peer: target,
+            ack_poll: None,
+            last_seen_una: 0,
+        };
+        let fd = c.stream.as_raw_fd();
+        let idx = self.insert(c);
+        if let Some(old) = self.by_path.insert((conn, path), idx) {
+            self.close_now(old, false);
+        }
+        self.epoll
+            .add(fd, TOKEN_CONN | idx as u64, EPOLLOUT | EPOLLIN | EPOLLRDHUP)?;
+        Ok(())
+    }
+
+    /// The connection attempt `idx` completed; the engine agreed to use it.
+    pub(crate) fn established(&mut self, idx: usize, epoch: u32) {
+        if let Some(c) = self.conns[idx].as_mut() {
+            c.state = State::Up;
+            c.epoch = epoch;
+            c.peer = sys::peer_addr(c.stream.as_raw_fd()).unwrap_or(c.peer);
+            c.epoll_out = false;
+            let _ = self.epoll.modify(
+                c.stream.as_raw_fd(),
+                TOKEN_CONN | idx as u64,
+                EPOLLIN | EPOLLRDHUP,
+            );
+        }
+    }
+
+    /// Identity of a connection attempt.
+    pub(crate) fn ident(&self, idx: usize) -> Option<(ConnId, usize, u32)> {
+        self.conns[idx].as_ref().map(|c| (c.conn, c.path, c.epoch))
+    }
+
+    /// Installs an accepted connection for `(conn, path)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn adopt(
+        &mut self,
+        stream: TcpStream,
+        local: SocketAddr,
+        peer: SocketAddr,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        tun: &Tunables,
+    ) -> io::Result<()> {
+        stream.set_nonblocking(true)?;
+        sys::tune_rds_tcp(stream.as_raw_fd())?;
+        sys::set_bufs(stream.as_raw_fd(), tun.tcp_sndbuf, tun.tcp_rcvbuf)?;
+        if let Some(&old) = self.by_path.get(&(conn, path)) {
+            // The engine replaced the stale connection of this path.
+            self.stats.inc(TcpCounter::TcpListenClosedStale);
+            self.close_now(old, false);
+        }
+        let c = TcpConn {
+            stream,
+            conn,
+            path,
+            epoch,
+            state: State::Up,
+            parser: StreamParser::new(MAX_MSG_SIZE as u32),
+            out: VecDeque::new(),
+            out_bytes: 0,
+            written: 0,
+            acked: 0,
+            more: false,
+            epoll_out: false,
+            local,
+            peer,
+            ack_poll: None,
+            last_seen_una: 0,
+        };
+        let fd = c.stream.as_raw_fd();
+        let idx = self.insert(c);
+        self.by_path.insert((conn, path), idx);
+        self.epoll
+            .add(fd, TOKEN_CONN | idx as u64, EPOLLIN | EPOLLRDHUP)?;
+        Ok(())
+    }
+
+    /// Refuses an accepted connection with a reset.
+    pub(crate) fn refuse(&mut self, stream: TcpStream, why: AcceptError) {
+        if why == AcceptError::Wait {
+            self.stats.inc(TcpCounter::TcpConnectRaced);
+        }
+        let _ = sys::set_linger0(stream.as_raw_fd());
+        drop(stream);
+    }
+
+    /// Holds an accepted connection unread until the engine can give it a lane.
+    pub(crate) fn stash(
+        &mut self,
+        stream: TcpStream,
+        local: SocketAddr,
+        peer: SocketAddr,
+        since: Instant,
+        now: Instant,
+    ) {
+        if self.stashed.is_empty() {
+            self.stash_retry_at = now + STASH_RETRY;
+        }
+        self.stashed.push(Stashed {
+            stream,
+            local,
+            peer,
+            since,
+        });
+    }
+
+    /// Held connections due for another try (all of them, every few milliseconds).
+    pub(crate) fn take_stash(&mut self, now: Instant) -> Vec<Stashed> {
+        if self.stashed.is_empty() || now < self.stash_retry_at {
+            return Vec::new();
+        }
+        self.stash_retry_at = now + STASH_RETRY;
+        std::mem::take(&mut self.stashed)
+    }
+
+    /// The engine dropped `(conn, path, epoch)`: half-close and drain, or close at once.
+    pub(crate) fn disconnect(
+        &mut self,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        reason: DropReason,
+        now: Instant,
+    ) -> Option<(ConnId, usize, u32)> {
+        let idx = *self.by_path.get(&(conn, path))?;
+        let c = self.conns[idx].as_mut()?;
+        if c.epoch != epoch {
+            return None;
+        }
+        self.by_path.remove(&(conn, path));
+        if reason.drains() && c.state == State::Up {
+            let _ = c.stream.shutdown(Shutdown::Write);
+            c.state = State::Draining(now + DRAIN_TIMEOUT);
+            c.out.clear();
+            c.out_bytes = 0;
+            c.more = false;
+            None
+        } else {
+            self.close_now(idx, reason == DropReason::Protocol);
+            None
+        }
+    }
+
+    /// Closes at once (RST if `reset`), without telling the engine.
+    pub(crate) fn close_now(&mut self, idx: usize, reset: bool) {
+        if let Some(c) = self.remove(idx) {
+            if reset {
+                let _ = sys::set_linger0(c.stream.as_raw_fd());
+            }
+        }
+    }
+
+    /// Closes a connection the peer ended; returns what the engine must hear.
+    pub(crate) fn closed(&mut self, idx: usize) -> Option<(ConnId, usize, u32, bool)> {
+        let c = self.remove(idx)?;
+        Some((c.conn, c.path, c.epoch, c.state == State::Connecting))
+    }
+
+    /// Pulls frames of `(conn, path)` from the engine into the connection's output queue.
+    pub(crate) fn pull(
+        &mut self,
+        stack: &mut Stack,
+        conn: ConnId,
+        path: usize,
+        now: Instant,
+        tap: &Tap,
+    ) {
+        let Some(&idx) = self.by_path.get(&(conn, path)) else {
+            // No socket (yet): drain the engine's frames anyway? No: the engine only transmits
+            // on paths it believes up, which always have a socket here.
+            return;
+        };
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        if c.state != State::Up {
+            return;
+        }
+        c.more = false;
+        let mut any = false;
+        while c.out_bytes < OUT_HIGH {
+            let Some(t) = stack.poll_transmit(now, conn, path) else {
+                break;
+            };
+            if tap.enabled() {
+                let (laddr, faddr, _) = stack.conn_addrs(conn);
+                tap.record_tcp(
+                    Dir::Tx,
+                    laddr,
+                    faddr,
+                    path,
+                    c.local,
+                    c.peer,
+                    &t.hdr,
+                    &t.payload,
+                );
+            }
+            if self.hdr_arena.capacity() - self.hdr_arena.len() < t.hdr.len() {
+                self.hdr_arena.reserve(48 * 256);
+            }
+            self.hdr_arena.extend_from_slice(&t.hdr);
+            c.out.push_back(self.hdr_arena.split().freeze());
+            c.out_bytes += t.hdr.len() + t.payload.len();
+            if !t.payload.is_empty() {
+                c.out.push_back(t.payload);
+            }
+            any = true;
+        }
+        if c.out_bytes >= OUT_HIGH {
+            c.more = true;
+        }
+        if any {
+            self.pending_flush.push(idx);
+        }
+    }
+
+    /// Writes pending output of every connection that has some. Returns connections that ran
+    /// low and may pull more frames, and acknowledgement updates in `out`.
+    pub(crate) fn flush(&mut self, now: Instant, out: &mut Vec<TcpOut>) -> Vec<(ConnId, usize)> {
+        let mut refill = Vec::new();
+        let mut list = std::mem::take(&mut self.pending_flush);
+        list.sort_unstable();
+        list.dedup();
+        for idx in list {
+            let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !matches!(c.state, State::Up) {
+                if matches!(c.state, State::Draining(_)) {
+                    self.read(idx, now, out);
+                }
+                continue;
+            }
+            let mut err = false;
+            while !c.out.is_empty() {
+                let iov: Vec<IoSlice<'_>> =
+                    c.out.iter().take(512).map(|b| IoSlice::new(b)).collect();
+                match c.stream.write_vectored(&iov) {
+                    Ok(0) => {
+                        err = true;
+                        break;
+                    }
+                    Ok(mut n) => {
+                        c.written += n as u64;
+                        c.out_bytes -= n;
+                        while n > 0 {
+                            let front = c.out.front_mut().expect("written bytes were queued");
+                            if n >= front.len() {
+                                n -= front.len();
+                                c.out.pop_front();
+                            } else {
+                                let _ = front.split_to(n);
+                                n = 0;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.stats.inc(TcpCounter::TcpSndbufFull);
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        err = true;
+                        break;
+                    }
+                }
+            }
+            let want_out = !c.out.is_empty() && !err;
+            if want_out != c.epoll_out {
+                c.epoll_out = want_out;
+                let ev = EPOLLIN | EPOLLRDHUP | if want_out { EPOLLOUT } else { 0 };
+                let _ = self
+                    .epoll
+                    .modify(c.stream.as_raw_fd(), TOKEN_CONN | idx as u64, ev);
+            }
+            if err {
+                out.push(TcpOut::Closed(idx));
+                continue;
+            }
+            if c.more && c.out_bytes < OUT_HIGH / 2 {
+                refill.push((c.conn, c.path));
+            }
+            self.poll_ack(idx, out);
+            if let Some(c) = self.conns[idx].as_mut() {
+                if c.written > c.acked && c.ack_poll.is_none() {
+                    c.ack_poll = Some((now + ACK_POLL_MIN, ACK_POLL_MIN));
+                }
+            }
+        }
+        refill
+    }
+
+    /// Learns how much of what we wrote the peer acknowledged (`SIOCOUTQ`).
+    fn poll_ack(&mut self, idx: usize, out: &mut Vec<TcpOut>) {
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        if c.state != State::Up || c.written == c.acked {
+            return;
+        }
+        let Ok(q) = sys::outq(c.stream.as_raw_fd()) else {
+            return;
+        };
+        let acked = c.written.saturating_sub(q as u64);
+        c.last_seen_una = acked as u32;
+        if acked > c.acked {
+            c.acked = acked;
+            out.push(TcpOut::Acked {
+                conn: c.conn,
+                path: c.path,
+                epoch: c.epoch,
+                acked,
+            });
+            // Progress: poll quickly again while bytes remain.
+            c.ack_poll = (c.written > c.acked).then_some((Instant::ZERO, ACK_POLL_MIN));
+        }
+    }
+
+    /// Runs due acknowledgement polls and drain deadlines.
+    pub(crate) fn timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
+        for idx in 0..self.conns.len() {
+            let Some(c) = self.conns[idx].as_mut() else {
+                continue;
+            };
+            if let State::Draining(until) = c.state {
+                if now >= until {
+                    out.push(TcpOut::Closed(idx));
+                }
+                continue;
+            }
+            if let Some((at, interval)) = c.ack_poll {
+                if at <= now {
+                    let before = c.acked;
+                    self.poll_ack(idx, out);
+                    if let Some(c) = self.conns[idx].as_mut() {
+                        if c.written > c.acked {
+                            let iv = if c.acked > before {
+                                ACK_POLL_MIN
+                            } else {
+                                (interval * 2).min(ACK_POLL_MAX)
+                            };
+                            c.ack_poll = Some((now + iv, iv));
+                        } else {
+                            c.ack_poll = None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The earliest transport timer.
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        let stash = (!self.stashed.is_empty()).then_some(self.stash_retry_at);
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| match c.state {
+                State::Draining(t) => Some(t),
+                _ => c.ack_poll.map(|(t, _)| t),
+            })
+            .chain(stash)
+            .min()
+    }
+
+    /// Whether some connection has output or reads pending for the next round.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending_flush.is_empty()
+    }
+
+    /// Marks a connection for another read/flush round.
+    pub(crate) fn mark(&mut self, idx: usize) {
+        self.pending_flush.push(idx);
+    }
+
+    /// Snapshot for `rds-info -T`.
+    pub(crate) fn infos(&self) -> Vec<TcpSockInfo> {
+        self.conns
+            .iter()
+            .flatten()
+            .map(|c| TcpSockInfo {
+                local: c.local,
+                peer: c.peer,
+                hdr_rem: c.parser.hdr_rem() as u64,
+                data_rem: c.parser.data_rem() as u64,
+                last_sent_nxt: c.written as u32,
+                last_expected_una: (c.written - c.out_bytes.min(c.written as usize) as u64) as u32,
+                last_seen_una: c.last_seen_una,
+                path: c.path,
+                state: match c.state {
+                    State::Connecting => "CONNECTING",
+                    State::Up => "UP",
+                    State::Draining(_) => "DRAINING",
+                },
+            })
+            .collect()
+    }
+
+    /// Closes everything (node shutdown).
+    pub(crate) fn close_all(&mut self) {
+        for idx in 0..self.conns.len() {
+            self.close_now(idx, false);
+        }
+        for (_, l) in self.listeners.drain(..) {
+            let _ = self.epoll.delete(l.as_raw_fd());
+        }
+    }
+
+    /// Number of live transport connections (tests, info).
+    pub(crate) fn len(&self) -> usize {
+        self.conns.iter().flatten().count()
+    }
+
+    /// Records received frames on the tap.
+    pub(crate) fn tap_rx(
+        &self,
+        stack: &Stack,
+        conn: ConnId,
+        path: usize,
+        frames: &[Frame],
+        tap: &Tap,
+    ) {
+        if !tap.enabled() {
+            return;
+        }
+        let Some(&idx) = self.by_path.get(&(conn, path)) else {
+            return;
+        };
+        let Some(c) = self.conns[idx].as_ref() else {
+            return;
+        };
+        let (laddr, faddr, _) = stack.conn_addrs(conn);
+        for f in frames {
+            tap.record_tcp(
+                Dir::Rx,
+                laddr,
+                faddr,
+                path,
+                c.local,
+                c.peer,
+                &f.hdr.to_bytes(),
+                &f.payload,
+            );
+        }
+    }
+}

@@ -1,0 +1,659 @@
+//! RDS sockets: the Linux `AF_RDS`/`SOCK_SEQPACKET` semantics as a Rust API.
+//!
+//! A [`Socket`] is a datagram endpoint bound to one of a node's addresses and a port. Messages
+//! are reliable and ordered per (sender, receiver) pair, up to 1 MiB, zero length allowed.
+//! Errors carry the kernel's `errno` values (`raw_os_error()`), so that tools can print the
+//! same `strerror` texts: `EAGAIN` when the send buffer is full, `ENOBUFS` when the destination
+//! port is congested (non-blocking), `EMSGSIZE`, `ENOTCONN`, `EADDRINUSE`, `EADDRNOTAVAIL`,
+//! `EINVAL`, `ETIMEDOUT` for an expired timeout.
+//!
+//! Which node serves a socket: [`Socket::with_node`] names one; [`Socket::new`] uses the
+//! process's default embedded node, which takes on the address at bind.
+//!
+//! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
+//! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
+//! room (POLLOUT).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::errno::err;
+use crate::node::{Node, NodeConfig, Waiter};
+use crate::proto::{canonical, Received, SendError, SockId, TransportKind};
+use crate::sys;
+
+/// Flags of a receive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvFlags {
+    /// `MSG_PEEK`: leave the message queued.
+    pub peek: bool,
+    /// `MSG_TRUNC`: return the full message length even if the buffer was shorter.
+    pub trunc: bool,
+    /// `MSG_DONTWAIT`: do not block.
+    pub dontwait: bool,
+}
+
+/// What a receive produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvMsg {
+    /// Bytes copied into the buffer (or the full length with [`RecvFlags::trunc`]).
+    pub len: usize,
+    /// The message's full length.
+    pub full_len: usize,
+    /// The sender (none for a congestion notification).
+    pub from: Option<SocketAddr>,
+    /// The message was longer than the buffer (`MSG_TRUNC` in `msg_flags`).
+    pub truncated: bool,
+    /// A congestion-monitor notification (`RDS_CMSG_CONG_UPDATE`) instead of data: bit `k`
+    /// set means a port `≡ k (mod 64)` became uncongested.
+    pub cong_update: Option<u64>,
+    /// `RDS_CMSG_RDMA_DEST` cookie carried by the message.
+    pub rdma_dest: Option<u64>,
+    /// Receive timestamp (when enabled with [`Socket::set_timestamps`]).
+    pub timestamp: Option<SystemTime>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Pending {
+    transport: Option<TransportKind>,
+    sndbuf: Option<usize>,
+    rcvbuf: Option<usize>,
+    cong_monitor: bool,
+    recverr: bool,
+    connected: Option<SocketAddr>,
+}
+
+#[derive(Debug)]
+struct Bound {
+    node: Node,
+    id: SockId,
+    waiter: Arc<Waiter>,
+}
+
+/// An RDS socket.
+#[derive(Debug)]
+pub struct Socket {
+    node: Option<Node>,
+    pending: Mutex<Pending>,
+    bound: OnceLock<Bound>,
+    nonblocking: AtomicBool,
+    rcvtimeo_ns: AtomicU64,
+    sndtimeo_ns: AtomicU64,
+    timestamps: AtomicBool,
+}
+
+static DEFAULT_NODE: Mutex<Option<Node>> = Mutex::new(None);
+
+/// The process's default embedded node (started on first use, with no addresses; sockets
+/// add theirs at bind).
+///
+/// # Errors
+/// The node's I/O thread or epoll could not be created.
+pub fn default_node() -> io::Result<Node> {
+    let mut g = DEFAULT_NODE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = g.as_ref().filter(|n| n.is_running()) {
+        return Ok(n.clone());
+    }
+    let n = Node::start(NodeConfig::new([]))?;
+    *g = Some(n.clone());
+    Ok(n)
+}
+
+fn nanos(d: Option<Duration>) -> u64 {
+    d.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
+fn timeout(ns: u64) -> Option<Duration> {
+    (ns != 0).then(|| Duration::from_nanos(ns))
+}
+
+fn node_down() -> io::Error {
+    err(libc::ENETDOWN)
+}
+
+impl Socket {
+    /// An unbound socket served by the default embedded node.
+    ///
+    /// # Errors
+    /// None today; kept fallible for the daemon client backend.
+    pub fn new() -> io::Result<Socket> {
+        Ok(Self::make(None))
+    }
+
+    /// An unbound socket served by `node`.
+    pub fn with_node(node: &Node) -> Socket {
+        Self::make(Some(node.clone()))
+    }
+
+    fn make(node: Option<Node>) -> Socket {
+        Socket {
+            node,
+            pending: Mutex::new(Pending::default()),
+            bound: OnceLock::new(),
+            nonblocking: AtomicBool::new(false),
+            rcvtimeo_ns: AtomicU64::new(0),
+            sndtimeo_ns: AtomicU64::new(0),
+            timestamps: AtomicBool::new(false),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn b(&self) -> io::Result<&Bound> {
+        self.bound.get().ok_or_else(|| err(libc::ENOTCONN))
+    }
+
+    /// `bind()`: binds to `addr` (port 0 picks a free port ≥ 2; port 1 is reserved; no
+    /// wildcard). Returns the bound address.
+    ///
+    /// # Errors
+    /// `EINVAL` (already bound, wildcard/broadcast/multicast, port 1), `EADDRNOTAVAIL` (no
+    /// node can own the address), `EADDRINUSE`, `ENOPROTOOPT` (the preset transport cannot
+    /// serve the address).
+    pub fn bind(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        if self.bound.get().is_some() {
+            return Err(err(libc::EINVAL));
+        }
+        let ip = canonical(addr.ip());
+        if ip.is_unspecified() || ip.is_multicast() || ip == std::net::Ipv4Addr::BROADCAST {
+            return Err(err(libc::EINVAL));
+        }
+        let node = match &self.node {
+            Some(n) => n.clone(),
+            None => {
+                let n = default_node()?;
+                if !n.owns(ip) {
+                    n.add_addr(ip).map_err(|e| match e.kind() {
+                        io::ErrorKind::AddrNotAvailable => err(libc::EADDRNOTAVAIL),
+                        _ => e,
+                    })?;
+                }
+                n
+            }
+        };
+        let p = self.pending().clone();
+        let inner = node.inner.clone();
+        let mut core = inner.lock_core();
+        if !inner.is_running() {
+            return Err(node_down());
+        }
+        let id = core.stack.socket();
+        let r = (|| {
+            if let Some(t) = p.transport {
+                core.stack.set_transport(id, t)?;
+            }
+            core.stack.bind(id, SocketAddr::new(ip, addr.port()))
+        })();
+        let bound = match r {
+            Ok(b) => b,
+            Err(e) => {
+                core.stack.close(id);
+                return Err(e.into());
+            }
+        };
+        if let Some(v) = p.sndbuf {
+            core.stack.set_sndbuf(id, v);
+        }
+        if let Some(v) = p.rcvbuf {
+            core.stack.set_rcvbuf(id, v);
+        }
+        core.stack.set_cong_monitor(id, p.cong_monitor);
+        core.stack.set_recverr(id, p.recverr);
+        if let Some(c) = p.connected {
+            let _ = core.stack.connect(id, c);
+        }
+        let waiter = Arc::new(Waiter::default());
+        core.waiters.insert(id, waiter.clone());
+        drop(core);
+        let _ = self.bound.set(Bound { node, id, waiter });
+        Ok(bound)
+    }
+
+    /// The bound address.
+    ///
+    /// # Errors
+    /// `ENOTCONN` when unbound.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        let b = self.b()?;
+        b.node
+            .inner
+            .lock_core()
+            .stack
+            .sock_name(b.id)
+            .ok_or_else(|| err(libc::ENOTCONN))
+    }
+
+    /// `connect()`: records a default destination; nothing is sent.
+    ///
+    /// # Errors
+    /// `EDESTADDRREQ` for a wildcard address, `EINVAL` for broadcast or multicast.
+    pub fn connect(&self, addr: SocketAddr) -> io::Result<()> {
+        let ip = canonical(addr.ip());
+        if ip.is_unspecified() {
+            return Err(err(libc::EDESTADDRREQ));
+        }
+        match self.bound.get() {
+            Some(b) => {
+                let mut core = b.node.inner.lock_core();
+                core.stack.connect(b.id, addr)?;
+                Ok(())
+            }
+            None => {
+                if ip.is_multicast() || ip == std::net::Ipv4Addr::BROADCAST {
+                    return Err(err(libc::EINVAL));
+                }
+                self.pending().connected = Some(addr);
+                Ok(())
+            }
+        }
+    }
+
+    /// The default destination (`getpeername`).
+    ///
+    /// # Errors
+    /// `ENOTCONN` when none was set.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        let p = match self.bound.get() {
+            Some(b) => b.node.inner.lock_core().stack.peer_name(b.id),
+            None => self.pending().connected,
+        };
+        p.ok_or_else(|| err(libc::ENOTCONN))
+    }
+
+    /// Sends `buf` as one message to `dest`. Returns its length.
+    ///
+    /// # Errors
+    /// See the module documentation; `ETIMEDOUT` when a blocking send outlived the write
+    /// timeout.
+    pub fn send_to(&self, buf: &[u8], dest: SocketAddr) -> io::Result<usize> {
+        self.send_bytes(Bytes::copy_from_slice(buf), Some(dest), false)
+    }
+
+    /// Sends `buf` to the connected destination.
+    ///
+    /// # Errors
+    /// As [`Socket::send_to`]; `ENOTCONN` without a destination.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.send_bytes(Bytes::copy_from_slice(buf), None, false)
+    }
+
+    /// Sends a message without copying it. `dontwait` makes this call non-blocking.
+    ///
+    /// # Errors
+    /// As [`Socket::send_to`].
+    pub fn send_bytes(
+        &self,
+        msg: Bytes,
+        dest: Option<SocketAddr>,
+        dontwait: bool,
+    ) -> io::Result<usize> {
+        let b = self.b()?;
+        let nonblock = dontwait || self.nonblocking.load(Ordering::Relaxed);
+        let tmo = timeout(self.sndtimeo_ns.load(Ordering::Relaxed));
+        let deadline = tmo.map(|t| std::time::Instant::now() + t);
+        let inner = &b.node.inner;
+        let mut core = inner.lock_core();
+        let mut retry = false;
+        loop {
+            if !inner.is_running() {
+                return Err(node_down());
+            }
+            let now = inner.now();
+            match core
+                .stack
+                .send_ext(now, b.id, dest, msg.clone(), nonblock, retry)
+            {
+                Ok(n) => {
+                    let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
+                    b.waiter.update_fds(r, w);
+                    inner.after_app_call(core);
+                    return Ok(n);
+                }
+                Err(SendError::WouldBlock) if !nonblock => {
+                    retry = true;
+                    core = wait(&b.waiter.cv, core, deadline)?;
+                }
+                Err(SendError::CongestedWait) => {
+                    retry = true;
+                    // Start the connection that will bring the peer's new map.
+                    inner.after_app_call(core);
+                    core = inner.lock_core();
+                    let dst = match dest.or_else(|| core.stack.peer_name(b.id)) {
+                        Some(d) => d,
+                        None => return Err(err(libc::ENOTCONN)),
+                    };
+                    while core.stack.dest_congested(b.id, dst) && inner.is_running() {
+                        core = wait(&inner.cong_cv, core, deadline)?;
+                    }
+                }
+                Err(e) => {
+                    let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
+                    b.waiter.update_fds(r, w);
+                    inner.after_app_call(core);
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Receives one message into `buf`; returns `(bytes copied, sender)`.
+    ///
+    /// # Errors
+    /// `EAGAIN` when non-blocking and nothing is queued; `ETIMEDOUT` after the read timeout.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        loop {
+            let m = self.recv_msg(buf, RecvFlags::default())?;
+            if let Some(from) = m.from {
+                return Ok((m.len, from));
+            }
+            // A congestion notification is a 0-byte receive without a sender; data callers
+            // that did not ask for monitoring never get one.
+        }
+    }
+
+    /// Receives with flags; see [`RecvMsg`]. Copies at most `buf.len()` bytes.
+    ///
+    /// # Errors
+    /// As [`Socket::recv_from`].
+    pub fn recv_msg(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<RecvMsg> {
+        let (item, full_len, truncated) = self.recv_item(buf.len(), flags)?;
+        Ok(match item {
+            Received::CongUpdate(mask) => RecvMsg {
+                len: 0,
+                full_len: 0,
+                from: None,
+                truncated: false,
+                cong_update: Some(mask),
+                rdma_dest: None,
+                timestamp: None,
+            },
+            Received::Data { msg, .. } => {
+                let n = msg.payload.len();
+                buf[..n].copy_from_slice(&msg.payload);
+                let b = self.b()?;
+                RecvMsg {
+                    len: if flags.trunc { full_len } else { n },
+                    full_len,
+                    from: Some(msg.from),
+                    truncated,
+                    cong_update: None,
+                    rdma_dest: msg.rdma_dest,
+                    timestamp: self
+                        .timestamps
+                        .load(Ordering::Relaxed)
+                        .then(|| UNIX_EPOCH + Duration::from_nanos(b.node.wall_ns(msg.rx_time))),
+                }
+            }
+        })
+    }
+
+    /// Receives one message without copying its payload (at most `max_len` bytes of it).
+    ///
+    /// # Errors
+    /// As [`Socket::recv_from`].
+    pub fn recv_bytes(&self, max_len: usize, flags: RecvFlags) -> io::Result<Received> {
+        self.recv_item(max_len, flags).map(|r| r.0)
+    }
+
+    fn recv_item(&self, max_len: usize, flags: RecvFlags) -> io::Result<(Received, usize, bool)> {
+        let b = self.b()?;
+        let nonblock = flags.dontwait || self.nonblocking.load(Ordering::Relaxed);
+        let tmo = timeout(self.rcvtimeo_ns.load(Ordering::Relaxed));
+        let deadline = tmo.map(|t| std::time::Instant::now() + t);
+        let inner = &b.node.inner;
+        let mut core = inner.lock_core();
+        loop {
+            if !inner.is_running() {
+                return Err(node_down());
+            }
+            match core.stack.recv(b.id, max_len, flags.peek) {
+                Ok(r) => {
+                    let (rd, wr) = (core.stack.readable(b.id), core.stack.writable(b.id));
+                    b.waiter.update_fds(rd, wr);
+                    inner.after_app_call(core);
+                    let (full, trunc) = match &r {
+                        Received::Data {
+                            full_len,
+                            truncated,
+                            ..
+                        } => (*full_len, *truncated),
+                        Received::CongUpdate(_) => (0, false),
+                    };
+                    return Ok((r, full, trunc));
+                }
+                Err(e) if nonblock => {
+                    drop(core);
+                    return Err(e.into());
+                }
+                Err(_) => core = wait(&b.waiter.cv, core, deadline)?,
+            }
+        }
+    }
+
+    /// `O_NONBLOCK`.
+    pub fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    /// `SO_RCVTIMEO` (`None` = wait forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        self.rcvtimeo_ns.store(nanos(t), Ordering::Relaxed);
+    }
+
+    /// `SO_SNDTIMEO` (`None` = wait forever).
+    pub fn set_write_timeout(&self, t: Option<Duration>) {
+        self.sndtimeo_ns.store(nanos(t), Ordering::Relaxed);
+    }
+
+    /// `SO_TIMESTAMP`: report receive times.
+    pub fn set_timestamps(&self, on: bool) {
+        self.timestamps.store(on, Ordering::Relaxed);
+    }
+
+    /// `SO_SNDBUF`: the usable send buffer in bytes (the kernel keeps twice this and uses
+    /// half; [`Socket::send_buffer_size`] reports the doubled value as `getsockopt` does).
+    pub fn set_send_buffer_size(&self, bytes: usize) {
+        match self.bound.get() {
+            Some(b) => {
+                let mut core = b.node.inner.lock_core();
+                core.stack.set_sndbuf(b.id, bytes);
+                b.node.inner.after_app_call(core);
+            }
+            None => self.pending().sndbuf = Some(bytes),
+        }
+    }
+
+    /// `SO_RCVBUF`: the usable receive buffer in bytes (congestion threshold).
+    pub fn set_recv_buffer_size(&self, bytes: usize) {
+        match self.bound.get() {
+            Some(b) => b.node.inner.lock_core().stack.set_rcvbuf(b.id, bytes),
+            None => self.pending().rcvbuf = Some(bytes),
+        }
+    }
+
+    fn bufs(&self) -> (usize, usize) {
+        match self.bound.get() {
+            Some(b) => b
+                .node
+                .inner
+                .lock_core()
+                .stack
+                .bufs(b.id)
+                .unwrap_or_default(),
+            None => {
+                let p = self.pending();
+                let d = crate::tunables::Tunables::default();
+                (
+                    p.sndbuf.unwrap_or(d.sndbuf_default as usize),
+                    p.rcvbuf.unwrap_or(d.rcvbuf_default as usize),
+                )
+            }
+        }
+    }
+
+    /// `getsockopt(SO_SNDBUF)`: twice the usable send buffer, as Linux reports it.
+    pub fn send_buffer_size(&self) -> usize {
+        self.bufs().0 * 2
+    }
+
+    /// `getsockopt(SO_RCVBUF)`: twice the usable receive buffer, as Linux reports it.
+    pub fn recv_buffer_size(&self) -> usize {
+        self.bufs().1 * 2
+    }
+
+    /// `SO_RDS_TRANSPORT` (set): pins the transport before bind.
+    ///
+    /// # Errors
+    /// `EOPNOTSUPP` when already bound or set.
+    pub fn set_transport(&self, t: TransportKind) -> io::Result<()> {
+        if self.bound.get().is_some() {
+            return Err(err(libc::EOPNOTSUPP));
+        }
+        let mut p = self.pending();
+        if p.transport.is_some() {
+            return Err(err(libc::EOPNOTSUPP));
+        }
+        if t == TransportKind::Loopback {
+            return Err(err(libc::EINVAL));
+        }
+        p.transport = Some(t);
+        Ok(())
+    }
+
+    /// `SO_RDS_TRANSPORT` (get): `None` (`RDS_TRANS_NONE`) when unbound and not set.
+    pub fn transport(&self) -> Option<TransportKind> {
+        match self.bound.get() {
+            Some(b) => b.node.inner.lock_core().stack.sock_transport(b.id),
+            None => self.pending().transport,
+        }
+    }
+
+    /// `RDS_CONG_MONITOR`.
+    pub fn set_cong_monitor(&self, on: bool) {
+        match self.bound.get() {
+            Some(b) => b.node.inner.lock_core().stack.set_cong_monitor(b.id, on),
+            None => self.pending().cong_monitor = on,
+        }
+    }
+
+    /// `RDS_RECVERR` (set).
+    pub fn set_recverr(&self, on: bool) {
+        match self.bound.get() {
+            Some(b) => b.node.inner.lock_core().stack.set_recverr(b.id, on),
+            None => self.pending().recverr = on,
+        }
+    }
+
+    /// `RDS_RECVERR` (get).
+    pub fn recverr(&self) -> bool {
+        match self.bound.get() {
+            Some(b) => b.node.inner.lock_core().stack.recverr(b.id),
+            None => self.pending().recverr,
+        }
+    }
+
+    /// `RDS_CANCEL_SENT_TO`: drops this socket's queued and unacknowledged messages to `dest`.
+    /// Returns how many were dropped.
+    ///
+    /// # Errors
+    /// `ENOTCONN` when unbound.
+    pub fn cancel_sent_to(&self, dest: SocketAddr) -> io::Result<usize> {
+        let b = self.b()?;
+        let mut core = b.node.inner.lock_core();
+        let n = core.stack.cancel_sent_to(b.id, dest);
+        let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
+        b.waiter.update_fds(r, w);
+        b.node.inner.after_app_call(core);
+        Ok(n)
+    }
+
+    /// Whether a receive would return something now (POLLIN).
+    pub fn readable(&self) -> bool {
+        self.bound
+            .get()
+            .is_some_and(|b| b.node.inner.lock_core().stack.readable(b.id))
+    }
+
+    /// Whether the send buffer has room (POLLOUT).
+    pub fn writable(&self) -> bool {
+        self.bound
+            .get()
+            .is_some_and(|b| b.node.inner.lock_core().stack.writable(b.id))
+    }
+
+    /// A descriptor readable while [`Socket::readable`] holds (for poll/epoll).
+    ///
+    /// # Errors
+    /// `ENOTCONN` when unbound; eventfd creation errors.
+    pub fn fd(&self) -> io::Result<RawFd> {
+        self.ready_fd(true)
+    }
+
+    /// A descriptor readable while [`Socket::writable`] holds (for poll/epoll).
+    ///
+    /// # Errors
+    /// As [`Socket::fd`].
+    pub fn send_fd(&self) -> io::Result<RawFd> {
+        self.ready_fd(false)
+    }
+
+    fn ready_fd(&self, rx: bool) -> io::Result<RawFd> {
+        let b = self.b()?;
+        let core = b.node.inner.lock_core();
+        let slot = if rx { &b.waiter.rx_fd } else { &b.waiter.tx_fd };
+        let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some((sys::eventfd()?, false));
+        }
+        let fd = g.as_ref().map(|(f, _)| f.as_raw_fd()).expect("just set");
+        drop(g);
+        b.waiter
+            .update_fds(core.stack.readable(b.id), core.stack.writable(b.id));
+        Ok(fd)
+    }
+
+    /// The node serving this socket (once bound).
+    pub fn node(&self) -> Option<&Node> {
+        self.bound.get().map(|b| &b.node)
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        if let Some(b) = self.bound.get() {
+            let mut core = b.node.inner.lock_core();
+            core.waiters.remove(&b.id);
+            core.stack.close(b.id);
+            b.node.inner.after_app_call(core);
+        }
+    }
+}
+
+/// Waits on `cv` until woken or `deadline`; `ETIMEDOUT` past the deadline.
+fn wait<'a, T>(
+    cv: &std::sync::Condvar,
+    guard: std::sync::MutexGuard<'a, T>,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<std::sync::MutexGuard<'a, T>> {
+    match deadline {
+        None => Ok(cv.wait(guard).unwrap_or_else(|p| p.into_inner())),
+        Some(d) => {
+            let now = std::time::Instant::now();
+            if now >= d {
+                return Err(err(libc::ETIMEDOUT));
+            }
+            Ok(cv
+                .wait_timeout(guard, d - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0)
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! The syscall layer: the few Linux calls the node needs that `std` does not offer (epoll,
+//! eventfd, non-blocking connect from a bound address, TCP keepalive tuning, `SIOCOUTQ`, reads
+//! into uninitialised buffer space). This is one of the two places where `unsafe` is allowed;
+//! every block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A non-blocking, close-on-exec eventfd used to wake a thread or signal readiness.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; a non-negative result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd (makes it readable).
+pub fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a valid u64 on the stack; errors (EAGAIN at the counter's
+    // maximum) leave the fd readable, which is all we want.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Resets an eventfd to zero (not readable).
+pub fn eventfd_clear(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a valid u64 on the stack; EAGAIN means already zero.
+    let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// An epoll instance.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+/// Interest bits.
+pub const EPOLLIN: u32 = libc::EPOLLIN as u32;
+/// Interest bits.
+pub const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
+/// Reported bits.
+pub const EPOLLERR: u32 = libc::EPOLLERR as u32;
+/// Reported bits.
+pub const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
+/// Reported bits.
+pub const EPOLLRDHUP: u32 = libc::EPOLLRDHUP as u32;
+
+impl Epoll {
+    /// A new epoll instance.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: no pointers; a non-negative result is a fresh descriptor we own.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    /// Registers `fd` with `token`.
+    pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    /// Changes the interest of `fd`.
+    pub fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    /// Unregisters `fd`.
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout` (None = forever) and returns `(token, events)` pairs in `out`.
+    pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
+        const MAX: usize = 256;
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let ms = match timeout {
+            None => -1,
+            // Round up so that a deadline is not missed by less than a millisecond.
+            Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+        };
+        // SAFETY: `evs` has room for MAX events and lives across the call.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                evs.as_mut_ptr(),
+                MAX as libc::c_int,
+                ms,
+            )
+        };
+        out.clear();
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        out.extend(evs[..n as usize].iter().map(|e| (e.u64, e.events)));
+        Ok(())
+    }
+}
+
+enum RawAddr {
+    V4(libc::sockaddr_in),
+    V6(libc::sockaddr_in6),
+}
+
+impl RawAddr {
+    fn from(addr: SocketAddr) -> Self {
+        match addr {
+            SocketAddr::V4(a) => RawAddr::V4(libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            }),
+            SocketAddr::V6(a) => RawAddr::V6(libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            }),
+        }
+    }
+
+    fn as_ptr(&self) -> (*const libc::sockaddr, libc::socklen_t) {
+        match self {
+            RawAddr::V4(a) => (
+                (a as *const libc::sockaddr_in).cast(),
+                size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ),
+            RawAddr::V6(a) => (
+                (a as *const libc::sockaddr_in6).cast(),
+                size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            ),
+        }
+    }
+}
+
+/// A non-blocking TCP socket of the family of `addr`.
+pub fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: no pointers; a non-negative result is a fresh descriptor we own.
+    let fd = cvt(unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_TCP,
+        )
+    })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `bind(2)`.
+pub fn bind(fd: RawFd, addr: SocketAddr) -> io::Result<()> {
+    let raw = RawAddr::from(addr);
+    let (p, len) = raw.as_ptr();
+    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
+    cvt(unsafe { libc::bind(fd, p, len) })?;
+    Ok(())
+}
+
+/// Non-blocking `connect(2)`: `Ok(true)` when in progress, `Ok(false)` when already connected.
+pub fn connect(fd: RawFd, addr: SocketAddr) -> io::Result<bool> {
+    let raw = RawAddr::from(addr);
+    let (p, len) = raw.as_ptr();
+    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
+    match cvt(unsafe { libc::connect(fd, p, len) }) {
+        Ok(_) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a c_int on the stack with its exact size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: passes a pointer to a c_int on the stack and its size; the kernel writes at
+    // most `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
+}
+
+/// RDS/TCP socket tuning (`rds_tcp_tune`, `rds_tcp_keepalive`): TCP_NODELAY, keepalive with
+/// idle 5 s, interval 5 s, 5 probes, and SO_REUSEADDR.
+pub fn tune_rds_tcp(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 5)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 5)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 5)?;
+    Ok(())
+}
+
+/// `SO_REUSEADDR`.
+pub fn set_reuseaddr(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)
+}
+
+/// `SO_SNDBUF` / `SO_RCVBUF` when nonzero (0 keeps autotuning).
+pub fn set_bufs(fd: RawFd, snd: u32, rcv: u32) -> io::Result<()> {
+    if snd > 0 {
+        setsockopt_int(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            snd.min(i32::MAX as u32) as i32,
+        )?;
+    }
+    if rcv > 0 {
+        setsockopt_int(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            rcv.min(i32::MAX as u32) as i32,
+        )?;
+    }
+    Ok(())
+}
+
+/// `SO_LINGER` 0: closing sends an RST.
+pub fn set_linger0(fd: RawFd) -> io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: passes a pointer to a linger struct on the stack with its exact size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// The pending error of a socket (`SO_ERROR`), e.g. the outcome of a non-blocking connect.
+pub fn take_error(fd: RawFd) -> io::Result<Option<io::Error>> {
+    let e = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
+    Ok((e != 0).then(|| io::Error::from_raw_os_error(e)))
+}
+
+/// `SIOCOUTQ`: bytes written to a TCP socket and not yet acknowledged by the peer.
+pub fn outq(fd: RawFd) -> io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (== TIOCOUTQ) writes one c_int through the pointer, which is valid.
+    cvt(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut v as *mut libc::c_int) })?;
+    Ok(v.max(0) as usize)
+}
+
+/// Reads up to `max` bytes into the spare capacity of `buf` (growing it as needed) without
+/// zeroing it first. Returns the bytes read (0 = end of stream).
+pub fn read_spare(fd: RawFd, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+    buf.reserve(max);
+    let spare: &mut [MaybeUninit<u8>] = buf.spare_capacity_mut();
+    let n = spare.len().min(max);
+    // SAFETY: `spare` is writable memory of at least `n` bytes owned by `buf`; read(2) writes at
+    // most `n` bytes into it.
+    let r = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), n) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let r = r as usize;
+    // SAFETY: the kernel initialised exactly `r` bytes at the start of the spare capacity.
+    unsafe { buf.set_len(buf.len() + r) };
+    Ok(r)
+}
+
+/// Local address of a socket.
+pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    sockname(fd, false)
+}
+
+/// Peer address of a socket.
+pub fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    sockname(fd, true)
+}
+
+fn sockname(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
+    let mut ss: libc::sockaddr_storage = {
+        // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+        unsafe { std::mem::zeroed() }
+    };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let p = (&mut ss as *mut libc::sockaddr_storage).cast();
+    // SAFETY: `p` points to a sockaddr_storage of `len` bytes; the kernel writes at most that.
+    cvt(unsafe {
+        if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        }
+    })?;
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: libc::sockaddr_in = unsafe { *(p as *const libc::sockaddr_in) };
+            Ok(SocketAddr::V4(SocketAddrV4::new(
+                std::net::Ipv4Addr::from(a.sin_addr.s_addr.to_ne_bytes()),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: libc::sockaddr_in6 = unsafe { *(p as *const libc::sockaddr_in6) };
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        f => Err(io::Error::other(format!("unexpected address family {f}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn eventfd_and_epoll() {
+        let ep = Epoll::new().unwrap();
+        let ev = eventfd().unwrap();
+        ep.add(ev.as_raw_fd(), 7, EPOLLIN).unwrap();
+        let mut out = vec![];
+        ep.wait(&mut out, Some(Duration::ZERO)).unwrap();
+        assert!(out.is_empty());
+        eventfd_signal(ev.as_raw_fd());
+        ep.wait(&mut out, Some(Duration::from_millis(100))).unwrap();
+        assert_eq!(out, [(7, EPOLLIN)]);
+        eventfd_clear(ev.as_raw_fd());
+        ep.wait(&mut out, Some(Duration::ZERO)).unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn bound_nonblocking_connect_and_outq() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = l.local_addr().unwrap();
+        let fd = tcp_socket(&target).unwrap();
+        bind(fd.as_raw_fd(), "127.0.0.1:0".parse().unwrap()).unwrap();
+        tune_rds_tcp(fd.as_raw_fd()).unwrap();
+        let _ = connect(fd.as_raw_fd(), target).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        let ok = poll_writable(fd.as_raw_fd());
+        assert!(ok);
+        assert!(take_error(fd.as_raw_fd()).unwrap().is_none());
+        assert_eq!(peer_addr(fd.as_raw_fd()).unwrap(), target);
+        let mut s = std::net::TcpStream::from(fd);
+        s.write_all(b"hello").unwrap();
+        // Loopback acks promptly; the queue drains.
+        for _ in 0..100 {
+            if outq(s.as_raw_fd()).unwrap() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(outq(s.as_raw_fd()).unwrap(), 0);
+        let mut buf = BytesMut::new();
+        peer.set_nonblocking(false).unwrap();
+        let n = read_spare(peer.as_raw_fd(), &mut buf, 64).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+    }
+
+    fn poll_writable(fd: RawFd) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, 2000) };
+        r == 1
+    }
+}
