@@ -11,10 +11,13 @@
 //! - [`node`]: a running node: the engine behind a lock, an epoll I/O thread running the
 //!   RDS/TCP transport (listener on `addr:16385`, lanes, reconnects), timers and the trace tap.
 //! - [`socket`]: RDS sockets with the kernel's semantics and errno values ([`Socket`]).
+//! - [`ctl`]: the control protocol every node serves on a Unix socket (info, counters,
+//!   tunables, connection restart/kill, trace streaming, client sockets for the daemon).
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod ctl;
 pub mod errno;
 pub mod node;
 pub mod proto;
@@ -28,5 +31,5 @@ pub mod wire;
 
 mod sys;
 
-pub use node::{Node, NodeConfig};
+pub use node::{CtlMode, Node, NodeConfig};
 pub use socket::{RecvFlags, RecvMsg, Socket};

@@ -379,6 +379,42 @@ fn sockname(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
     }
 }
 
+/// Waits until `fd` is readable or `timeout` passes; returns whether it is readable.
+///
+/// # Errors
+/// `poll(2)` errors other than EINTR.
+pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    Ok(wait_any_readable(&[fd], timeout)?.is_some())
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes; returns the index of the first
+/// readable one.
+///
+/// # Errors
+/// `poll(2)` errors other than EINTR.
+pub fn wait_any_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Option<usize>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `pfds` is a valid array of `len` pollfd structs for the duration of the call.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(pfds.iter().position(|p| p.revents != 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

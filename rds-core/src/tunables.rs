@@ -48,3 +48,260 @@ impl Default for Tunables {
         }
     }
 }
+
+/// How a tunable is described to operators (`rds-ctrl help`).
+#[derive(Debug, Clone, Copy)]
+pub struct TunableDef {
+    /// The sysctl-style name (`net.rds.…`).
+    pub name: &'static str,
+    /// One line of description.
+    pub desc: &'static str,
+    /// Unit of the value.
+    pub unit: &'static str,
+    /// Smallest accepted value.
+    pub min: u64,
+    /// Largest accepted value.
+    pub max: u64,
+    /// Whether 0 is accepted besides `min..=max` (0 = automatic).
+    pub zero_ok: bool,
+    /// Whether the kernel has this sysctl (otherwise it is this stack's own).
+    pub kernel: bool,
+    get: fn(&Tunables) -> u64,
+    set: fn(&mut Tunables, u64),
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// Every tunable, in `rds-ctrl help` order.
+pub const TUNABLES: &[TunableDef] = &[
+    TunableDef {
+        name: "net.rds.max_unacked_packets",
+        desc: "request an acknowledgement (ACK_REQUIRED) at least every this many messages",
+        unit: "messages",
+        min: 1,
+        max: 1 << 20,
+        zero_ok: false,
+        kernel: true,
+        get: |t| u64::from(t.max_unacked_packets),
+        set: |t, v| t.max_unacked_packets = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.max_unacked_bytes",
+        desc: "request an acknowledgement at least every this many bytes",
+        unit: "bytes",
+        min: 1,
+        max: 1 << 31,
+        zero_ok: false,
+        kernel: true,
+        get: |t| t.max_unacked_bytes,
+        set: |t, v| t.max_unacked_bytes = v,
+    },
+    TunableDef {
+        name: "net.rds.ping_enable",
+        desc: "answer pings (messages to port 0) with a pong",
+        unit: "boolean",
+        min: 0,
+        max: 1,
+        zero_ok: true,
+        kernel: true,
+        get: |t| u64::from(t.ping_enable),
+        set: |t, v| t.ping_enable = v != 0,
+    },
+    TunableDef {
+        name: "net.rds.reconnect_min_delay_ms",
+        desc: "first reconnect backoff bound (doubles per failed attempt)",
+        unit: "ms",
+        min: 1,
+        max: 60_000,
+        zero_ok: false,
+        kernel: true,
+        get: |t| ms(t.reconnect_min_delay),
+        set: |t, v| t.reconnect_min_delay = Duration::from_millis(v),
+    },
+    TunableDef {
+        name: "net.rds.reconnect_max_delay_ms",
+        desc: "largest reconnect backoff bound",
+        unit: "ms",
+        min: 1,
+        max: 600_000,
+        zero_ok: false,
+        kernel: true,
+        get: |t| ms(t.reconnect_max_delay),
+        set: |t, v| t.reconnect_max_delay = Duration::from_millis(v),
+    },
+    TunableDef {
+        name: "net.rds.tcp.rds_tcp_sndbuf",
+        desc: "TCP send buffer of RDS/TCP connections, 0 = autotune; a change reconnects them",
+        unit: "bytes",
+        min: 4608,
+        max: i32::MAX as u64,
+        zero_ok: true,
+        kernel: true,
+        get: |t| u64::from(t.tcp_sndbuf),
+        set: |t, v| t.tcp_sndbuf = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.tcp.rds_tcp_rcvbuf",
+        desc: "TCP receive buffer of RDS/TCP connections, 0 = autotune; a change reconnects them",
+        unit: "bytes",
+        min: 2304,
+        max: i32::MAX as u64,
+        zero_ok: true,
+        kernel: true,
+        get: |t| u64::from(t.tcp_rcvbuf),
+        set: |t, v| t.tcp_rcvbuf = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.sndbuf_default",
+        desc: "send buffer of a new RDS socket (the kernel uses net.core.wmem_default / 2)",
+        unit: "bytes",
+        min: 1024,
+        max: 1 << 30,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.sndbuf_default),
+        set: |t, v| t.sndbuf_default = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.rcvbuf_default",
+        desc: "receive buffer of a new RDS socket (the kernel uses net.core.rmem_default / 2)",
+        unit: "bytes",
+        min: 1024,
+        max: 1 << 30,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.rcvbuf_default),
+        set: |t, v| t.rcvbuf_default = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.sndbuf_max",
+        desc: "largest SO_SNDBUF an RDS socket may set (the kernel uses net.core.wmem_max)",
+        unit: "bytes",
+        min: 1024,
+        max: 1 << 30,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.sndbuf_max),
+        set: |t, v| t.sndbuf_max = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.rcvbuf_max",
+        desc: "largest SO_RCVBUF an RDS socket may set (the kernel uses net.core.rmem_max)",
+        unit: "bytes",
+        min: 1024,
+        max: 1 << 30,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.rcvbuf_max),
+        set: |t, v| t.rcvbuf_max = v as u32,
+    },
+];
+
+/// Why a tunable cannot be set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TunableError {
+    /// No tunable has this name.
+    #[error("unknown tunable '{0}'")]
+    Unknown(String),
+    /// The value is outside the accepted range.
+    #[error("{name}: value {value} out of range ({range})")]
+    Range {
+        /// The tunable.
+        name: &'static str,
+        /// The rejected value.
+        value: u64,
+        /// The accepted range, as text.
+        range: String,
+    },
+    /// The minimum reconnect delay would exceed the maximum.
+    #[error("net.rds.reconnect_min_delay_ms must not exceed net.rds.reconnect_max_delay_ms")]
+    MinAboveMax,
+}
+
+impl TunableDef {
+    /// Finds a tunable by its full name or its last component (`max_unacked_packets`).
+    pub fn find(name: &str) -> Option<&'static TunableDef> {
+        TUNABLES
+            .iter()
+            .find(|d| d.name == name || d.name.rsplit('.').next() == Some(name))
+    }
+
+    /// The value in `t`.
+    pub fn get(&self, t: &Tunables) -> u64 {
+        (self.get)(t)
+    }
+
+    /// The default value.
+    pub fn default_value(&self) -> u64 {
+        (self.get)(&Tunables::default())
+    }
+
+    /// The accepted range as text (`0 or 4608..2147483647`).
+    pub fn range_text(&self) -> String {
+        if self.zero_ok && self.min > 0 {
+            format!("0 or {}..{}", self.min, self.max)
+        } else {
+            format!("{}..{}", self.min, self.max)
+        }
+    }
+
+    /// Sets the value in `t` after checking the range.
+    ///
+    /// # Errors
+    /// [`TunableError::Range`] or [`TunableError::MinAboveMax`].
+    pub fn set(&self, t: &mut Tunables, value: u64) -> Result<(), TunableError> {
+        let ok = (self.min..=self.max).contains(&value) || (self.zero_ok && value == 0);
+        if !ok {
+            return Err(TunableError::Range {
+                name: self.name,
+                value,
+                range: self.range_text(),
+            });
+        }
+        let mut n = t.clone();
+        (self.set)(&mut n, value);
+        if n.reconnect_min_delay > n.reconnect_max_delay {
+            return Err(TunableError::MinAboveMax);
+        }
+        *t = n;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_defaults_and_names() {
+        let t = Tunables::default();
+        let get = |n: &str| TunableDef::find(n).unwrap().get(&t);
+        assert_eq!(get("net.rds.max_unacked_packets"), 8);
+        assert_eq!(get("net.rds.max_unacked_bytes"), 16 << 20);
+        assert_eq!(get("net.rds.ping_enable"), 1);
+        assert_eq!(get("net.rds.reconnect_min_delay_ms"), 1);
+        assert_eq!(get("net.rds.reconnect_max_delay_ms"), 1000);
+        assert_eq!(get("rds_tcp_sndbuf"), 0);
+        assert_eq!(get("net.rds.tcp.rds_tcp_rcvbuf"), 0);
+    }
+
+    #[test]
+    fn ranges_are_enforced() {
+        let mut t = Tunables::default();
+        let d = TunableDef::find("rds_tcp_sndbuf").unwrap();
+        assert!(d.set(&mut t, 0).is_ok());
+        assert!(matches!(
+            d.set(&mut t, 100),
+            Err(TunableError::Range { .. })
+        ));
+        d.set(&mut t, 10000).unwrap();
+        assert_eq!(t.tcp_sndbuf, 10000);
+        let min = TunableDef::find("reconnect_min_delay_ms").unwrap();
+        assert_eq!(min.set(&mut t, 5000), Err(TunableError::MinAboveMax));
+        assert_eq!(t.reconnect_min_delay, Duration::from_millis(1));
+        assert!(TunableDef::find("nope").is_none());
+        assert_eq!(d.range_text(), "0 or 4608..2147483647");
+    }
+}

@@ -29,7 +29,19 @@ use crate::tunables::Tunables;
 
 use tap::Tap;
 pub use tcp::TcpSockInfo;
+
 use tcp::{Tcp, TcpOut, TOKEN_WAKE};
+
+/// Whether and under which name a node serves a control socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CtlMode {
+    /// `embedded-<pid>[-<n>]` in the runtime directory; the node runs even if that fails.
+    Auto,
+    /// This name; failing to serve it fails [`Node::start`] (the daemon uses "daemon").
+    Named(String),
+    /// No control socket.
+    Off,
+}
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
@@ -40,8 +52,10 @@ pub struct NodeConfig {
     pub tunables: Tunables,
     /// Seed for the engine's randomness (ports, jitter, generation number); random if `None`.
     pub seed: Option<u64>,
-    /// A name for logs and `rds-info --node` (e.g. "embedded" or "daemon").
+    /// A name for logs (the control socket's name when it serves one).
     pub name: String,
+    /// The control socket.
+    pub ctl: CtlMode,
 }
 
 impl NodeConfig {
@@ -52,6 +66,7 @@ impl NodeConfig {
             tunables: Tunables::default(),
             seed: None,
             name: "embedded".into(),
+            ctl: CtlMode::Auto,
         }
     }
 }
@@ -111,6 +126,7 @@ pub(crate) struct Inner {
     pub addrs: Mutex<Vec<IpAddr>>,
     pub frames_in: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
+    ctl: Mutex<Option<crate::ctl::server::CtlServer>>,
 }
 
 /// A running node. Cheap to clone (shared). Shut down with [`Node::shutdown`] or by dropping
@@ -123,7 +139,7 @@ pub struct Node {
 
 /// Shuts the node down when the last user handle goes away.
 #[derive(Debug)]
-struct Owner(Arc<Inner>);
+pub(crate) struct Owner(Arc<Inner>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
@@ -177,21 +193,63 @@ impl Node {
             addrs: Mutex::new(cfg.addrs),
             frames_in: AtomicU64::new(0),
             thread: Mutex::new(None),
+            ctl: Mutex::new(None),
         });
         let io = inner.clone();
         let h = std::thread::Builder::new()
             .name("rds-io".into())
             .spawn(move || io.io_loop())?;
         *lock(&inner.thread) = Some(h);
+        let owner = Arc::new(Owner(inner.clone()));
+        let weak = Arc::downgrade(&owner);
+        let server = match &cfg.ctl {
+            CtlMode::Off => None,
+            CtlMode::Named(n) => Some(crate::ctl::server::CtlServer::start(
+                inner.clone(),
+                weak,
+                n,
+            )?),
+            CtlMode::Auto => {
+                let n = NODE_SEQ.fetch_add(1, Ordering::Relaxed);
+                let name = if n == 0 {
+                    format!("embedded-{}", std::process::id())
+                } else {
+                    format!("embedded-{}-{}", std::process::id(), n + 1)
+                };
+                crate::ctl::server::CtlServer::start(inner.clone(), weak, &name).ok()
+            }
+        };
+        *lock(&inner.ctl) = server;
         Ok(Node {
-            _owner: Arc::new(Owner(inner.clone())),
+            _owner: owner,
             inner,
         })
     }
 
-    /// The node's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
+    pub(crate) fn from_parts(inner: Arc<Inner>, owner: Arc<Owner>) -> Option<Node> {
+        inner.is_running().then_some(Node {
+            inner,
+            _owner: owner,
+        })
+    }
+
+    /// The control socket's path, if the node serves one.
+    pub fn ctl_path(&self) -> Option<std::path::PathBuf> {
+        lock(&self.inner.ctl)
+            .as_ref()
+            .map(|s| s.path().to_path_buf())
+    }
+
+    /// The node's name (its control socket's name when it serves one).
+    pub fn name(&self) -> String {
+        lock(&self.inner.ctl)
+            .as_ref()
+            .and_then(|s| {
+                s.path()
+                    .file_stem()
+                    .map(|x| x.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| self.inner.name.clone())
     }
 
     /// The addresses the node owns.
@@ -352,6 +410,8 @@ impl Node {
     }
 }
 
+static NODE_SEQ: AtomicU64 = AtomicU64::new(0);
+
 fn random_seed() -> u64 {
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom")
@@ -398,6 +458,10 @@ impl Inner {
     fn shutdown(&self) {
         if !self.running.load(Ordering::SeqCst) {
             return;
+        }
+        let server = lock(&self.ctl).take();
+        if let Some(mut s) = server {
+            s.stop();
         }
         {
             let mut core = lock(&self.core);

@@ -72,7 +72,7 @@ struct TcpConn {
 }
 
 /// One TCP socket for `rds-info -T` (`rds_info_tcp_socket`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TcpSockInfo {
     /// Local address and port.
     pub local: SocketAddr,
@@ -91,7 +91,7 @@ pub struct TcpSockInfo {
     /// Path index.
     pub path: usize,
     /// Connection state name.
-    pub state: &'static str,
+    pub state: String,
 }
 
 /// What the I/O thread learnt from the sockets, to be applied to the engine.
@@ -800,7 +800,8 @@ impl Tcp {
                     State::Connecting => "CONNECTING",
                     State::Up => "UP",
                     State::Draining(_) => "DRAINING",
-                },
+                }
+                .to_string(),
             })
             .collect()
     }

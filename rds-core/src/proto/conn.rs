@@ -13,7 +13,7 @@ use super::frag::FragAssembler;
 use super::{SockId, TransportKind};
 
 /// Path states, numbered as the kernel's `RDS_CONN_*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PathState {
     /// No transport connection.
     Down = 0,
@@ -210,7 +210,7 @@ impl Conn {
 }
 
 /// A snapshot of one path, for info output.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathInfo {
     /// Path index.
     pub index: usize,
@@ -235,7 +235,7 @@ pub struct PathInfo {
 }
 
 /// A snapshot of one connection, for info output.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConnInfo {
     /// Connection id.
     pub id: super::ConnId,

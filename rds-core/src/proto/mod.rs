@@ -38,7 +38,9 @@ use core::fmt;
 use std::net::IpAddr;
 
 /// A connection: one (local address, peer address, transport) triple.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ConnId(pub(crate) u32);
 
 impl ConnId {
@@ -49,7 +51,9 @@ impl ConnId {
 }
 
 /// A socket of the stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct SockId(pub(crate) u32);
 
 impl SockId {
@@ -60,7 +64,10 @@ impl SockId {
 }
 
 /// An RDS transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum TransportKind {
     /// RDS over InfiniBand / RoCE verbs (`RDS_TRANS_IB` = 0).
     Ib,

@@ -95,7 +95,7 @@ impl Sock {
 }
 
 /// A snapshot of a socket (`rds_info_socket`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SockInfo {
     /// Socket id (the kernel shows an inode number).
     pub id: super::SockId,
@@ -118,7 +118,7 @@ pub struct SockInfo {
 }
 
 /// A message in a queue (`rds_info_message`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueuedMsgInfo {
     /// Sequence number (0 if not yet transmitted).
     pub seq: u64,

@@ -23,6 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+mod remote;
+
+use crate::ctl::SockOpt;
 use crate::errno::err;
 use crate::node::{Node, NodeConfig, Waiter};
 use crate::proto::{canonical, Received, SendError, SockId, TransportKind};
@@ -82,10 +85,13 @@ pub struct Socket {
     node: Option<Node>,
     pending: Mutex<Pending>,
     bound: OnceLock<Bound>,
+    remote: OnceLock<remote::Remote>,
     nonblocking: AtomicBool,
     rcvtimeo_ns: AtomicU64,
     sndtimeo_ns: AtomicU64,
     timestamps: AtomicBool,
+    /// The timestamp of the last message received through the daemon.
+    last_remote_ts: Mutex<Option<Option<SystemTime>>>,
 }
 
 static DEFAULT_NODE: Mutex<Option<Node>> = Mutex::new(None);
@@ -136,10 +142,12 @@ impl Socket {
             node,
             pending: Mutex::new(Pending::default()),
             bound: OnceLock::new(),
+            remote: OnceLock::new(),
             nonblocking: AtomicBool::new(false),
             rcvtimeo_ns: AtomicU64::new(0),
             sndtimeo_ns: AtomicU64::new(0),
             timestamps: AtomicBool::new(false),
+            last_remote_ts: Mutex::new(None),
         }
     }
 
@@ -159,12 +167,17 @@ impl Socket {
     /// node can own the address), `EADDRINUSE`, `ENOPROTOOPT` (the preset transport cannot
     /// serve the address).
     pub fn bind(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
-        if self.bound.get().is_some() {
+        if self.bound.get().is_some() || self.remote.get().is_some() {
             return Err(err(libc::EINVAL));
         }
         let ip = canonical(addr.ip());
         if ip.is_unspecified() || ip.is_multicast() || ip == std::net::Ipv4Addr::BROADCAST {
             return Err(err(libc::EINVAL));
+        }
+        if self.node.is_none() && std::env::var_os("RDS_NO_DAEMON").is_none() {
+            if let Some(r) = self.bind_daemon(SocketAddr::new(ip, addr.port()))? {
+                return Ok(r);
+            }
         }
         let node = match &self.node {
             Some(n) => n.clone(),
@@ -217,11 +230,43 @@ impl Socket {
         Ok(bound)
     }
 
+    /// Binds through the daemon if one runs and owns `addr`; `Ok(None)` when not.
+    fn bind_daemon(&self, addr: SocketAddr) -> io::Result<Option<SocketAddr>> {
+        let Some(ep) = crate::ctl::find_daemon() else {
+            return Ok(None);
+        };
+        let p = self.pending().clone();
+        let mut opts = vec![
+            SockOpt::CongMonitor(p.cong_monitor),
+            SockOpt::Recverr(p.recverr),
+            SockOpt::Timestamps(self.timestamps.load(Ordering::Relaxed)),
+        ];
+        opts.extend(p.sndbuf.map(SockOpt::Sndbuf));
+        opts.extend(p.rcvbuf.map(SockOpt::Rcvbuf));
+        match remote::Remote::bind(&ep, addr, p.transport, &opts, p.connected) {
+            Ok((r, bound)) => {
+                let _ = self.remote.set(r);
+                Ok(Some(bound))
+            }
+            // The daemon does not own the address: an embedded node may.
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the daemon serves this socket.
+    pub fn via_daemon(&self) -> bool {
+        self.remote.get().is_some()
+    }
+
     /// The bound address.
     ///
     /// # Errors
     /// `ENOTCONN` when unbound.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        if let Some(r) = self.remote.get() {
+            return r.local_addr();
+        }
         let b = self.b()?;
         b.node
             .inner
@@ -239,6 +284,9 @@ impl Socket {
         let ip = canonical(addr.ip());
         if ip.is_unspecified() {
             return Err(err(libc::EDESTADDRREQ));
+        }
+        if let Some(r) = self.remote.get() {
+            return r.connect(addr);
         }
         match self.bound.get() {
             Some(b) => {
@@ -261,6 +309,9 @@ impl Socket {
     /// # Errors
     /// `ENOTCONN` when none was set.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        if let Some(r) = self.remote.get() {
+            return r.peer_addr();
+        }
         let p = match self.bound.get() {
             Some(b) => b.node.inner.lock_core().stack.peer_name(b.id),
             None => self.pending().connected,
@@ -295,9 +346,12 @@ impl Socket {
         dest: Option<SocketAddr>,
         dontwait: bool,
     ) -> io::Result<usize> {
-        let b = self.b()?;
         let nonblock = dontwait || self.nonblocking.load(Ordering::Relaxed);
         let tmo = timeout(self.sndtimeo_ns.load(Ordering::Relaxed));
+        if let Some(r) = self.remote.get() {
+            return r.send(&msg, dest, nonblock, tmo);
+        }
+        let b = self.b()?;
         let deadline = tmo.map(|t| std::time::Instant::now() + t);
         let inner = &b.node.inner;
         let mut core = inner.lock_core();
@@ -378,6 +432,22 @@ impl Socket {
             Received::Data { msg, .. } => {
                 let n = msg.payload.len();
                 buf[..n].copy_from_slice(&msg.payload);
+                if let Some(ts) = self
+                    .last_remote_ts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                {
+                    return Ok(RecvMsg {
+                        len: if flags.trunc { full_len } else { n },
+                        full_len,
+                        from: Some(msg.from),
+                        truncated,
+                        cong_update: None,
+                        rdma_dest: msg.rdma_dest,
+                        timestamp: ts,
+                    });
+                }
                 let b = self.b()?;
                 RecvMsg {
                     len: if flags.trunc { full_len } else { n },
@@ -404,9 +474,26 @@ impl Socket {
     }
 
     fn recv_item(&self, max_len: usize, flags: RecvFlags) -> io::Result<(Received, usize, bool)> {
-        let b = self.b()?;
         let nonblock = flags.dontwait || self.nonblocking.load(Ordering::Relaxed);
         let tmo = timeout(self.rcvtimeo_ns.load(Ordering::Relaxed));
+        if let Some(r) = self.remote.get() {
+            let (got, ts) = r.recv(max_len, flags.peek, nonblock, tmo)?;
+            let (full, trunc) = match &got {
+                Received::Data {
+                    full_len,
+                    truncated,
+                    ..
+                } => (*full_len, *truncated),
+                Received::CongUpdate(_) => (0, false),
+            };
+            *self
+                .last_remote_ts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) =
+                Some(ts.filter(|_| self.timestamps.load(Ordering::Relaxed)));
+            return Ok((got, full, trunc));
+        }
+        let b = self.b()?;
         let deadline = tmo.map(|t| std::time::Instant::now() + t);
         let inner = &b.node.inner;
         let mut core = inner.lock_core();
@@ -456,11 +543,18 @@ impl Socket {
     /// `SO_TIMESTAMP`: report receive times.
     pub fn set_timestamps(&self, on: bool) {
         self.timestamps.store(on, Ordering::Relaxed);
+        if let Some(r) = self.remote.get() {
+            let _ = r.set(SockOpt::Timestamps(on));
+        }
     }
 
     /// `SO_SNDBUF`: the usable send buffer in bytes (the kernel keeps twice this and uses
     /// half; [`Socket::send_buffer_size`] reports the doubled value as `getsockopt` does).
     pub fn set_send_buffer_size(&self, bytes: usize) {
+        if let Some(r) = self.remote.get() {
+            let _ = r.set(SockOpt::Sndbuf(bytes));
+            return;
+        }
         match self.bound.get() {
             Some(b) => {
                 let mut core = b.node.inner.lock_core();
@@ -473,6 +567,10 @@ impl Socket {
 
     /// `SO_RCVBUF`: the usable receive buffer in bytes (congestion threshold).
     pub fn set_recv_buffer_size(&self, bytes: usize) {
+        if let Some(r) = self.remote.get() {
+            let _ = r.set(SockOpt::Rcvbuf(bytes));
+            return;
+        }
         match self.bound.get() {
             Some(b) => b.node.inner.lock_core().stack.set_rcvbuf(b.id, bytes),
             None => self.pending().rcvbuf = Some(bytes),
@@ -480,6 +578,9 @@ impl Socket {
     }
 
     fn bufs(&self) -> (usize, usize) {
+        if let Some(r) = self.remote.get() {
+            return r.bufs();
+        }
         match self.bound.get() {
             Some(b) => b
                 .node
@@ -514,7 +615,7 @@ impl Socket {
     /// # Errors
     /// `EOPNOTSUPP` when already bound or set.
     pub fn set_transport(&self, t: TransportKind) -> io::Result<()> {
-        if self.bound.get().is_some() {
+        if self.bound.get().is_some() || self.remote.get().is_some() {
             return Err(err(libc::EOPNOTSUPP));
         }
         let mut p = self.pending();
@@ -530,6 +631,9 @@ impl Socket {
 
     /// `SO_RDS_TRANSPORT` (get): `None` (`RDS_TRANS_NONE`) when unbound and not set.
     pub fn transport(&self) -> Option<TransportKind> {
+        if let Some(r) = self.remote.get() {
+            return r.transport();
+        }
         match self.bound.get() {
             Some(b) => b.node.inner.lock_core().stack.sock_transport(b.id),
             None => self.pending().transport,
@@ -538,6 +642,10 @@ impl Socket {
 
     /// `RDS_CONG_MONITOR`.
     pub fn set_cong_monitor(&self, on: bool) {
+        if let Some(r) = self.remote.get() {
+            let _ = r.set(SockOpt::CongMonitor(on));
+            return;
+        }
         match self.bound.get() {
             Some(b) => b.node.inner.lock_core().stack.set_cong_monitor(b.id, on),
             None => self.pending().cong_monitor = on,
@@ -546,6 +654,10 @@ impl Socket {
 
     /// `RDS_RECVERR` (set).
     pub fn set_recverr(&self, on: bool) {
+        if let Some(r) = self.remote.get() {
+            let _ = r.set(SockOpt::Recverr(on));
+            return;
+        }
         match self.bound.get() {
             Some(b) => b.node.inner.lock_core().stack.set_recverr(b.id, on),
             None => self.pending().recverr = on,
@@ -554,6 +666,9 @@ impl Socket {
 
     /// `RDS_RECVERR` (get).
     pub fn recverr(&self) -> bool {
+        if self.remote.get().is_some() {
+            return self.pending().recverr;
+        }
         match self.bound.get() {
             Some(b) => b.node.inner.lock_core().stack.recverr(b.id),
             None => self.pending().recverr,
@@ -566,6 +681,9 @@ impl Socket {
     /// # Errors
     /// `ENOTCONN` when unbound.
     pub fn cancel_sent_to(&self, dest: SocketAddr) -> io::Result<usize> {
+        if let Some(r) = self.remote.get() {
+            return r.cancel(dest);
+        }
         let b = self.b()?;
         let mut core = b.node.inner.lock_core();
         let n = core.stack.cancel_sent_to(b.id, dest);
@@ -577,6 +695,9 @@ impl Socket {
 
     /// Whether a receive would return something now (POLLIN).
     pub fn readable(&self) -> bool {
+        if let Some(r) = self.remote.get() {
+            return r.readiness().0;
+        }
         self.bound
             .get()
             .is_some_and(|b| b.node.inner.lock_core().stack.readable(b.id))
@@ -584,6 +705,9 @@ impl Socket {
 
     /// Whether the send buffer has room (POLLOUT).
     pub fn writable(&self) -> bool {
+        if let Some(r) = self.remote.get() {
+            return r.readiness().1;
+        }
         self.bound
             .get()
             .is_some_and(|b| b.node.inner.lock_core().stack.writable(b.id))
@@ -606,6 +730,9 @@ impl Socket {
     }
 
     fn ready_fd(&self, rx: bool) -> io::Result<RawFd> {
+        if let Some(r) = self.remote.get() {
+            return r.fd(rx);
+        }
         let b = self.b()?;
         let core = b.node.inner.lock_core();
         let slot = if rx { &b.waiter.rx_fd } else { &b.waiter.tx_fd };
@@ -628,6 +755,9 @@ impl Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
+        if let Some(r) = self.remote.get() {
+            r.close();
+        }
         if let Some(b) = self.bound.get() {
             let mut core = b.node.inner.lock_core();
             core.waiters.remove(&b.id);

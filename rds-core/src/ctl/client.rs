@@ -1,0 +1,251 @@
+//! A client of a node's control socket (used by `rds-info`, `rds-ctrl`, `rds-trace` and the
+//! daemon backend of [`crate::Socket`]).
+
+use std::io;
+use std::net::IpAddr;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use super::{
+    discover, read_frame, write_frame, FrameError, InfoSnapshot, NodeEndpoint, Reply, Request,
+    DAEMON_NAME, PROTO_VERSION,
+};
+
+/// An error a node answered, or a failure to reach it.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// The node refused the request.
+    #[error("{message}")]
+    Node {
+        /// errno.
+        errno: i32,
+        /// The node's explanation.
+        message: String,
+    },
+    /// No node could be reached.
+    #[error("{0}")]
+    NoNode(String),
+    /// The connection failed.
+    #[error("control socket: {0}")]
+    Io(#[from] io::Error),
+    /// The node sent something unexpected.
+    #[error("control socket: unexpected reply {0}")]
+    Protocol(String),
+}
+
+impl CtlError {
+    /// The errno this error stands for.
+    pub fn errno(&self) -> i32 {
+        match self {
+            CtlError::Node { errno, .. } => *errno,
+            CtlError::NoNode(_) => libc::ENOENT,
+            CtlError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            CtlError::Protocol(_) => libc::EPROTO,
+        }
+    }
+
+    /// As an `io::Error` carrying the errno (for socket semantics).
+    pub fn into_io(self) -> io::Error {
+        match self {
+            CtlError::Io(e) => e,
+            other => io::Error::from_raw_os_error(other.errno()),
+        }
+    }
+}
+
+/// What a node said about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeHello {
+    /// Node name.
+    pub node: String,
+    /// rds-tools version.
+    pub version: String,
+    /// RDS protocol version.
+    pub rds_protocol: String,
+    /// Process id.
+    pub pid: u32,
+    /// Owner uid.
+    pub owner_uid: u32,
+    /// Addresses it owns.
+    pub addrs: Vec<IpAddr>,
+}
+
+/// A connection to one node.
+#[derive(Debug)]
+pub struct CtlClient {
+    stream: UnixStream,
+    /// The node's identity.
+    pub hello: NodeHello,
+}
+
+impl CtlClient {
+    /// Connects to the socket at `path` and checks the protocol version.
+    ///
+    /// # Errors
+    /// The socket is not reachable or speaks another version.
+    pub fn connect(path: &Path) -> Result<Self, CtlError> {
+        let stream = UnixStream::connect(path)?;
+        let mut c = CtlClient {
+            stream,
+            hello: NodeHello {
+                node: String::new(),
+                version: String::new(),
+                rds_protocol: String::new(),
+                pid: 0,
+                owner_uid: 0,
+                addrs: Vec::new(),
+            },
+        };
+        match c.call(&Request::Hello { v: PROTO_VERSION }, &[])?.0 {
+            Reply::Hello {
+                node,
+                version,
+                rds_protocol,
+                pid,
+                owner_uid,
+                addrs,
+                ..
+            } => {
+                c.hello = NodeHello {
+                    node,
+                    version,
+                    rds_protocol,
+                    pid,
+                    owner_uid,
+                    addrs,
+                };
+                Ok(c)
+            }
+            other => Err(CtlError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Connects to the node named `name`, or, without a name, to the daemon if it runs, else
+    /// to the only running node.
+    ///
+    /// # Errors
+    /// [`CtlError::NoNode`] when no node runs, none has that name, or several run and none is
+    /// the daemon (the message lists them).
+    pub fn connect_node(name: Option<&str>) -> Result<Self, CtlError> {
+        let nodes = discover();
+        let pick: Option<&NodeEndpoint> = match name {
+            Some(n) => nodes.iter().find(|e| e.name == n),
+            None => nodes
+                .iter()
+                .find(|e| e.name == DAEMON_NAME)
+                .or(if nodes.len() == 1 {
+                    nodes.first()
+                } else {
+                    None
+                }),
+        };
+        match pick {
+            Some(e) => Self::connect(&e.path),
+            None if nodes.is_empty() => Err(CtlError::NoNode(
+                "no RDS node is running (start one with 'rds-ctrl load', or run a tool such as \
+                 rds-stress that embeds one)"
+                    .into(),
+            )),
+            None => Err(CtlError::NoNode(format!(
+                "{}; running nodes: {}",
+                match name {
+                    Some(n) => format!("no node named '{n}'"),
+                    None => "several nodes run; choose one with --node".into(),
+                },
+                nodes
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// Sends a request and reads its reply. A [`Reply::Error`] becomes [`CtlError::Node`].
+    ///
+    /// # Errors
+    /// See [`CtlError`].
+    pub fn call(&mut self, req: &Request, data: &[u8]) -> Result<(Reply, Vec<u8>), CtlError> {
+        let json = serde_json::to_vec(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        write_frame(&mut self.stream, &json, data)?;
+        self.read_reply()
+    }
+
+    /// Reads the next frame from the node (trace streaming).
+    ///
+    /// # Errors
+    /// See [`CtlError`]; the end of the stream is an `UnexpectedEof` I/O error.
+    pub fn read_reply(&mut self) -> Result<(Reply, Vec<u8>), CtlError> {
+        let (json, data) = match read_frame(&mut self.stream) {
+            Ok(f) => f,
+            Err(FrameError::Closed) => {
+                return Err(CtlError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the node closed the control connection",
+                )))
+            }
+            Err(FrameError::Io(e)) => return Err(CtlError::Io(e)),
+            Err(e) => return Err(CtlError::Protocol(e.to_string())),
+        };
+        let reply: Reply =
+            serde_json::from_slice(&json).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        match reply {
+            Reply::Error { errno, message } => Err(CtlError::Node { errno, message }),
+            r => Ok((r, data)),
+        }
+    }
+
+    /// Sends a request without waiting for a reply (ending a trace).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn send_only(&mut self, req: &Request) -> Result<(), CtlError> {
+        let json = serde_json::to_vec(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        write_frame(&mut self.stream, &json, &[])?;
+        Ok(())
+    }
+
+    /// Expects [`Reply::Ok`].
+    ///
+    /// # Errors
+    /// See [`CtlError`].
+    pub fn call_ok(&mut self, req: &Request) -> Result<(), CtlError> {
+        match self.call(req, &[])?.0 {
+            Reply::Ok => Ok(()),
+            other => Err(CtlError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// The node's info snapshot.
+    ///
+    /// # Errors
+    /// See [`CtlError`].
+    pub fn info(&mut self) -> Result<InfoSnapshot, CtlError> {
+        match self.call(&Request::Info, &[])?.0 {
+            Reply::Info(i) => Ok(*i),
+            other => Err(CtlError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Tunables `(name, value)`.
+    ///
+    /// # Errors
+    /// See [`CtlError`].
+    pub fn tunables(&mut self) -> Result<Vec<(String, u64)>, CtlError> {
+        match self.call(&Request::TunablesGet, &[])?.0 {
+            Reply::Tunables { values } => Ok(values),
+            other => Err(CtlError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Counters `(name, value)`.
+    ///
+    /// # Errors
+    /// See [`CtlError`].
+    pub fn stats(&mut self) -> Result<Vec<(String, u64)>, CtlError> {
+        match self.call(&Request::Stats, &[])?.0 {
+            Reply::Stats { counters } => Ok(counters),
+            other => Err(CtlError::Protocol(format!("{other:?}"))),
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! The node control protocol: every node (embedded in a tool or the host daemon) serves a Unix
+//! stream socket through which `rds-info`, `rds-ctrl`, `rds-trace` and client sockets reach it.
+//!
+//! ## Where
+//! `/run/rds/<node>.sock` when the node runs as root, else `$XDG_RUNTIME_DIR/rds/<node>.sock`
+//! (or `/tmp/rds-<uid>/`). The daemon's node is called `daemon`; embedded nodes
+//! `embedded-<pid>[-<n>]`. [`discover`] lists the nodes a user can reach.
+//!
+//! ## Framing (protocol version [`PROTO_VERSION`])
+//! Every message in either direction is one frame:
+//!
+//! | bytes | content |
+//! |---|---|
+//! | 4 | BE u32: length `J` of the JSON part (at most [`MAX_JSON`]) |
+//! | 4 | BE u32: length `D` of the data part (at most [`MAX_DATA`]) |
+//! | J | a [`Request`] or a [`Reply`] as JSON |
+//! | D | raw bytes: a message payload, a captured frame |
+//!
+//! A client sends a request and reads one reply, except after [`Request::TraceStart`], when
+//! the server streams [`Reply::TraceFrame`]s until the client closes or sends
+//! [`Request::TraceStop`]. A request with `"v"` other than [`PROTO_VERSION`] in
+//! [`Request::Hello`] is refused. Malformed or oversized frames get a [`Reply::Error`]; an
+//! oversized frame also ends the connection (its bytes cannot be skipped safely).
+//!
+//! ## Privilege
+//! The server reads the peer's credentials (`SO_PEERCRED`). Reading state is open to every
+//! local user; changing tunables, restarting or killing connections, resetting counters,
+//! tracing and shutting down need root or the node's owner (its uid).
+
+pub mod client;
+pub mod server;
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::node::TcpSockInfo;
+use crate::proto::{ConnInfo, QueuedMsgInfo, SockInfo, TransportKind};
+
+/// Version of this protocol.
+pub const PROTO_VERSION: u32 = 1;
+/// Largest JSON part of a frame.
+pub const MAX_JSON: usize = 1 << 20;
+/// Largest data part of a frame (a 1 MiB message and some room).
+pub const MAX_DATA: usize = (1 << 20) + 4096;
+/// The daemon's node name.
+pub const DAEMON_NAME: &str = "daemon";
+
+/// A request from a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Identify the node; checks the protocol version.
+    Hello {
+        /// The client's protocol version.
+        v: u32,
+    },
+    /// An info snapshot (see [`InfoSnapshot`]).
+    Info,
+    /// Counters with the kernel's names.
+    Stats,
+    /// Zero the counters (privileged).
+    StatsReset,
+    /// Every tunable's value.
+    TunablesGet,
+    /// Set a tunable (privileged).
+    TunableSet {
+        /// Full or short name.
+        name: String,
+        /// New value.
+        value: u64,
+    },
+    /// Reset one tunable (or all when `name` is `None`) to its default (privileged).
+    TunableDefault {
+        /// Full or short name, or all.
+        name: Option<String>,
+    },
+    /// Restart a connection (privileged).
+    ConnRestart {
+        /// Local address.
+        laddr: IpAddr,
+        /// Peer address.
+        faddr: IpAddr,
+    },
+    /// Kill a connection and drop its queued messages (privileged).
+    ConnKill {
+        /// Local address.
+        laddr: IpAddr,
+        /// Peer address.
+        faddr: IpAddr,
+    },
+    /// Start streaming captured frames (privileged; one trace per node).
+    TraceStart {
+        /// Bytes kept per frame (header included).
+        snaplen: u32,
+        /// Only frames with this peer address.
+        peer: Option<IpAddr>,
+        /// Only frames with this RDS port (source or destination).
+        port: Option<u16>,
+    },
+    /// Stop the trace started on this connection.
+    TraceStop,
+    /// Stop the node (privileged).
+    Shutdown,
+    /// Create a client socket; replies [`Reply::Sock`].
+    SockOpen,
+    /// Bind a client socket.
+    SockBind {
+        /// Socket token.
+        sock: u64,
+        /// Address.
+        addr: SocketAddr,
+        /// Preset transport (`SO_RDS_TRANSPORT`).
+        transport: Option<TransportKind>,
+    },
+    /// Set a client socket's default destination.
+    SockConnect {
+        /// Socket token.
+        sock: u64,
+        /// Destination.
+        addr: SocketAddr,
+    },
+    /// Set an option of a client socket.
+    SockSet {
+        /// Socket token.
+        sock: u64,
+        /// Option and value.
+        opt: SockOpt,
+    },
+    /// Read the bound address, buffers and transport of a client socket.
+    SockState {
+        /// Socket token.
+        sock: u64,
+    },
+    /// Send the frame's data part as one message.
+    SockSend {
+        /// Socket token.
+        sock: u64,
+        /// Destination (`None` = connected one).
+        dest: Option<SocketAddr>,
+        /// Do not block.
+        dontwait: bool,
+        /// Give up after this long (milliseconds) when blocking.
+        timeout_ms: Option<u64>,
+    },
+    /// Receive one message (its payload comes as the reply's data part).
+    SockRecv {
+        /// Socket token.
+        sock: u64,
+        /// Most payload bytes wanted.
+        max: usize,
+        /// `MSG_PEEK`.
+        peek: bool,
+        /// Do not block.
+        dontwait: bool,
+        /// Give up after this long (milliseconds) when blocking.
+        timeout_ms: Option<u64>,
+    },
+    /// Drop this socket's queued messages to `dest`.
+    SockCancel {
+        /// Socket token.
+        sock: u64,
+        /// Destination.
+        dest: SocketAddr,
+    },
+    /// Wait until the socket is readable (or writable, if asked) or the timeout passes.
+    SockWait {
+        /// Socket token.
+        sock: u64,
+        /// Return when readable.
+        rx: bool,
+        /// Return when writable.
+        tx: bool,
+        /// Longest wait.
+        timeout_ms: u64,
+    },
+    /// Close a client socket.
+    SockClose {
+        /// Socket token.
+        sock: u64,
+    },
+}
+
+/// An option of a client socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "name", content = "value", rename_all = "snake_case")]
+pub enum SockOpt {
+    /// `SO_SNDBUF` (usable bytes).
+    Sndbuf(usize),
+    /// `SO_RCVBUF` (usable bytes).
+    Rcvbuf(usize),
+    /// `RDS_CONG_MONITOR`.
+    CongMonitor(bool),
+    /// `RDS_RECVERR`.
+    Recverr(bool),
+    /// `SO_TIMESTAMP`.
+    Timestamps(bool),
+}
+
+/// Everything `rds-info` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct InfoSnapshot {
+    /// Connections with their paths.
+    pub connections: Vec<ConnInfo>,
+    /// Sockets.
+    pub sockets: Vec<SockInfo>,
+    /// Send queues.
+    pub send: Vec<QueuedMsgInfo>,
+    /// Retransmit queues.
+    pub retrans: Vec<QueuedMsgInfo>,
+    /// Receive queues.
+    pub recv: Vec<QueuedMsgInfo>,
+    /// TCP transport sockets.
+    pub tcp: Vec<TcpSockInfo>,
+    /// Counters, kernel names and order.
+    pub counters: Vec<(String, u64)>,
+    /// Transports this node runs ("tcp", "ib").
+    pub transports: Vec<String>,
+}
+
+/// A reply from the server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reply {
+    /// The request failed.
+    Error {
+        /// An errno value (`EPERM`, `EINVAL`, ...).
+        errno: i32,
+        /// What went wrong.
+        message: String,
+    },
+    /// Done.
+    Ok,
+    /// Who the node is.
+    Hello {
+        /// Protocol version.
+        v: u32,
+        /// Node name.
+        node: String,
+        /// rds-tools version.
+        version: String,
+        /// RDS protocol version spoken ("3.1").
+        rds_protocol: String,
+        /// Process id of the node.
+        pid: u32,
+        /// Owner uid.
+        owner_uid: u32,
+        /// Addresses.
+        addrs: Vec<IpAddr>,
+    },
+    /// An info snapshot.
+    Info(Box<InfoSnapshot>),
+    /// Counters.
+    Stats {
+        /// `(name, value)`.
+        counters: Vec<(String, u64)>,
+    },
+    /// Tunables.
+    Tunables {
+        /// `(name, value)`.
+        values: Vec<(String, u64)>,
+    },
+    /// Messages dropped by a kill or cancel.
+    Dropped {
+        /// How many.
+        messages: usize,
+    },
+    /// One captured frame (the data part holds its bytes).
+    TraceFrame {
+        /// Nanoseconds since the Unix epoch.
+        ts_ns: u64,
+        /// "tx" or "rx".
+        dir: String,
+        /// Local RDS address.
+        laddr: IpAddr,
+        /// Peer RDS address.
+        faddr: IpAddr,
+        /// Lane.
+        lane: u8,
+        /// TCP endpoints, if RDS/TCP.
+        tcp: Option<(SocketAddr, SocketAddr)>,
+        /// Wire length.
+        orig_len: u32,
+    },
+    /// The trace ended.
+    TraceEnd {
+        /// Frames captured.
+        captured: u64,
+        /// Frames dropped because the consumer was too slow.
+        dropped: u64,
+    },
+    /// A client socket was created.
+    Sock {
+        /// Token to use in later requests.
+        sock: u64,
+    },
+    /// A client socket's state.
+    SockState {
+        /// Bound address.
+        bound: Option<SocketAddr>,
+        /// Default destination.
+        connected: Option<SocketAddr>,
+        /// Usable send buffer.
+        sndbuf: usize,
+        /// Usable receive buffer.
+        rcvbuf: usize,
+        /// Transport.
+        transport: Option<TransportKind>,
+        /// Readable now.
+        readable: bool,
+        /// Writable now.
+        writable: bool,
+    },
+    /// A send succeeded.
+    Sent {
+        /// Payload length.
+        len: usize,
+        /// Readable after the call.
+        readable: bool,
+        /// Writable after the call.
+        writable: bool,
+    },
+    /// A message (its payload is the data part) or a congestion notification.
+    Recv {
+        /// Full message length.
+        full_len: usize,
+        /// Sender.
+        from: Option<SocketAddr>,
+        /// Payload was cut.
+        truncated: bool,
+        /// Congestion notification mask.
+        cong_update: Option<u64>,
+        /// RDMA destination cookie.
+        rdma_dest: Option<u64>,
+        /// Receive timestamp, ns since the Unix epoch.
+        ts_ns: Option<u64>,
+        /// Readable after the call.
+        readable: bool,
+        /// Writable after the call.
+        writable: bool,
+    },
+    /// Readiness.
+    Ready {
+        /// Readable.
+        readable: bool,
+        /// Writable.
+        writable: bool,
+    },
+}
+
+/// A frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The peer closed the connection between frames.
+    #[error("connection closed")]
+    Closed,
+    /// A length field is over the limit.
+    #[error("frame too large ({json} + {data} bytes)")]
+    TooLarge {
+        /// JSON length claimed.
+        json: usize,
+        /// Data length claimed.
+        data: usize,
+    },
+    /// I/O error.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Writes one frame.
+///
+/// # Errors
+/// I/O errors; `InvalidInput` for parts over the limits.
+pub fn write_frame(w: &mut impl Write, json: &[u8], data: &[u8]) -> io::Result<()> {
+    if json.len() > MAX_JSON || data.len() > MAX_DATA {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "frame too large",
+        ));
+    }
+    let mut hdr = [0u8; 8];
+    hdr[..4].copy_from_slice(&(json.len() as u32).to_be_bytes());
+    hdr[4..].copy_from_slice(&(data.len() as u32).to_be_bytes());
+    let bufs = [
+        io::IoSlice::new(&hdr),
+        io::IoSlice::new(json),
+        io::IoSlice::new(data),
+    ];
+    let total = 8 + json.len() + data.len();
+    let n = w.write_vectored(&bufs)?;
+    if n < total {
+        // Rare: finish the rest plainly.
+        let mut all = Vec::with_capacity(total);
+        all.extend_from_slice(&hdr);
+        all.extend_from_slice(json);
+        all.extend_from_slice(data);
+        w.write_all(&all[n..])?;
+    }
+    w.flush()
+}
+
+/// Reads one frame: `(json, data)`.
+///
+/// # Errors
+/// [`FrameError::Closed`] at a clean end of stream, [`FrameError::TooLarge`], I/O errors.
+pub fn read_frame(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), FrameError> {
+    let mut hdr = [0u8; 8];
+    let mut got = 0;
+    while got < 8 {
+        match r.read(&mut hdr[got..]) {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let json = u32::from_be_bytes(hdr[..4].try_into().expect("4 bytes")) as usize;
+    let data = u32::from_be_bytes(hdr[4..].try_into().expect("4 bytes")) as usize;
+    if json > MAX_JSON || data > MAX_DATA {
+        return Err(FrameError::TooLarge { json, data });
+    }
+    let mut j = vec![0u8; json];
+    r.read_exact(&mut j)?;
+    let mut d = vec![0u8; data];
+    r.read_exact(&mut d)?;
+    Ok((j, d))
+}
+
+/// The runtime directory of this process's nodes.
+pub fn runtime_dir() -> PathBuf {
+    // SAFETY-free: geteuid never fails.
+    let uid = nix::unistd::geteuid().as_raw();
+    if uid == 0 {
+        return PathBuf::from("/run/rds");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("rds"),
+        _ => PathBuf::from(format!("/tmp/rds-{uid}")),
+    }
+}
+
+/// Directories where a user looks for nodes: its own, then the system one.
+pub fn search_dirs() -> Vec<PathBuf> {
+    let mut v = vec![runtime_dir()];
+    let sys = PathBuf::from("/run/rds");
+    if !v.contains(&sys) {
+        v.push(sys);
+    }
+    v
+}
+
+/// A node that serves a control socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEndpoint {
+    /// Node name (the socket file's stem).
+    pub name: String,
+    /// Socket path.
+    pub path: PathBuf,
+}
+
+/// Lists the control sockets a user can see (stale files of dead nodes are skipped, and
+/// removed when they are ours).
+pub fn discover() -> Vec<NodeEndpoint> {
+    let mut v = Vec::new();
+    for dir in search_dirs() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut found: Vec<_> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+            .collect();
+        found.sort();
+        for path in found {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                v.push(NodeEndpoint { name, path });
+            } else if dir == runtime_dir() {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    v
+}
+
+/// The daemon's endpoint, if one runs.
+pub fn find_daemon() -> Option<NodeEndpoint> {
+    for dir in search_dirs() {
+        let path = dir.join(format!("{DAEMON_NAME}.sock"));
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Some(NodeEndpoint {
+                name: DAEMON_NAME.into(),
+                path,
+            });
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_limits() {
+        let mut buf = Vec::new();
+        let req = serde_json::to_vec(&Request::SockSend {
+            sock: 3,
+            dest: Some("10.0.0.2:4000".parse().unwrap()),
+            dontwait: true,
+            timeout_ms: None,
+        })
+        .unwrap();
+        write_frame(&mut buf, &req, b"payload").unwrap();
+        assert_eq!(&buf[..4], &(req.len() as u32).to_be_bytes());
+        assert_eq!(&buf[4..8], &7u32.to_be_bytes());
+        let (j, d) = read_frame(&mut &buf[..]).unwrap();
+        assert_eq!(d, b"payload");
+        let back: Request = serde_json::from_slice(&j).unwrap();
+        assert!(matches!(
+            back,
+            Request::SockSend {
+                sock: 3,
+                dontwait: true,
+                ..
+            }
+        ));
+        // An oversized length is refused before any allocation.
+        let mut bad = Vec::new();
+        bad.extend_from_slice(&u32::MAX.to_be_bytes());
+        bad.extend_from_slice(&0u32.to_be_bytes());
+        assert!(matches!(
+            read_frame(&mut &bad[..]),
+            Err(FrameError::TooLarge { .. })
+        ));
+        assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
+        assert!(matches!(read_frame(&mut &buf[..5]), Err(FrameError::Io(_))));
+    }
+
+    #[test]
+    fn request_json_is_stable() {
+        let j = serde_json::to_string(&Request::TunableSet {
+            name: "net.rds.ping_enable".into(),
+            value: 0,
+        })
+        .unwrap();
+        assert_eq!(
+            j,
+            r#"{"op":"tunable_set","name":"net.rds.ping_enable","value":0}"#
+        );
+        let j = serde_json::to_string(&Request::SockSet {
+            sock: 1,
+            opt: SockOpt::Sndbuf(4096),
+        })
+        .unwrap();
+        assert_eq!(
+            j,
+            r#"{"op":"sock_set","sock":1,"opt":{"name":"sndbuf","value":4096}}"#
+        );
+    }
+}

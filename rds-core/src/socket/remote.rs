@@ -1,0 +1,355 @@
+//! The daemon backend of [`super::Socket`]: the socket lives in the daemon's node and every
+//! call is a request on the daemon's control socket. Readiness descriptors are eventfds kept
+//! up to date from each reply and, while the caller waits, by a watcher thread that asks the
+//! daemon (on its own control connection) to report readiness changes.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::ctl::client::{CtlClient, CtlError};
+use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
+use crate::proto::{InMsg, Received, TransportKind};
+use crate::sys;
+use crate::time::Instant;
+
+#[derive(Debug, Default)]
+struct Fds {
+    rx: Option<(OwnedFd, bool)>,
+    tx: Option<(OwnedFd, bool)>,
+    watching: bool,
+}
+
+/// A socket served by the daemon.
+#[derive(Debug)]
+pub(crate) struct Remote {
+    client: Mutex<CtlClient>,
+    endpoint: NodeEndpoint,
+    token: u64,
+    fds: Arc<Mutex<Fds>>,
+    stop: Arc<AtomicBool>,
+}
+
+fn io(e: CtlError) -> io::Error {
+    e.into_io()
+}
+
+fn update(fds: &Mutex<Fds>, readable: bool, writable: bool) {
+    let mut guard = fds.lock().unwrap_or_else(|p| p.into_inner());
+    let f = &mut *guard;
+    for (slot, want) in [(&mut f.rx, readable), (&mut f.tx, writable)] {
+        if let Some((fd, sig)) = slot.as_mut() {
+            if want && !*sig {
+                sys::eventfd_signal(fd.as_raw_fd());
+                *sig = true;
+            } else if !want && *sig {
+                sys::eventfd_clear(fd.as_raw_fd());
+                *sig = false;
+            }
+        }
+    }
+}
+
+impl Remote {
+    /// Opens a client socket on the daemon at `endpoint` and binds it.
+    pub(crate) fn bind(
+        endpoint: &NodeEndpoint,
+        addr: SocketAddr,
+        transport: Option<TransportKind>,
+        opts: &[SockOpt],
+        connected: Option<SocketAddr>,
+    ) -> io::Result<(Remote, SocketAddr)> {
+        let mut client = CtlClient::connect(&endpoint.path).map_err(io)?;
+        let token = match client.call(&Request::SockOpen, &[]).map_err(io)?.0 {
+            Reply::Sock { sock } => sock,
+            other => return Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        };
+        for &opt in opts {
+            client
+                .call(&Request::SockSet { sock: token, opt }, &[])
+                .map_err(io)?;
+        }
+        let bound = match client
+            .call(
+                &Request::SockBind {
+                    sock: token,
+                    addr,
+                    transport,
+                },
+                &[],
+            )
+            .map_err(io)?
+            .0
+        {
+            Reply::SockState { bound: Some(b), .. } => b,
+            other => return Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        };
+        if let Some(c) = connected {
+            client
+                .call(
+                    &Request::SockConnect {
+                        sock: token,
+                        addr: c,
+                    },
+                    &[],
+                )
+                .map_err(io)?;
+        }
+        Ok((
+            Remote {
+                client: Mutex::new(client),
+                endpoint: endpoint.clone(),
+                token,
+                fds: Arc::new(Mutex::new(Fds::default())),
+                stop: Arc::new(AtomicBool::new(false)),
+            },
+            bound,
+        ))
+    }
+
+    fn call(&self, req: &Request, data: &[u8]) -> io::Result<(Reply, Vec<u8>)> {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .call(req, data)
+            .map_err(io)
+    }
+
+    fn state(&self) -> io::Result<Reply> {
+        Ok(self.call(&Request::SockState { sock: self.token }, &[])?.0)
+    }
+
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self.state()? {
+            Reply::SockState { bound: Some(b), .. } => Ok(b),
+            _ => Err(crate::errno::err(libc::ENOTCONN)),
+        }
+    }
+
+    pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
+        match self.state()? {
+            Reply::SockState {
+                connected: Some(c), ..
+            } => Ok(c),
+            _ => Err(crate::errno::err(libc::ENOTCONN)),
+        }
+    }
+
+    pub(crate) fn bufs(&self) -> (usize, usize) {
+        match self.state() {
+            Ok(Reply::SockState { sndbuf, rcvbuf, .. }) => (sndbuf, rcvbuf),
+            _ => (0, 0),
+        }
+    }
+
+    pub(crate) fn transport(&self) -> Option<TransportKind> {
+        match self.state() {
+            Ok(Reply::SockState { transport, .. }) => transport,
+            _ => None,
+        }
+    }
+
+    pub(crate) fn readiness(&self) -> (bool, bool) {
+        match self.state() {
+            Ok(Reply::SockState {
+                readable, writable, ..
+            }) => (readable, writable),
+            _ => (false, false),
+        }
+    }
+
+    pub(crate) fn connect(&self, addr: SocketAddr) -> io::Result<()> {
+        self.call(
+            &Request::SockConnect {
+                sock: self.token,
+                addr,
+            },
+            &[],
+        )
+        .map(drop)
+    }
+
+    pub(crate) fn set(&self, opt: SockOpt) -> io::Result<()> {
+        self.call(
+            &Request::SockSet {
+                sock: self.token,
+                opt,
+            },
+            &[],
+        )
+        .map(drop)
+    }
+
+    pub(crate) fn send(
+        &self,
+        msg: &Bytes,
+        dest: Option<SocketAddr>,
+        dontwait: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let (reply, _) = self.call(
+            &Request::SockSend {
+                sock: self.token,
+                dest,
+                dontwait,
+                timeout_ms: timeout.map(|t| t.as_millis() as u64),
+            },
+            msg,
+        )?;
+        match reply {
+            Reply::Sent {
+                len,
+                readable,
+                writable,
+            } => {
+                update(&self.fds, readable, writable);
+                Ok(len)
+            }
+            other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    pub(crate) fn recv(
+        &self,
+        max: usize,
+        peek: bool,
+        dontwait: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<(Received, Option<SystemTime>)> {
+        let r = self.call(
+            &Request::SockRecv {
+                sock: self.token,
+                max,
+                peek,
+                dontwait,
+                timeout_ms: timeout.map(|t| t.as_millis() as u64),
+            },
+            &[],
+        );
+        let (reply, data) = match r {
+            Ok(v) => v,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::EAGAIN) {
+                    update(&self.fds, false, true);
+                }
+                return Err(e);
+            }
+        };
+        match reply {
+            Reply::Recv {
+                full_len,
+                from,
+                truncated,
+                cong_update,
+                rdma_dest,
+                ts_ns,
+                readable,
+                writable,
+            } => {
+                update(&self.fds, readable, writable);
+                let ts = ts_ns.map(|n| UNIX_EPOCH + Duration::from_nanos(n));
+                Ok(match (cong_update, from) {
+                    (Some(mask), _) => (Received::CongUpdate(mask), None),
+                    (None, Some(from)) => (
+                        Received::Data {
+                            msg: InMsg {
+                                from,
+                                payload: Bytes::from(data),
+                                seq: 0,
+                                rx_time: Instant::ZERO,
+                                rdma_dest,
+                            },
+                            full_len,
+                            truncated,
+                        },
+                        ts,
+                    ),
+                    (None, None) => return Err(io::Error::other("receive reply without a sender")),
+                })
+            }
+            other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    pub(crate) fn cancel(&self, dest: SocketAddr) -> io::Result<usize> {
+        match self
+            .call(
+                &Request::SockCancel {
+                    sock: self.token,
+                    dest,
+                },
+                &[],
+            )?
+            .0
+        {
+            Reply::Dropped { messages } => Ok(messages),
+            other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// A readiness descriptor (POLLIN when `rx`, POLLOUT otherwise).
+    pub(crate) fn fd(&self, rx: bool) -> io::Result<RawFd> {
+        let fd = {
+            let mut f = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = if rx { &mut f.rx } else { &mut f.tx };
+            if slot.is_none() {
+                *slot = Some((sys::eventfd()?, false));
+            }
+            let fd = slot.as_ref().map(|(f, _)| f.as_raw_fd()).expect("just set");
+            if !f.watching {
+                f.watching = true;
+                self.start_watcher()?;
+            }
+            fd
+        };
+        let (r, w) = self.readiness();
+        update(&self.fds, r, w);
+        Ok(fd)
+    }
+
+    fn start_watcher(&self) -> io::Result<()> {
+        let mut client = CtlClient::connect(&self.endpoint.path).map_err(io)?;
+        let fds = self.fds.clone();
+        let stop = self.stop.clone();
+        let token = self.token;
+        std::thread::Builder::new()
+            .name("rds-sock-watch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let (want_rx, want_tx) = {
+                        let f = fds.lock().unwrap_or_else(|p| p.into_inner());
+                        (
+                            f.rx.as_ref().is_some_and(|x| !x.1),
+                            f.tx.as_ref().is_some_and(|x| !x.1),
+                        )
+                    };
+                    let req = Request::SockWait {
+                        sock: token,
+                        rx: want_rx,
+                        tx: want_tx,
+                        timeout_ms: 200,
+                    };
+                    match client.call(&req, &[]) {
+                        Ok((Reply::Ready { readable, writable }, _)) => {
+                            update(&fds, readable, writable);
+                            if !want_rx && !want_tx {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    pub(crate) fn close(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.call(&Request::SockClose { sock: self.token }, &[]);
+    }
+}
