@@ -3,7 +3,7 @@
 //!
 //! ## Where
 //! `/run/rds/<node>.sock` when the node runs as root, else `$XDG_RUNTIME_DIR/rds/<node>.sock`
-//! (or `/tmp/rds-<uid>/`). The daemon's node is called `daemon`; embedded nodes
+//! (or `/tmp/rds-<uid>/`); `RDS_RUNTIME_DIR` overrides both. The daemon's node is called `daemon`; embedded nodes
 //! `embedded-<pid>[-<n>]`. [`discover`] lists the nodes a user can reach.
 //!
 //! ## Framing (protocol version [`PROTO_VERSION`])
@@ -429,9 +429,12 @@ pub fn read_frame(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), FrameError> {
     Ok((j, d))
 }
 
-/// The runtime directory of this process's nodes.
+/// The runtime directory of this process's nodes. `RDS_RUNTIME_DIR` overrides it (and is
+/// then the only place searched), which keeps test daemons apart.
 pub fn runtime_dir() -> PathBuf {
-    // SAFETY-free: geteuid never fails.
+    if let Some(d) = std::env::var_os("RDS_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
     let uid = nix::unistd::geteuid().as_raw();
     if uid == 0 {
         return PathBuf::from("/run/rds");
@@ -445,6 +448,9 @@ pub fn runtime_dir() -> PathBuf {
 /// Directories where a user looks for nodes: its own, then the system one.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut v = vec![runtime_dir()];
+    if std::env::var_os("RDS_RUNTIME_DIR").is_some_and(|d| !d.is_empty()) {
+        return v;
+    }
     let sys = PathBuf::from("/run/rds");
     if !v.contains(&sys) {
         v.push(sys);
