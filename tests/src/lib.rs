@@ -2,3 +2,4 @@
 //! fault-injecting proxies, tshark). Each submodule documents its own contract.
 
 pub mod lab;
+pub mod interop;
