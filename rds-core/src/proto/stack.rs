@@ -734,7 +734,16 @@ impl Stack {
         } else if c.with_sport_idx {
             usize::from(client_port) % n
         } else {
-            match c.paths[..n].iter().position(|p| !p.is_up()) {
+            // A peer without SPORT_IDX (base kernels) does not say which lane this is, so
+            // the connection may belong to a different peer lane than the slot's previous
+            // one. A slot whose previous connection is still being drained is therefore not
+            // free: that peer lane may still be sending on it (it has not seen our FIN yet),
+            // and taking the slot over would discard those frames after our TCP
+            // acknowledged them. Hold the connection until a drain ends.
+            match c.paths[..n]
+                .iter()
+                .position(|p| !p.is_up() && (n == 1 || p.drain_epoch.is_none()))
+            {
                 Some(i) => i,
                 None if n == 1 => 0,
                 None => return Err(AcceptError::Wait),
@@ -1772,7 +1781,8 @@ impl Stack {
             self.stats.inc(Counter::RecvDropOldSeq);
             return Ok(());
         }
-        p.next_rx_seq = hdr.seq + 1;
+        // `h_sequence` comes from the peer: u64 arithmetic wraps, as in the kernel.
+        p.next_rx_seq = hdr.seq.wrapping_add(1);
 
         if ping_enable && hdr.dport == 0 {
             if hdr.sport == 0 {
