@@ -1,0 +1,185 @@
+//! The host daemon: one RDS node named `daemon` that owns the host's addresses, so that every
+//! tool and application on the host shares its connections (client sockets reach it over its
+//! control socket).
+//!
+//! `rds-ctrl daemon` runs it in the foreground (systemd: `contrib/rds-daemon.service`);
+//! `rds-ctrl load` starts the same command detached. Start-up: the persistent tunables file
+//! is applied to the defaults, the node starts on the addresses given (or on every configured
+//! unicast address whose port 16385 is free), and the control socket is served. It stops on
+//! SIGTERM or SIGINT, or on a `Shutdown` request (`rds-ctrl unload`); stopping closes the
+//! connections and removes the control socket. Log lines go to stderr.
+
+use std::io::Write;
+use std::net::{IpAddr, TcpListener};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use rds_core::ctl::DAEMON_NAME;
+use rds_core::tunables::Tunables;
+use rds_core::{CtlMode, Node, NodeConfig};
+
+use crate::config::{self, Config};
+use crate::util;
+
+/// The RDS/TCP port.
+pub const RDS_TCP_PORT: u16 = 16385;
+
+/// Writes one log line (UTC time, pid) to stderr.
+pub fn log(msg: &str) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(
+        e,
+        "{} rds-ctrl daemon[{}]: {msg}",
+        util::utc_now(),
+        std::process::id()
+    );
+}
+
+/// The host's configured unicast addresses (interfaces up; IPv6 link-local addresses are left
+/// out as they need a scope).
+pub fn host_addrs() -> Vec<IpAddr> {
+    let Ok(ifs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut v: Vec<IpAddr> = Vec::new();
+    for i in ifs {
+        if !i.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+            continue;
+        }
+        let Some(a) = i.address else { continue };
+        let ip = if let Some(s) = a.as_sockaddr_in() {
+            IpAddr::V4(s.ip())
+        } else if let Some(s) = a.as_sockaddr_in6() {
+            IpAddr::V6(s.ip())
+        } else {
+            continue;
+        };
+        let link_local = matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+        let v4_bcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+        if ip.is_unspecified() || ip.is_multicast() || link_local || v4_bcast || v.contains(&ip) {
+            continue;
+        }
+        v.push(ip);
+    }
+    v
+}
+
+/// Reads the persistent tunables (warnings are logged).
+pub fn persistent_tunables() -> Tunables {
+    let path = config::path();
+    let mut t = Tunables::default();
+    match Config::load(&path) {
+        Ok((c, warnings)) => {
+            for w in warnings {
+                log(&format!("{}: {w} (ignored)", path.display()));
+            }
+            let n = c.settings().len();
+            for w in c.apply(&mut t) {
+                log(&format!("{}: {w} (ignored)", path.display()));
+            }
+            if n > 0 {
+                log(&format!(
+                    "applied {n} persistent tunable(s) from {}",
+                    path.display()
+                ));
+            }
+        }
+        Err(e) => log(&format!(
+            "cannot read {}: {e} (using defaults)",
+            path.display()
+        )),
+    }
+    t
+}
+
+/// Runs the daemon until a signal or a shutdown request. `detach` starts a new session
+/// first (used by `rds-ctrl load`).
+///
+/// # Errors
+/// The node cannot start: an address is not configured here, port 16385 is taken (for
+/// example by the kernel's `rds_tcp`), or a daemon already runs.
+pub fn run(addrs: &[IpAddr], detach: bool) -> anyhow::Result<u8> {
+    if detach {
+        let _ = nix::unistd::setsid();
+    }
+    // Signals are taken through a signalfd: block them before any thread starts.
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGTERM);
+    mask.add(Signal::SIGINT);
+    mask.thread_block().context("blocking SIGTERM/SIGINT")?;
+    let sfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .context("signalfd")?;
+
+    let tunables = persistent_tunables();
+    let addrs: Vec<IpAddr> = if addrs.is_empty() {
+        let mut usable = Vec::new();
+        for ip in host_addrs() {
+            match TcpListener::bind((ip, RDS_TCP_PORT)) {
+                Ok(_) => usable.push(ip),
+                Err(e) => log(&format!("skipping {ip}: port {RDS_TCP_PORT}: {e}")),
+            }
+        }
+        if usable.is_empty() {
+            bail!("no usable address: every configured address has port {RDS_TCP_PORT} taken (is the kernel's rds_tcp loaded?)");
+        }
+        usable
+    } else {
+        addrs.to_vec()
+    };
+    let cfg = NodeConfig {
+        addrs: addrs.clone(),
+        tunables,
+        seed: None,
+        name: DAEMON_NAME.into(),
+        ctl: CtlMode::Named(DAEMON_NAME.into()),
+    };
+    let node = Node::start(cfg).with_context(|| {
+        format!(
+            "cannot start the node on {}",
+            addrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    log(&format!(
+        "started: transport tcp on {} (port {RDS_TCP_PORT}), control socket {}",
+        addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
+        node.ctl_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    ));
+    loop {
+        if !node.is_running() {
+            log("stopped by a shutdown request");
+            break;
+        }
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let ready = nix::poll::poll(&mut fds, PollTimeout::from(200u16)).unwrap_or(0);
+        if ready > 0 {
+            if let Ok(Some(info)) = sfd.read_signal() {
+                let name = Signal::try_from(info.ssi_signo as i32)
+                    .map_or_else(|_| info.ssi_signo.to_string(), |s| s.as_str().to_string());
+                log(&format!("{name} received, stopping"));
+                node.shutdown();
+                break;
+            }
+        }
+    }
+    // A shutdown request stops the node on another thread; let it finish closing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while node.tcp_connection_count() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    log("stopped");
+    Ok(0)
+}

@@ -1,0 +1,633 @@
+//! `rds-ctrl`: the AIX `rdsctrl` command set for this stack: tunables (`help`, `set`, `get`,
+//! `default`), the host daemon (`load`, `unload`, `daemon`), health (`ras`), connections
+//! (`conn restart|kill`), capture (`trace`), counters (`stats`), `version`, and the `info` and
+//! `ping` aliases for `rds-info` and `rds-ping`.
+//!
+//! Commands that act on a node reach it over its control socket ([`rds_core::ctl`]): the node
+//! named with `--node`, else the daemon, else the only running node. Changing state needs
+//! root or the node's owner; the node checks (`EPERM`).
+//!
+//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded, `ras` found
+//! problems), 2 error (usage, permission, range, unreachable node).
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod config;
+pub mod daemon;
+pub mod load;
+pub mod ras;
+pub mod trace;
+pub mod util;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use comfy_table::{ContentArrangement, Table};
+use rds_core::ctl::client::CtlClient;
+use rds_core::ctl::{Reply, Request};
+use rds_core::tunables::{TunableDef, Tunables, TUNABLES};
+
+use config::Config;
+use util::Negative;
+
+/// The RDS protocol version this stack speaks.
+pub const RDS_PROTOCOL_VERSION: &str = "3.1";
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rds-ctrl",
+    version,
+    about = "Control RDS nodes and the host RDS daemon (AIX rdsctrl commands)",
+    long_about = "Control RDS nodes and the host RDS daemon with the commands of AIX rdsctrl: \
+                  tunables, loading and unloading the daemon, health, connections, capture, \
+                  counters.\n\nCommands that act on a node use the one named with --node, else \
+                  the daemon, else the only running node.",
+    disable_help_subcommand = true,
+    after_help = "Exit status: 0 done, 1 negative result, 2 error. See rds-ctrl(8)."
+)]
+pub struct Cli {
+    /// The node to act on (default: the daemon, else the only running node)
+    #[arg(long, global = true, value_name = "NAME")]
+    pub node: Option<String>,
+    /// The command.
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+/// Transports `load` and `daemon` accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Transport {
+    /// RDS over TCP.
+    #[default]
+    Tcp,
+    /// RDS over InfiniBand (not available yet).
+    Ib,
+    /// Every transport this build has.
+    All,
+}
+
+/// `conn` actions.
+#[derive(Debug, Subcommand)]
+pub enum ConnAction {
+    /// Restart a connection: it reconnects and retransmits what was not acknowledged
+    Restart {
+        /// Local address
+        src: IpAddr,
+        /// Peer address
+        dst: IpAddr,
+    },
+    /// Kill a connection: it is dropped with its queued messages (their senders get their
+    /// buffer space back); new messages connect again
+    Kill {
+        /// Local address
+        src: IpAddr,
+        /// Peer address
+        dst: IpAddr,
+    },
+}
+
+/// `trace` actions.
+#[derive(Debug, Subcommand)]
+pub enum TraceAction {
+    /// Start capturing to FILE (pcap) in the background with rds-trace
+    Start {
+        /// Capture file
+        file: PathBuf,
+        /// Bytes kept per frame
+        snaplen: u32,
+    },
+    /// Stop the running capture
+    Stop,
+    /// Print a capture file (rds-trace -r FILE)
+    Report {
+        /// Capture file
+        file: PathBuf,
+    },
+}
+
+/// `stats` actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatsAction {
+    /// Zero every counter
+    Reset,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// List the tunables with description, default, range and unit, or describe one
+    Help {
+        /// A tunable (full name or last component) or a command
+        name: Option<String>,
+    },
+    /// Set a tunable on the running node (checks range and privilege)
+    Set {
+        /// Also save it in the config file read at daemon start
+        #[arg(short = 'p')]
+        persistent: bool,
+        /// Tunable (full name or last component)
+        name: String,
+        /// Value (a number; on/off for booleans)
+        value: String,
+    },
+    /// Show tunables of the running node (or of the config file with -p)
+    Get {
+        /// Show the persistent values (config file over defaults) instead
+        #[arg(short = 'p')]
+        persistent: bool,
+        /// Tunable (all when omitted)
+        name: Option<String>,
+    },
+    /// Reset a tunable (all when omitted) to its default
+    Default {
+        /// Also remove it from the config file
+        #[arg(short = 'p')]
+        persistent: bool,
+        /// Tunable (all when omitted)
+        name: Option<String>,
+    },
+    /// Start the host daemon in the background and wait until it answers
+    Load {
+        /// Transport
+        #[arg(value_enum, default_value_t = Transport::Tcp)]
+        transport: Transport,
+        /// An address for the daemon (repeatable; default: the host's unicast addresses)
+        #[arg(long = "addr", value_name = "A")]
+        addrs: Vec<IpAddr>,
+        /// Seconds to wait for the daemon
+        #[arg(long, default_value_t = 10, value_name = "SECS")]
+        timeout: u64,
+    },
+    /// Stop the host daemon and wait until it is gone
+    Unload {
+        /// Seconds to wait for the daemon to stop
+        #[arg(long, default_value_t = 15, value_name = "SECS")]
+        timeout: u64,
+    },
+    /// Run the host daemon in the foreground (systemd; stops on SIGTERM or SIGINT)
+    Daemon {
+        /// Transport
+        #[arg(value_enum, default_value_t = Transport::Tcp)]
+        transport: Transport,
+        /// An address for the daemon (repeatable; default: the host's unicast addresses)
+        #[arg(long = "addr", value_name = "A")]
+        addrs: Vec<IpAddr>,
+        /// Start a new session first
+        #[arg(long, hide = true)]
+        detach: bool,
+    },
+    /// Health report: uptime, connections, reconnects, drops, congestion (exit 1 on warnings)
+    Ras,
+    /// Run rds-info with the remaining arguments
+    Info {
+        /// rds-info arguments
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Run rds-ping with the remaining arguments
+    Ping {
+        /// rds-ping arguments
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Restart or kill a connection
+    Conn {
+        /// What to do
+        #[command(subcommand)]
+        action: ConnAction,
+    },
+    /// Capture RDS traffic with rds-trace: start FILE SNAPLEN | stop | report FILE
+    Trace {
+        /// What to do
+        #[command(subcommand)]
+        action: TraceAction,
+    },
+    /// Print the RDS protocol version and the tool version
+    Version,
+    /// Print the counters, or zero them with 'reset'
+    Stats {
+        /// reset: zero every counter
+        #[arg(value_enum)]
+        action: Option<StatsAction>,
+        /// Print the counters as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new session and exec a program (used by load and trace start)
+    #[command(name = "__exec-detached", hide = true)]
+    ExecDetached {
+        /// Program
+        program: OsString,
+        /// Its arguments
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+/// The clap command (for man page checks).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Runs a parsed command line; returns the exit status.
+///
+/// # Errors
+/// Errors exit with status 2, [`Negative`] with 1; the caller prints them.
+pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let node = cli.node.as_deref();
+    match cli.cmd {
+        Cmd::Help { name } => help(out, name.as_deref()),
+        Cmd::Set {
+            persistent,
+            name,
+            value,
+        } => set(out, node, persistent, &name, &value),
+        Cmd::Get { persistent, name } => get(out, node, persistent, name.as_deref()),
+        Cmd::Default { persistent, name } => default(out, node, persistent, name.as_deref()),
+        Cmd::Load {
+            transport,
+            addrs,
+            timeout,
+        } => load::load(out, transport, &addrs, Duration::from_secs(timeout)),
+        Cmd::Unload { timeout } => load::unload(out, Duration::from_secs(timeout)),
+        Cmd::Daemon {
+            transport,
+            addrs,
+            detach,
+        } => {
+            if transport == Transport::Ib {
+                bail!("cannot start the daemon: {}", load::IB_UNAVAILABLE);
+            }
+            if transport == Transport::All {
+                daemon::log(&format!("note: {}; running TCP only", load::IB_UNAVAILABLE));
+            }
+            daemon::run(&addrs, detach)
+        }
+        Cmd::Ras => ras::report(out, &mut connect(node)?),
+        Cmd::Info { mut args } => {
+            if let Some(n) = node {
+                args.splice(0..0, ["--node".into(), n.into()]);
+            }
+            alias("rds-info", &args)
+        }
+        Cmd::Ping { args } => alias("rds-ping", &args),
+        Cmd::Conn { action } => conn(out, node, action),
+        Cmd::Trace { action } => match action {
+            TraceAction::Start { file, snaplen } => trace::start(out, &file, snaplen, node),
+            TraceAction::Stop => trace::stop(out, Duration::from_secs(10)),
+            TraceAction::Report { file } => trace::report(&file),
+        },
+        Cmd::Version => version(out, node),
+        Cmd::Stats { action, json } => stats(out, node, action, json),
+        Cmd::ExecDetached { program, args } => {
+            let e = util::exec_detached(&program, &args);
+            Err(anyhow!(e).context(format!("cannot run {}", program.to_string_lossy())))
+        }
+    }
+}
+
+fn connect(node: Option<&str>) -> anyhow::Result<CtlClient> {
+    Ok(CtlClient::connect_node(node)?)
+}
+
+fn alias(tool: &str, args: &[OsString]) -> anyhow::Result<u8> {
+    let path = util::find_tool(tool)?;
+    let e = util::exec(&path, args);
+    Err(anyhow!(e).context(format!("cannot run {}", path.display())))
+}
+
+fn find(name: &str) -> anyhow::Result<&'static TunableDef> {
+    TunableDef::find(name)
+        .ok_or_else(|| anyhow!("unknown tunable '{name}' (see 'rds-ctrl help' for the list)"))
+}
+
+fn parse_value(def: &TunableDef, v: &str) -> anyhow::Result<u64> {
+    let t = v.trim();
+    if def.unit == "boolean" {
+        match t.to_ascii_lowercase().as_str() {
+            "on" | "yes" | "true" => return Ok(1),
+            "off" | "no" | "false" => return Ok(0),
+            _ => {}
+        }
+    }
+    t.parse::<u64>().map_err(|_| {
+        anyhow!(
+            "{}: invalid value '{v}' (expected a number in {})",
+            def.name,
+            def.range_text()
+        )
+    })
+}
+
+fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
+    match name {
+        None => {
+            writeln!(
+                out,
+                "Tunables (rds-ctrl set [-p] NAME VALUE; short names work too):"
+            )?;
+            let mut t = Table::new();
+            t.set_content_arrangement(ContentArrangement::Disabled);
+            t.set_header(vec!["Name", "Default", "Range", "Unit", "Description"]);
+            for d in TUNABLES {
+                t.add_row(vec![
+                    d.name.to_string(),
+                    d.default_value().to_string(),
+                    d.range_text(),
+                    d.unit.to_string(),
+                    d.desc.to_string(),
+                ]);
+            }
+            writeln!(out, "{t}")?;
+            writeln!(
+                out,
+                "Commands: help [tunable], set [-p], get [-p], default [-p], load, unload, daemon, \
+                 ras, info, ping, conn restart|kill, trace start|stop|report, version, stats [reset]"
+            )?;
+            writeln!(
+                out,
+                "'rds-ctrl help COMMAND' or 'rds-ctrl --help' for details."
+            )?;
+            Ok(0)
+        }
+        Some(n) => {
+            if let Some(d) = TunableDef::find(n) {
+                writeln!(out, "{}", d.name)?;
+                writeln!(out, "  {}", d.desc)?;
+                writeln!(out, "  default: {}", d.default_value())?;
+                writeln!(out, "  range:   {}", d.range_text())?;
+                writeln!(out, "  unit:    {}", d.unit)?;
+                writeln!(
+                    out,
+                    "  {}",
+                    if d.kernel {
+                        "a Linux sysctl of the same name"
+                    } else {
+                        "this stack's own (Linux has no such sysctl)"
+                    }
+                )?;
+                return Ok(0);
+            }
+            let mut cmd = Cli::command();
+            if let Some(sc) = cmd.find_subcommand_mut(n).filter(|s| !s.is_hide_set()) {
+                write!(out, "{}", sc.render_long_help())?;
+                return Ok(0);
+            }
+            bail!("unknown tunable or command '{n}' (see 'rds-ctrl help' for the tunables)")
+        }
+    }
+}
+
+/// The persistent tunables: defaults with the config file applied.
+fn persistent_values() -> anyhow::Result<(Tunables, Config)> {
+    let path = config::path();
+    let (c, warnings) =
+        Config::load(&path).with_context(|| format!("reading {}", path.display()))?;
+    for w in warnings {
+        eprintln!("rds-ctrl: warning: {}: {w}", path.display());
+    }
+    let mut t = Tunables::default();
+    for w in c.apply(&mut t) {
+        eprintln!("rds-ctrl: warning: {}: {w}", path.display());
+    }
+    Ok((t, c))
+}
+
+fn save_config(c: &Config) -> anyhow::Result<PathBuf> {
+    let path = config::path();
+    c.save(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Whether any node can be reached (for -p commands, which work without one).
+fn try_connect(node: Option<&str>) -> anyhow::Result<Option<CtlClient>> {
+    match CtlClient::connect_node(node) {
+        Ok(c) => Ok(Some(c)),
+        Err(rds_core::ctl::client::CtlError::NoNode(_))
+            if node.is_none() && rds_core::ctl::discover().is_empty() =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn set(
+    out: &mut dyn Write,
+    node: Option<&str>,
+    persistent: bool,
+    name: &str,
+    value: &str,
+) -> anyhow::Result<u8> {
+    let def = find(name)?;
+    let v = parse_value(def, value)?;
+    let client = if persistent {
+        try_connect(node)?
+    } else {
+        Some(connect(node)?)
+    };
+    if let Some(mut c) = client {
+        c.call_ok(&Request::TunableSet {
+            name: def.name.into(),
+            value: v,
+        })
+        .with_context(|| format!("cannot set {} on node '{}'", def.name, c.hello.node))?;
+        writeln!(out, "{} = {v}", def.name)?;
+    } else {
+        // No node runs: check the value against the persistent set.
+        let (mut t, _) = persistent_values()?;
+        def.set(&mut t, v)?;
+    }
+    if persistent {
+        let (_, mut c) = persistent_values()?;
+        c.set(def, v);
+        let path = save_config(&c)?;
+        writeln!(out, "saved {} = {v} in {}", def.name, path.display())?;
+    }
+    Ok(0)
+}
+
+fn get(
+    out: &mut dyn Write,
+    node: Option<&str>,
+    persistent: bool,
+    name: Option<&str>,
+) -> anyhow::Result<u8> {
+    let def = name.map(find).transpose()?;
+    let values: Vec<(String, u64)> = if persistent {
+        let (t, _) = persistent_values()?;
+        TUNABLES
+            .iter()
+            .map(|d| (d.name.to_string(), d.get(&t)))
+            .collect()
+    } else {
+        connect(node)?.tunables()?
+    };
+    for (n, v) in values {
+        if def.is_none_or(|d| d.name == n) {
+            writeln!(out, "{n} = {v}")?;
+        }
+    }
+    Ok(0)
+}
+
+fn default(
+    out: &mut dyn Write,
+    node: Option<&str>,
+    persistent: bool,
+    name: Option<&str>,
+) -> anyhow::Result<u8> {
+    let def = name.map(find).transpose()?;
+    let client = if persistent {
+        try_connect(node)?
+    } else {
+        Some(connect(node)?)
+    };
+    let what = def.map_or_else(|| "every tunable".to_string(), |d| d.name.to_string());
+    if let Some(mut c) = client {
+        c.call_ok(&Request::TunableDefault {
+            name: def.map(|d| d.name.to_string()),
+        })
+        .with_context(|| format!("cannot reset {what} on node '{}'", c.hello.node))?;
+        writeln!(out, "{what} reset to the default")?;
+    }
+    if persistent {
+        let (_, mut c) = persistent_values()?;
+        c.remove(def);
+        let path = save_config(&c)?;
+        writeln!(out, "removed {what} from {}", path.display())?;
+    }
+    Ok(0)
+}
+
+fn conn(out: &mut dyn Write, node: Option<&str>, action: ConnAction) -> anyhow::Result<u8> {
+    let mut c = connect(node)?;
+    match action {
+        ConnAction::Restart { src, dst } => {
+            c.call_ok(&Request::ConnRestart {
+                laddr: src,
+                faddr: dst,
+            })
+            .with_context(|| format!("cannot restart {src} -> {dst}"))?;
+            writeln!(out, "connection {src} -> {dst} restarted")?;
+        }
+        ConnAction::Kill { src, dst } => {
+            let r = c
+                .call(
+                    &Request::ConnKill {
+                        laddr: src,
+                        faddr: dst,
+                    },
+                    &[],
+                )
+                .with_context(|| format!("cannot kill {src} -> {dst}"))?;
+            let n = match r.0 {
+                Reply::Dropped { messages } => messages,
+                _ => 0,
+            };
+            writeln!(
+                out,
+                "connection {src} -> {dst} killed; {n} queued message(s) dropped"
+            )?;
+        }
+    }
+    Ok(0)
+}
+
+fn version(out: &mut dyn Write, node: Option<&str>) -> anyhow::Result<u8> {
+    writeln!(out, "rds-ctrl (rds-tools) {}", env!("CARGO_PKG_VERSION"))?;
+    writeln!(out, "RDS protocol version {RDS_PROTOCOL_VERSION}")?;
+    if let Ok(c) = CtlClient::connect_node(node) {
+        writeln!(
+            out,
+            "node '{}': rds-tools {}, RDS protocol version {}, pid {}",
+            c.hello.node, c.hello.version, c.hello.rds_protocol, c.hello.pid
+        )?;
+    }
+    Ok(0)
+}
+
+fn stats(
+    out: &mut dyn Write,
+    node: Option<&str>,
+    action: Option<StatsAction>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let mut c = connect(node)?;
+    if action == Some(StatsAction::Reset) {
+        c.call_ok(&Request::StatsReset)
+            .context("cannot reset the counters")?;
+        writeln!(out, "counters of node '{}' reset", c.hello.node)?;
+        return Ok(0);
+    }
+    let counters = c.stats()?;
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = counters
+            .into_iter()
+            .map(|(n, v)| (n, serde_json::Value::from(v)))
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Object(map))?;
+        return Ok(0);
+    }
+    let snap = rds_core::ctl::InfoSnapshot {
+        counters,
+        ..Default::default()
+    };
+    let mut s = String::new();
+    rds_info::format::counters(&mut s, &snap, rds_info::format::Layout::default());
+    out.write_all(s.as_bytes())?;
+    Ok(0)
+}
+
+/// The exit status for an error: 1 for [`Negative`], 0 for a closed pipe, else 2.
+pub fn error_status(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<Negative>().is_some() {
+        return 1;
+    }
+    if e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    }) {
+        return 0;
+    }
+    2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn aliases_keep_their_arguments() {
+        let c = Cli::try_parse_from(["rds-ctrl", "info", "-c", "-n", "--json"]).unwrap();
+        match c.cmd {
+            Cmd::Info { args } => assert_eq!(args, ["-c", "-n", "--json"]),
+            other => panic!("{other:?}"),
+        }
+        let c = Cli::try_parse_from(["rds-ctrl", "ping", "-c", "3", "127.0.0.1"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Ping { args } if args.len() == 3));
+    }
+
+    #[test]
+    fn values_and_booleans() {
+        let d = find("ping_enable").unwrap();
+        assert_eq!(parse_value(d, "off").unwrap(), 0);
+        assert_eq!(parse_value(d, "1").unwrap(), 1);
+        assert!(parse_value(d, "maybe").is_err());
+        let d = find("max_unacked_packets").unwrap();
+        assert!(parse_value(d, "on").is_err());
+        assert!(find("nope").is_err());
+    }
+}

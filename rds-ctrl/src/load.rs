@@ -1,0 +1,138 @@
+//! `load` and `unload`: start the host daemon in the background and stop it.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rds_core::ctl::client::CtlClient;
+use rds_core::ctl::{find_daemon, runtime_dir, Request, DAEMON_NAME};
+
+use crate::util::{self, Negative};
+use crate::Transport;
+
+/// The daemon's log file.
+pub fn log_path() -> PathBuf {
+    runtime_dir().join("daemon.log")
+}
+
+/// The message for the IB transport, which this build does not have yet.
+pub const IB_UNAVAILABLE: &str =
+    "the IB transport is not available yet (this build of rds-tools has the TCP transport only)";
+
+/// `load`.
+///
+/// # Errors
+/// IB asked for, the daemon cannot be started, or it did not answer in time (it is then
+/// stopped again).
+pub fn load(
+    out: &mut dyn Write,
+    transport: Transport,
+    addrs: &[IpAddr],
+    timeout: Duration,
+) -> anyhow::Result<u8> {
+    if transport == Transport::Ib {
+        bail!("cannot load: {IB_UNAVAILABLE}");
+    }
+    if let Some(ep) = find_daemon() {
+        let pid = CtlClient::connect(&ep.path).map_or(0, |c| c.hello.pid);
+        return Err(Negative(format!(
+            "the RDS daemon is already loaded (pid {pid}, {})",
+            ep.path.display()
+        ))
+        .into());
+    }
+    let dir = runtime_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = log_path();
+    let log_from = util::file_len(&log);
+    let me = std::env::current_exe().context("locating rds-ctrl")?;
+    let mut args: Vec<OsString> = vec!["daemon".into()];
+    for a in addrs {
+        args.push("--addr".into());
+        args.push(a.to_string().into());
+    }
+    let mut child = util::spawn_detached(&me, &args, &log)
+        .with_context(|| format!("starting {} daemon", me.display()))?;
+    let pid = child.id();
+    let sock = dir.join(format!("{DAEMON_NAME}.sock"));
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let tail = util::log_tail(&log, log_from, 20);
+            bail!(
+                "the daemon failed to start ({status}); {}:\n{tail}",
+                log.display()
+            );
+        }
+        if let Ok(c) = CtlClient::connect(&sock) {
+            if c.hello.pid == pid {
+                let addrs = c
+                    .hello
+                    .addrs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                writeln!(
+                    out,
+                    "RDS daemon loaded (pid {pid}): transport tcp on {addrs}; control socket {}; log {}",
+                    sock.display(),
+                    log.display()
+                )?;
+                if transport == Transport::All {
+                    writeln!(out, "note: {IB_UNAVAILABLE}; loaded TCP only")?;
+                }
+                return Ok(0);
+            }
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let tail = util::log_tail(&log, log_from, 20);
+            bail!(
+                "the daemon (pid {pid}) did not answer within {} s and was stopped; {}:\n{tail}",
+                timeout.as_secs(),
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `unload`: asks the daemon to stop and waits until its process and socket are gone.
+///
+/// # Errors
+/// Not permitted, or the daemon did not stop in time.
+pub fn unload(out: &mut dyn Write, timeout: Duration) -> anyhow::Result<u8> {
+    let Some(ep) = find_daemon() else {
+        return Err(Negative("no RDS daemon is loaded".into()).into());
+    };
+    let mut c = CtlClient::connect(&ep.path).context("contacting the daemon")?;
+    let pid = c.hello.pid;
+    c.call_ok(&Request::Shutdown)
+        .context("cannot unload the daemon")?;
+    drop(c);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let gone = !util::pid_alive(pid);
+        if gone && !ep.path.exists() {
+            writeln!(out, "RDS daemon unloaded (pid {pid})")?;
+            return Ok(0);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the daemon (pid {pid}) did not stop within {} s{}",
+                timeout.as_secs(),
+                if gone {
+                    format!("; its socket {} is left behind", ep.path.display())
+                } else {
+                    String::new()
+                }
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

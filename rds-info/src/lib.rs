@@ -1,0 +1,355 @@
+//! `rds-info`: shows the state of an RDS node with the tables of the original C `rds-info`.
+//!
+//! The node is reached over its control socket ([`rds_core::ctl`]): the one named with
+//! `--node`, else the host daemon, else the only running node. One [`InfoSnapshot`] is taken
+//! and the selected categories are printed in the ASCII order of their option letters (the
+//! original's order, whatever the command line says). Formats are in [`format`].
+//!
+//! Exit codes follow the original: 0 when the tables were printed (an unavailable category,
+//! such as `-I` on a node without IB, is reported on stderr and is not fatal), 1 for a usage
+//! error or when no node can be reached (the original's "Unable to create socket").
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod format;
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+
+use clap::{ArgAction, CommandFactory, Parser};
+use comfy_table::{ContentArrangement, Table};
+use rds_core::ctl::client::CtlClient;
+use rds_core::ctl::InfoSnapshot;
+
+use format::{Category, Layout};
+
+/// Command-line arguments.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(
+    name = "rds-info",
+    version,
+    about = "Show RDS sockets, connections, queues and counters of an RDS node",
+    long_about = "Show RDS sockets, connections, queues and counters of an RDS node, with the \
+                  tables of the original rds-info.\n\nThe options -c -k -n -p -r -s -t -I -T \
+                  limit output to the given sources; if none is given, all sources of rds-info \
+                  2.0.7 are shown (-p too with -a). Tables are printed in the ASCII order of \
+                  the option letters.",
+    after_help = "If no options are given then all sources are used."
+)]
+pub struct Args {
+    /// IB transport connections
+    #[arg(short = 'I')]
+    pub ib: bool,
+    /// TCP transport sockets
+    #[arg(short = 'T')]
+    pub tcp: bool,
+    /// statistic counters
+    #[arg(short = 'c')]
+    pub counters: bool,
+    /// sockets
+    #[arg(short = 'k')]
+    pub sockets: bool,
+    /// connections
+    #[arg(short = 'n')]
+    pub connections: bool,
+    /// paths: every path of every connection (state, sequence numbers, queues)
+    #[arg(short = 'p')]
+    pub paths: bool,
+    /// recv queue messages
+    #[arg(short = 'r')]
+    pub recv: bool,
+    /// send queue messages
+    #[arg(short = 's')]
+    pub send: bool,
+    /// retransmit queue messages
+    #[arg(short = 't')]
+    pub retrans: bool,
+    /// More detail: per-path lines under TCP connections (-n), path and state of TCP sockets (-T)
+    #[arg(short = 'v', action = ArgAction::Count)]
+    pub verbose: u8,
+    /// include both IPv6 and IPv4 RDS connections (rds-tools 2.3 column widths)
+    #[arg(short = 'a')]
+    pub all_families: bool,
+    /// Print the node's snapshot as JSON (only the selected sources, if any)
+    #[arg(long)]
+    pub json: bool,
+    /// The node to ask (default: the daemon, else the only running node)
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// List the running nodes and exit
+    #[arg(long)]
+    pub list_nodes: bool,
+}
+
+impl Args {
+    /// The categories selected on the command line, in printing order; all when none is.
+    pub fn categories(&self) -> Vec<Category> {
+        let picked: Vec<Category> = Category::PRINT_ORDER
+            .into_iter()
+            .filter(|c| self.selected(*c))
+            .collect();
+        if !picked.is_empty() {
+            return picked;
+        }
+        Category::PRINT_ORDER
+            .into_iter()
+            .filter(|c| *c != Category::Paths || self.all_families)
+            .collect()
+    }
+
+    /// Whether any category option was given.
+    pub fn any_selected(&self) -> bool {
+        Category::PRINT_ORDER.iter().any(|c| self.selected(*c))
+    }
+
+    fn selected(&self, c: Category) -> bool {
+        match c {
+            Category::Ib => self.ib,
+            Category::Tcp => self.tcp,
+            Category::Counters => self.counters,
+            Category::Sockets => self.sockets,
+            Category::Connections => self.connections,
+            Category::Paths => self.paths,
+            Category::Recv => self.recv,
+            Category::Send => self.send,
+            Category::Retrans => self.retrans,
+        }
+    }
+}
+
+/// What parsing the command line decided.
+#[derive(Debug)]
+pub enum Parsed {
+    /// Run with these arguments.
+    Run(Args),
+    /// Exit now with this code (help, version or a usage error, already printed).
+    Exit(u8),
+}
+
+/// The original usage text: version and explanations on stderr, the option list on stdout
+/// (the original prints it with `printf`).
+pub fn print_usage(bad: &str) {
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "rds-info: Invalid option '{bad}'");
+    let _ = writeln!(err, "rds-info version {}", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(
+        err,
+        "The following options limit output to the given sources:"
+    );
+    let _ = err.flush();
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "    -a include both IPv6 and IPv4 RDS connections");
+    for c in Category::USAGE_ORDER {
+        let _ = writeln!(out, "    -{} {}", c.letter(), c.description());
+    }
+    let _ = out.flush();
+    let _ = write!(
+        err,
+        "\n\nIf no options are given then all sources are used.\n"
+    );
+}
+
+/// Parses the command line; prints help, version and usage errors itself.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
+    match Args::try_parse_from(args) {
+        Ok(a) => Parsed::Run(a),
+        Err(e) => {
+            use clap::error::{ContextKind, ContextValue, ErrorKind};
+            match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = e.print();
+                    Parsed::Exit(0)
+                }
+                ErrorKind::UnknownArgument => {
+                    let bad = match e.get(ContextKind::InvalidArg) {
+                        Some(ContextValue::String(s)) => s.clone(),
+                        _ => "?".into(),
+                    };
+                    print_usage(&bad);
+                    Parsed::Exit(1)
+                }
+                _ => {
+                    let _ = e.print();
+                    Parsed::Exit(1)
+                }
+            }
+        }
+    }
+}
+
+/// The clap command (for man page checks).
+pub fn command() -> clap::Command {
+    Args::command()
+}
+
+/// Runs `rds-info`; returns the exit code. Output goes to `out`, diagnostics to stderr.
+///
+/// # Errors
+/// Only write errors on `out` (a closed pipe is for the caller to treat as success).
+pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
+    if args.list_nodes {
+        return list_nodes(out);
+    }
+    let mut client = match CtlClient::connect_node(args.node.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rds-info: {e}");
+            return Ok(1);
+        }
+    };
+    let snap = match client.info() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rds-info: node '{}': {e}", client.hello.node);
+            return Ok(1);
+        }
+    };
+    if args.json {
+        let v = json(args, &client.hello.node, &snap);
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| "{}".into())
+        )?;
+        return Ok(0);
+    }
+    let layout = Layout {
+        all_families: args.all_families,
+        verbose: args.verbose,
+    };
+    for c in args.categories() {
+        let mut s = String::new();
+        match format::category(&mut s, c, &snap, layout) {
+            Ok(()) => out.write_all(s.as_bytes())?,
+            Err(msg) => {
+                out.flush()?;
+                eprintln!("{msg}");
+            }
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// The snapshot as JSON, limited to the selected categories when any was selected.
+pub fn json(args: &Args, node: &str, snap: &InfoSnapshot) -> serde_json::Value {
+    let mut v = serde_json::to_value(snap).unwrap_or(serde_json::Value::Null);
+    if let serde_json::Value::Object(map) = &mut v {
+        if args.any_selected() {
+            let keep: Vec<&str> = args
+                .categories()
+                .iter()
+                .filter_map(|c| match c {
+                    Category::Ib => None,
+                    Category::Tcp => Some("tcp"),
+                    Category::Counters => Some("counters"),
+                    Category::Sockets => Some("sockets"),
+                    Category::Connections | Category::Paths => Some("connections"),
+                    Category::Recv => Some("recv"),
+                    Category::Send => Some("send"),
+                    Category::Retrans => Some("retrans"),
+                })
+                .collect();
+            map.retain(|k, _| k == "transports" || keep.contains(&k.as_str()));
+        }
+        map.insert("node".into(), serde_json::Value::String(node.to_string()));
+    }
+    v
+}
+
+fn list_nodes(out: &mut dyn Write) -> io::Result<u8> {
+    let nodes = rds_core::ctl::discover();
+    if nodes.is_empty() {
+        eprintln!("rds-info: no RDS node is running");
+        return Ok(1);
+    }
+    let mut t = Table::new();
+    t.set_content_arrangement(ContentArrangement::Disabled);
+    t.set_header(vec![
+        "Node",
+        "Pid",
+        "Owner",
+        "Addresses",
+        "Version",
+        "Socket",
+    ]);
+    for n in nodes {
+        let row = match CtlClient::connect(&n.path) {
+            Ok(c) => vec![
+                c.hello.node.clone(),
+                c.hello.pid.to_string(),
+                c.hello.owner_uid.to_string(),
+                c.hello
+                    .addrs
+                    .iter()
+                    .map(|a| format::addr(*a))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                c.hello.version.clone(),
+                n.path.display().to_string(),
+            ],
+            Err(e) => vec![
+                n.name.clone(),
+                "-".into(),
+                "-".into(),
+                format!("unreachable: {e}"),
+                "-".into(),
+                n.path.display().to_string(),
+            ],
+        };
+        t.add_row(row);
+    }
+    writeln!(out, "{t}")?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Args {
+        match parse(v.iter().map(OsString::from)) {
+            Parsed::Run(a) => a,
+            Parsed::Exit(c) => panic!("exit {c}"),
+        }
+    }
+
+    #[test]
+    fn categories_follow_letter_order() {
+        let a = args(&["rds-info", "-t", "-c", "-T", "-n"]);
+        let l: String = a.categories().iter().map(|c| c.letter()).collect();
+        assert_eq!(l, "Tcnt");
+        let all: String = args(&["rds-info"])
+            .categories()
+            .iter()
+            .map(|c| c.letter())
+            .collect();
+        assert_eq!(all, "ITcknrst");
+        let all_a: String = args(&["rds-info", "-a"])
+            .categories()
+            .iter()
+            .map(|c| c.letter())
+            .collect();
+        assert_eq!(all_a, "ITcknprst");
+        let a = args(&["rds-info", "-vvcn"]);
+        assert_eq!(a.verbose, 2);
+        assert!(a.counters && a.connections);
+    }
+
+    #[test]
+    fn unknown_option_is_a_usage_error() {
+        assert!(matches!(
+            parse(["rds-info", "-x"].iter().map(OsString::from)),
+            Parsed::Exit(1)
+        ));
+        assert!(matches!(
+            parse(["rds-info", "-+"].iter().map(OsString::from)),
+            Parsed::Exit(1)
+        ));
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        command().debug_assert();
+    }
+}
