@@ -64,7 +64,14 @@ fn accepted_lane_waits_for_the_drain_of_its_slot() {
     let mut epochs = vec![e0];
     for i in 1..8u16 {
         let (_, p, e) = st
-            .handle_accept(now, US, PEER, TransportKind::Tcp, 50001 + 3 * i, Duration::ZERO)
+            .handle_accept(
+                now,
+                US,
+                PEER,
+                TransportKind::Tcp,
+                50001 + 3 * i,
+                Duration::ZERO,
+            )
             .unwrap();
         assert_eq!(p, usize::from(i));
         epochs.push(e);
@@ -93,7 +100,14 @@ fn accepted_lane_waits_for_the_drain_of_its_slot() {
     // Lane 5's old connection ends: its slot is free for the waiting connection.
     st.handle_disconnected(now, cid, 5, epochs[5]);
     let (_, p, _) = st
-        .handle_accept(now, US, PEER, TransportKind::Tcp, 50911, Duration::from_millis(2))
+        .handle_accept(
+            now,
+            US,
+            PEER,
+            TransportKind::Tcp,
+            50911,
+            Duration::from_millis(2),
+        )
         .unwrap();
     assert_eq!(p, 5);
     // Lane 0 keeps draining undisturbed.

@@ -179,7 +179,8 @@ impl StreamCheck {
                 want
             ))
         } else if pattern(idx, data.len()) != data {
-            let hdr_idx = (data.len() >= 8).then(|| u64::from_le_bytes(data[..8].try_into().unwrap()));
+            let hdr_idx =
+                (data.len() >= 8).then(|| u64::from_le_bytes(data[..8].try_into().unwrap()));
             Some(format!(
                 "index {idx} ({} bytes): content mismatch, header index {hdr_idx:?}",
                 data.len()
@@ -313,6 +314,48 @@ pub struct SendPlan {
     pub nonblock: bool,
     /// Pause after every message (pacing, so that reconnects happen mid-stream).
     pub gap: Duration,
+    /// Lets another thread hold the sender between two messages.
+    pub pause: Option<std::sync::Arc<Pause>>,
+}
+
+/// Holds a [`send_pattern`] between two messages: set `want`, wait for `idle`.
+#[derive(Debug, Default)]
+pub struct Pause {
+    /// Requested by the controller.
+    pub want: std::sync::atomic::AtomicBool,
+    /// The sender is holding.
+    pub idle: std::sync::atomic::AtomicBool,
+}
+
+impl Pause {
+    /// Asks the sender to hold and waits until it does (or finished, or `deadline`).
+    pub fn hold(&self, done: &std::sync::atomic::AtomicBool, deadline: Instant) -> Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.want.store(true, SeqCst);
+        while !self.idle.load(SeqCst) && !done.load(SeqCst) {
+            if Instant::now() >= deadline {
+                bail!("the sender did not pause");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Lets the sender go on.
+    pub fn release(&self) {
+        self.want.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn check(&self, deadline: Instant) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.want.load(SeqCst) {
+            self.idle.store(true, SeqCst);
+            while self.want.load(SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            self.idle.store(false, SeqCst);
+        }
+    }
 }
 
 /// Sends rdstool's pattern (the same as `rdstool send --sockets K`) from `socks`.
@@ -322,6 +365,9 @@ pub fn send_pattern(socks: &[Socket], plan: &SendPlan, deadline: Instant) -> Res
     let mut r = SendReport::default();
     let mut rbuf = vec![0u8; 64];
     for i in 0..plan.count {
+        if let Some(p) = &plan.pause {
+            p.check(deadline);
+        }
         let sock = &socks[(i % k) as usize];
         let size = size_of(&plan.sizes, i);
         let msg = pattern(i / k, size);
@@ -620,13 +666,22 @@ impl SelftestReport {
     pub fn lines(&self, me: usize) -> String {
         let mut s = String::new();
         for r in 0..2 {
-            s += &format!("send {me} {r} {} {}\n", self.send[r].count, self.send[r].hex);
+            s += &format!(
+                "send {me} {r} {} {}\n",
+                self.send[r].count, self.send[r].hex
+            );
         }
         for x in 0..2 {
-            s += &format!("recv {x} {me} {} {}\n", self.recv[x].count, self.recv[x].hex);
+            s += &format!(
+                "recv {x} {me} {} {}\n",
+                self.recv[x].count, self.recv[x].hex
+            );
         }
         for x in 0..2 {
-            s += &format!("expect {x} {me} {} {}\n", self.expect[x].count, self.expect[x].hex);
+            s += &format!(
+                "expect {x} {me} {} {}\n",
+                self.expect[x].count, self.expect[x].hex
+            );
         }
         s += &format!(
             "selftest-peer(ours): {} me={me} errors={} resets={} rounds={} eagain={} enobufs={} \
@@ -977,7 +1032,10 @@ pub fn selftest_peer(
             st_hash(&mut h_recv[s], data);
             rep.recv[s].count += 1;
             recv_total += 1;
-            if exp_next[s] < total && m.len == 64 && !m.truncated && st_payload(exp_next[s])[..] == *data
+            if exp_next[s] < total
+                && m.len == 64
+                && !m.truncated
+                && st_payload(exp_next[s])[..] == *data
             {
                 exp_next[s] = st_next_for(exp_next[s], me, total);
                 continue;

@@ -1,5 +1,5 @@
 //! Helpers shared by the workspace-level tests (network namespaces, the kernel interop lab,
 //! fault-injecting proxies, tshark). Each submodule documents its own contract.
 
-pub mod lab;
 pub mod interop;
+pub mod lab;
