@@ -1,0 +1,131 @@
+//! Which node `rds-info` asks: none running, the only one, several (ambiguous), `--node`,
+//! `--list-nodes`; plus the command line (usage text and exit codes of the original).
+//!
+//! One test per file: the nodes serve their control sockets in `RDS_RUNTIME_DIR`, which this
+//! process sets once for itself and passes to the `rds-info` it runs.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use assert_cmd::Command;
+use rds_core::{CtlMode, Node, NodeConfig};
+
+fn rds_info(run: &Path, args: &[&str]) -> Output {
+    Command::cargo_bin("rds-info")
+        .unwrap()
+        .env("RDS_RUNTIME_DIR", run)
+        .args(args)
+        .timeout(Duration::from_secs(20))
+        .output()
+        .unwrap()
+}
+
+fn node(addr: &str, name: &str) -> Node {
+    let mut cfg = NodeConfig::new([addr.parse::<IpAddr>().unwrap()]);
+    cfg.ctl = CtlMode::Named(name.into());
+    Node::start(cfg).unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn discovery_and_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::env::set_var("RDS_RUNTIME_DIR", &run);
+
+    // No node: a clear error, exit 1 (the original's "Unable to create socket" status).
+    let out = rds_info(&run, &["-c"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).starts_with("rds-info: no RDS node is running"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(rds_info(&run, &["--list-nodes"]).status.code(), Some(1));
+
+    // One node: it is used.
+    let alpha = node("127.0.0.75", "alpha");
+    let out = rds_info(&run, &["--json", "-c"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["node"], "alpha");
+    assert_eq!(v["counters"][0][0], "conn_reset");
+
+    // Two nodes and no daemon: ambiguous, the error lists them.
+    let beta = node("127.0.0.76", "beta");
+    let out = rds_info(&run, &["-k"]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = text(&out.stderr);
+    assert!(e.contains("--node") && e.contains("alpha, beta"), "{e}");
+    let out = rds_info(&run, &["--node", "beta", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["node"], "beta");
+    let out = rds_info(&run, &["--node", "gamma"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no node named 'gamma'"));
+    let out = rds_info(&run, &["--list-nodes"]);
+    assert_eq!(out.status.code(), Some(0));
+    let l = text(&out.stdout);
+    assert!(l.contains("| alpha ") && l.contains("| beta "), "{l}");
+    assert!(l.contains("127.0.0.76"), "{l}");
+
+    // A node named "daemon" is preferred.
+    let daemon = node("127.0.0.77", "daemon");
+    let out = rds_info(&run, &["--json", "-k"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["node"], "daemon");
+
+    // The original's usage text: messages on stderr, option list on stdout, exit 1.
+    let out = rds_info(&run, &["-x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "rds-info: Invalid option '-x'\nrds-info version {}\nThe following options limit \
+             output to the given sources:\n\n\nIf no options are given then all sources are used.\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "    -a include both IPv6 and IPv4 RDS connections\n\
+         \x20   -c statistic counters\n\
+         \x20   -n connections\n\
+         \x20   -s send queue messages\n\
+         \x20   -t retransmit queue messages\n\
+         \x20   -r recv queue messages\n\
+         \x20   -k sockets\n\
+         \x20   -T TCP transport sockets\n\
+         \x20   -I IB transport connections\n\
+         \x20   -p paths\n"
+    );
+    assert_eq!(rds_info(&run, &["-+"]).status.code(), Some(1));
+    assert_eq!(rds_info(&run, &["--bogus"]).status.code(), Some(1));
+    assert_eq!(rds_info(&run, &["--node"]).status.code(), Some(1));
+    let out = rds_info(&run, &["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("statistic counters"));
+    let out = rds_info(&run, &["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        format!("rds-info {}\n", env!("CARGO_PKG_VERSION"))
+    );
+
+    // A node going away is noticed: the stale socket is skipped.
+    beta.shutdown();
+    daemon.shutdown();
+    let out = rds_info(&run, &["--json", "-k"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["node"], "alpha");
+    alpha.shutdown();
+}
