@@ -704,7 +704,9 @@ impl Stack {
         let ci = cid.0 as usize;
         if kind == TransportKind::Tcp && self.conns[ci].is_smaller() {
             // A larger peer's connection only asks us to connect (it never carries data).
-            if self.conns[ci].npaths <= 1 {
+            // With lanes agreed we reconnect on our own, except after an operator's kill:
+            // then the peer's attempt is the new traffic that brings the connection back.
+            if self.conns[ci].npaths <= 1 || self.conns[ci].killed {
                 self.connect_if_down(cid, 0);
             }
             return Err(AcceptError::ConnectBack);
