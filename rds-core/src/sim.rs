@@ -507,7 +507,6 @@ impl Sim {
                     return;
                 }
                 let end = &self.links[link].ends[to];
-                debug_assert!(end.epoch != 0, "data before the connection result");
                 if off >= end.rx_cutoff {
                     return;
                 }
@@ -535,6 +534,7 @@ impl Sim {
                     }
                     return;
                 }
+                debug_assert!(epoch != 0, "data before the connection result");
                 if self.cfg.kind == TransportKind::Ib {
                     let _ = self.nodes[n]
                         .stack
