@@ -21,6 +21,15 @@ use std::time::{Duration, Instant};
 /// The five sizes every data case covers.
 const SIZES: [usize; 5] = [0, 1, 4096, 65536, 1 << 20];
 
+/// rcvbuf of kernel receivers in cases that are not about congestion (multipath,
+/// reconnects): large enough that the kernel never marks their port congested. With the
+/// default (~104 KiB) a busy receiver's port flips between congested and not many times a
+/// second, and the 6.1 kernel sends each map update on whichever lane runs its send worker
+/// next, often behind bulk data on a data lane: an older "congested" map can then arrive
+/// after the newer "uncongested" one, and a blocking sender waits for an update that never
+/// comes (see the module notes).
+const KRCVBUF: usize = 8 << 20;
+
 /// One address order and its node.
 struct Env<'a> {
     lab: &'a Lab,
@@ -56,6 +65,42 @@ impl Env<'_> {
 
     fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>> {
         Ok(parse_counters(&self.kexec("rdstool info counters", 30)?))
+    }
+
+    /// Our node's and the kernel's state, for failure reports.
+    fn diag(&self) -> String {
+        let mut s = String::new();
+        for c in self.node.connections() {
+            s += &format!(
+                "ours: conn {}->{} {} npaths={} peer_gen={:#x}\n",
+                c.laddr, c.faddr, c.kind, c.npaths, c.peer_gen
+            );
+            for p in &c.paths {
+                s += &format!("  {p:?}\n");
+            }
+        }
+        for t in self.node.tcp_sockets() {
+            s += &format!("ours: tcp {t:?}\n");
+        }
+        for k in self.node.sockets() {
+            if k.snd_bytes > 0 || k.rcv_bytes > 0 || k.congested {
+                s += &format!("ours: sock {k:?}\n");
+            }
+        }
+        s += &format!(
+            "ours: sendq {} retransq {}\n",
+            self.node.send_queue().len(),
+            self.node.retrans_queue().len()
+        );
+        match self.lab.exec(
+            1,
+            "rdstool info conns tcp sockets sendq retransq recvq; dmesg | tail -n 5",
+            Duration::from_secs(30),
+        ) {
+            Ok(o) => s += &format!("kernel:\n{}{}", o.stdout, o.stderr),
+            Err(e) => s += &format!("kernel info: {e:#}\n"),
+        }
+        s
     }
 
     /// The node's connection to the kernel.
@@ -274,7 +319,8 @@ fn case_multipath(env: &Env, p: u16) -> Result<String> {
     let (k_rx, ours_tx, ours_rx, k_tx) = (p, p + 1, p + 40, p + 50);
     let krecv = env.kspawn(
         &format!(
-            "rdstool recv -b {} -n {count} --sources {k} --extra-ms 500 --timeout 150",
+            "rdstool recv -b {} -n {count} --sources {k} --rcvbuf {KRCVBUF} --extra-ms 500 \
+             --timeout 150",
             env.kern(k_rx)
         ),
         180,
@@ -533,12 +579,14 @@ fn reconnects(env: &Env, p: u16, who: Dropper) -> Result<String> {
     let count = 3000u64;
     let sizes = vec![1000usize, 8000, 30000];
     let (k_rx, ours_tx, ours_rx, k_tx) = (p, p + 1, p + 2, p + 3);
+    let inflight = std::env::var_os("INTEROP_INFLIGHT").is_some();
     let k0 = env.counters()?;
     let ours_reset0 = env.node.counter(Counter::ConnReset);
     let ours_old0 = env.node.counter(Counter::RecvDropOldSeq);
     let krecv = env.kspawn(
         &format!(
-            "rdstool recv -b {} -n {count} --sources 1 --extra-ms 1000 --timeout 150",
+            "rdstool recv -b {} -n {count} --sources 1 --rcvbuf {KRCVBUF} --extra-ms 1000 \
+             --timeout 150",
             env.kern(k_rx)
         ),
         180,
@@ -590,9 +638,13 @@ fn reconnects(env: &Env, p: u16, who: Dropper) -> Result<String> {
         if res.is_err() {
             break;
         }
-        // quiesce both streams
+        // quiesce both streams (INTEROP_INFLIGHT=1 skips this and the settling below:
+        // drops with messages in flight, which base kernels do not survive; see above)
         let t = Instant::now();
         let quiet = (|| -> Result<()> {
+            if inflight {
+                return Ok(());
+            }
             pause.hold(&done, deadline(30))?;
             drain_wait(&env.node, env.ours(ours_tx), deadline(30))?;
             let kdl = deadline(30);
@@ -613,7 +665,12 @@ fn reconnects(env: &Env, p: u16, who: Dropper) -> Result<String> {
             }
         })();
         if let Err(e) = quiet {
-            res = Err(e.context("quiescing before a drop"));
+            res = Err(e.context(format!(
+                "quiescing before a drop (cong_send_blocked={} cong_update_received={})\n{}",
+                env.node.counter(Counter::CongSendBlocked),
+                env.node.counter(Counter::CongUpdateReceived),
+                env.diag()
+            )));
             break;
         }
         let what = match who {
@@ -642,6 +699,9 @@ fn reconnects(env: &Env, p: u16, who: Dropper) -> Result<String> {
         };
         // settle: a ping on our data lane answered, all lanes up again
         let settle = (|| -> Result<u32> {
+            if inflight {
+                return Ok(0);
+            }
             let sdl = deadline(30);
             let mut pings = 0;
             let mut buf = [0u8; 64];
@@ -905,7 +965,8 @@ const CASES: &[(&str, Case)] = &[
 /// Whether `name` passes the comma-separated filter in environment variable `var` (unset:
 /// everything runs). For debugging single cases: `INTEROP_CASES=multipath`,
 /// `INTEROP_ORDERS=ours>kernel`, `INTEROP_REPEAT=5`, `INTEROP_TAP=1` (our node's frames with
-/// the kernel go to /tmp/interop-tap-{A,B}-CASE.txt).
+/// the kernel go to /tmp/interop-tap-{A,B}-CASE-N.txt; `INTEROP_TAP=maps`: only port-0 frames,
+/// whole congestion maps).
 fn selected(var: &str, name: &str) -> bool {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => v.split(',').any(|x| x == name),
@@ -921,11 +982,14 @@ struct Tapper {
 
 impl Tapper {
     fn start(node: &Node, peer: IpAddr) -> Tapper {
+        // INTEROP_TAP=maps: only port-0 frames (congestion maps, pings, pongs), whole maps
+        let maps = std::env::var("INTEROP_TAP").is_ok_and(|v| v == "maps");
         let filter = rds_core::node::tap::TapFilter {
             peer: Some(peer),
-            port: None,
+            port: maps.then_some(0),
         };
-        node.tap().start(64, 1 << 20, filter).expect("tap");
+        let snap = if maps { 48 + 8192 } else { 64 };
+        node.tap().start(snap, 1 << 20, filter).expect("tap");
         let n = node.clone();
         let thread = std::thread::spawn(move || {
             let mut v = Vec::new();
@@ -955,6 +1019,13 @@ impl Tapper {
             let dport = u16::from_be_bytes(d[22..24].try_into().unwrap());
             let flags = d[24];
             let idx = (d.len() >= 56).then(|| u64::from_le_bytes(d[48..56].try_into().unwrap()));
+            let congested: Vec<usize> = if flags == 1 && d.len() == 48 + 8192 {
+                (0..65536)
+                    .filter(|&p| d[48 + p / 8] & (1 << (p % 8)) != 0)
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let tr = match f.transport {
                 rds_core::node::tap::TapTransport::Tcp { local, peer } => {
                     format!("{}<->{}", local.port(), peer.port())
@@ -962,7 +1033,7 @@ impl Tapper {
                 other => format!("{other:?}"),
             };
             out += &format!(
-                "{}.{:09} {:?} lane={} tcp={tr} seq={seq} len={len} {sport}->{dport} flags={flags:#04x} idx={idx:?}\n",
+                "{}.{:09} {:?} lane={} tcp={tr} seq={seq} len={len} {sport}->{dport} flags={flags:#04x} idx={idx:?} cong={congested:?}\n",
                 f.ts_ns / 1_000_000_000,
                 f.ts_ns % 1_000_000_000,
                 f.dir,
@@ -990,7 +1061,7 @@ fn kernel_interop_tcp() {
     let lab = Lab::start(1, opts).expect("the kernel lab must boot");
     let boot = t0.elapsed();
     let kver = lab
-        .exec_ok(1, "uname -r", Duration::from_secs(30))
+        .exec_ok(1, "uname -r -v", Duration::from_secs(30))
         .expect("uname")
         .stdout;
     println!(
@@ -1033,6 +1104,16 @@ fn kernel_interop_tcp() {
             order,
             k_start: Default::default(),
         };
+        if ours == HOST_ADDR2 {
+            // Order A's selftest and reconnect cases leave small fixed RDS/TCP buffers in the
+            // guest (the sysctls cannot go back to 0 = autotune): use 1 MiB for this order.
+            env.kexec(
+                "echo 1048576 > /proc/sys/net/rds/tcp/rds_tcp_sndbuf && \
+                 echo 1048576 > /proc/sys/net/rds/tcp/rds_tcp_rcvbuf",
+                30,
+            )
+            .expect("kernel rds_tcp buffer sysctls");
+        }
         let env = Env {
             k_start: env.counters().expect("kernel counters"),
             ..env
@@ -1062,14 +1143,19 @@ fn kernel_interop_tcp() {
             .unwrap_or_else(|_| Err(anyhow!("panicked")));
             if let Some(tap) = tap {
                 tap.finish(&format!(
-                    "/tmp/interop-tap-{}-{name}.txt",
-                    if ours == HOST_ADDR1 { "A" } else { "B" }
+                    "/tmp/interop-tap-{}-{name}-{}.txt",
+                    if ours == HOST_ADDR1 { "A" } else { "B" },
+                    outcomes.len()
                 ));
             }
             let secs = t.elapsed().as_secs_f64();
             match &r {
                 Ok(d) => println!("[{}] {name}: ok ({secs:.1}s) {d}", env.order),
-                Err(e) => println!("[{}] {name}: FAIL ({secs:.1}s) {e:#}", env.order),
+                Err(e) => println!(
+                    "[{}] {name}: FAIL ({secs:.1}s) {e:#}\n--- state after the failure ---\n{}",
+                    env.order,
+                    env.diag()
+                ),
             }
             outcomes.push(Outcome {
                 order,
