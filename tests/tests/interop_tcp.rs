@@ -28,13 +28,15 @@
 //!   slot. After a drop the lanes can come back crossed. It also resends, marked
 //!   RETRANSMITTED, messages whose bytes TCP had already acknowledged (it releases them only
 //!   in `write_space` callbacks). A resent message then lands in another lane's sequence
-//!   space, where the duplicate check (`seq < next_rx_seq`) compares against the wrong lane:
-//!   with drops while messages are in flight we saw a message delivered twice (our restart,
-//!   ours<kernel: the stream moved from our lane 0 to lane 1, seq 5247 came again on lane 1).
-//!   Two kernels lose and duplicate the same way (lab README). So the reconnect cases drop
-//!   at quiescent points, mid-stream, the way the lab's selftest-peer resets: both senders
-//!   held, both sides' send/retransmit queues empty, drop, a ping on our data lane answered,
-//!   8 lanes up, go on. `INTEROP_INFLIGHT=1` drops with messages in flight instead.
+//!   space, where the duplicate check (`seq < next_rx_seq`) compares against the wrong lane.
+//!   With drops while messages are in flight we saw a message delivered twice once (our
+//!   restart, ours<kernel: the kernel's stream moved from our lane 0 to our lane 1 and its
+//!   RETRANSMITTED seq 5247, already read on the old lane-0 connection, was accepted again
+//!   on lane 1); 44 later in-flight runs (both orders, both droppers) passed. Two kernels
+//!   lose and duplicate the same way, more often (lab README). So the reconnect cases drop at
+//!   quiescent points, mid-stream, the way the lab's selftest-peer resets: both senders held,
+//!   both sides' send/retransmit queues empty, drop, a ping on our data lane answered, 8
+//!   lanes up, go on. `INTEROP_INFLIGHT=1` drops with messages in flight instead.
 //! - It sends each congestion-map update on whichever lane's send worker runs next, often
 //!   behind bulk data on a data lane (we saw one receiver port's maps on lanes 0, 3 and 4,
 //!   flipping hundreds of times a second). Maps carry no sequence number, so an older
@@ -839,11 +841,19 @@ fn case_selftest(env: &Env, p: u16) -> Result<String> {
         ([env.kern(p), env.ours(p + 1)], 1usize)
     };
     let kme = 1 - me;
-    env.kexec(
+    // (the job shell's `tc` is iproute2's, not busybox's: /etc/lab-functions)
+    let q = env.kexec(
         "tc qdisc add dev eth0 root netem loss 1% corrupt 1% duplicate 1% && \
          tc qdisc show dev eth0",
         30,
     )?;
+    if !["netem", "loss 1%", "corrupt 1%", "duplicate 1%"]
+        .iter()
+        .all(|w| q.contains(w))
+    {
+        let _ = env.kexec("tc qdisc del dev eth0 root", 30);
+        bail!("netem not in place: {q}");
+    }
     let r = (|| -> Result<String> {
         let sock = bound_socket(&env.node, ep[me])?;
         let job = env.kspawn(
