@@ -1,1 +1,383 @@
-//! Wire capture: trace records and the pcap writer.
+//! Wire capture: trace records, the pcap writer and the pcap reader behind `rds-trace`.
+//!
+//! A node's trace tap produces one [`TraceRecord`] per RDS frame it sends or receives: the
+//! 48-byte header and its payload as they travel on the transport, cut at a snap length, with
+//! a timestamp, a direction and the transport endpoints. This module turns such records into
+//! capture files that Wireshark and tshark decode (with the RDS dissector shipped in
+//! `wireshark/rds.lua`), and reads those files back.
+//!
+//! # Capture formats
+//! - **RDS/TCP** ([`PcapSink::ethernet`]): classic pcap, nanosecond timestamps, snap length
+//!   [`PCAP_SNAPLEN`], `LINKTYPE_ETHERNET`. Each record's bytes are appended to the byte stream
+//!   of its TCP connection and direction, and that stream is cut into Ethernet + IPv4/IPv6 +
+//!   TCP segments exactly as a TCP sender would put them on a wire (see
+//!   [`PcapSink::ethernet`] for every rule: sequence and ACK numbers, segment boundaries,
+//!   checksums, snapped frames).
+//! - **RDS over InfiniBand** ([`PcapSink::erf`]): classic pcap with `LINKTYPE_ERF`; every
+//!   record is one RDS fragment carried by one ERF record of type 21 (InfiniBand): LRH,
+//!   BTH (RC SEND Only), the fragment padded to 4 bytes, ICRC and VCRC.
+//!
+//! [`PcapFrames`] reads either kind of file (and RDS/TCP captures taken by tcpdump) back into
+//! RDS frames.
+//!
+//! # Conventions shared by the writer and the reader
+//! - **Direction** (Ethernet captures): MAC addresses are synthetic. The capturing ("local")
+//!   node's MAC is `02:00:a:b:c:d` and the peer's is `02:01:a:b:c:d`, where `a.b.c.d` are the
+//!   last four bytes of the node's IP address ([`node_mac`]). The reader derives the direction
+//!   from them.
+//! - **Direction** (ERF captures): the ERF capture interface is 0 for frames the local node
+//!   sent and 1 for frames it received.
+//! - **Lane** (TCP): each lane is its own TCP connection; the lane is not on the wire. The
+//!   reader reports `client port % 8`, the rule Linux (since the 2026 multipath series) and
+//!   this stack use when they bind lane `i` to a source port `≡ i (mod 8)`.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::Bytes;
+
+use crate::node::tap::{Dir, TapFrame, TapTransport};
+use crate::wire::{FRAG_SIZE, HEADER_LEN};
+
+mod checksum;
+mod ib;
+mod reader;
+mod tcp;
+mod writer;
+
+pub use reader::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
+pub use writer::{PcapSink, SinkStats, TcpCaptureConfig};
+
+/// The snap length written into every capture header. Large enough for the largest packet the
+/// writer produces (an IPv6 datagram of 65535 payload bytes in an Ethernet frame).
+pub const PCAP_SNAPLEN: u32 = 262_144;
+/// `LINKTYPE_ETHERNET`.
+pub const LINKTYPE_ETHERNET: u32 = 1;
+/// `LINKTYPE_ERF` (Endace Extensible Record Format).
+pub const LINKTYPE_ERF: u32 = 197;
+/// ERF record type of an InfiniBand packet starting with its LRH.
+pub const ERF_TYPE_INFINIBAND: u8 = 21;
+/// Default TCP maximum segment size over IPv4: 1500-byte MTU minus IPv4 and TCP headers and
+/// the 12-byte timestamp option Linux uses.
+pub const DEFAULT_MSS_V4: u16 = 1448;
+/// Default TCP maximum segment size over IPv6 (1500-byte MTU, 40-byte IPv6 header).
+pub const DEFAULT_MSS_V6: u16 = 1428;
+/// Largest RDS fragment over InfiniBand: the header plus [`FRAG_SIZE`] payload bytes.
+pub const IB_MAX_FRAGMENT: usize = HEADER_LEN + FRAG_SIZE;
+
+/// Direction of a frame as seen by the node that captured it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    /// Sent by the local node to the peer.
+    Tx,
+    /// Received by the local node from the peer.
+    Rx,
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Tx => "tx",
+            Direction::Rx => "rx",
+        })
+    }
+}
+
+/// The transport a traced frame travelled on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// RDS/TCP: the real TCP connection of the frame's lane. The passive (server) side is on
+    /// port 16385; every lane is a separate connection with its own client port.
+    Tcp {
+        /// The local node's TCP endpoint of this connection.
+        local: SocketAddr,
+        /// The peer's TCP endpoint of this connection.
+        peer: SocketAddr,
+    },
+    /// RDS over InfiniBand (RC queue pair). Each record is one RDS fragment: the 48-byte header
+    /// and at most [`FRAG_SIZE`] payload bytes, carried by one IB SEND.
+    Ib {
+        /// The local queue pair number (24 bits, at least 2).
+        local_qpn: u32,
+        /// The peer's queue pair number (24 bits, at least 2).
+        peer_qpn: u32,
+        /// The local port's LID (source LID of the frames the local node sends).
+        local_lid: u16,
+        /// The peer port's LID.
+        peer_lid: u16,
+        /// The SEND's solicited-event bit: set on the last fragment of each message and on
+        /// ACK-only frames.
+        solicited: bool,
+    },
+}
+
+/// One RDS frame captured by a node's trace tap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// Wall-clock time the frame was handed to (Tx) or taken from (Rx) the transport, in
+    /// nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// Whether the local node sent or received the frame.
+    pub dir: Direction,
+    /// The local node's RDS address.
+    pub local: IpAddr,
+    /// The peer's RDS address.
+    pub peer: IpAddr,
+    /// Path (lane) index, 0..=7. Over TCP each lane is its own connection.
+    pub lane: u8,
+    /// Transport endpoints.
+    pub transport: Transport,
+    /// Length of the frame on the wire: the 48-byte header plus the payload bytes that follow
+    /// it. Over TCP that is `48 + h_len`; over IB it is the header plus this fragment's bytes.
+    pub orig_len: u32,
+    /// The captured bytes: the header followed by the payload, cut at the snap length, so
+    /// `data.len() <= orig_len`. The writers need at least the 48 header bytes.
+    pub data: Bytes,
+}
+
+impl TraceRecord {
+    /// A complete (not snapped) RDS/TCP frame: `frame` is the 48-byte header and its payload.
+    /// The RDS addresses are the TCP endpoints' IP addresses, as on every RDS/TCP connection.
+    pub fn tcp(
+        ts_ns: u64,
+        dir: Direction,
+        lane: u8,
+        local: SocketAddr,
+        peer: SocketAddr,
+        frame: Bytes,
+    ) -> Self {
+        TraceRecord {
+            ts_ns,
+            dir,
+            local: local.ip(),
+            peer: peer.ip(),
+            lane,
+            transport: Transport::Tcp { local, peer },
+            orig_len: u32::try_from(frame.len()).unwrap_or(u32::MAX),
+            data: frame,
+        }
+    }
+
+    /// A complete (not snapped) RDS fragment over InfiniBand (`transport` should be
+    /// [`Transport::Ib`]; lane 0, as IB has one path).
+    pub fn ib(
+        ts_ns: u64,
+        dir: Direction,
+        local: IpAddr,
+        peer: IpAddr,
+        transport: Transport,
+        frame: Bytes,
+    ) -> Self {
+        TraceRecord {
+            ts_ns,
+            dir,
+            local,
+            peer,
+            lane: 0,
+            transport,
+            orig_len: u32::try_from(frame.len()).unwrap_or(u32::MAX),
+            data: frame,
+        }
+    }
+
+    /// The same record with its captured bytes cut to `snaplen` (never below the 48 header
+    /// bytes); `orig_len` is kept.
+    pub fn snapped(mut self, snaplen: usize) -> Self {
+        let keep = snaplen.max(HEADER_LEN).min(self.data.len());
+        self.data.truncate(keep);
+        self
+    }
+
+    /// Whether the captured bytes are shorter than the frame.
+    pub fn is_truncated(&self) -> bool {
+        (self.data.len() as u64) < u64::from(self.orig_len)
+    }
+
+    /// Converts a frame of the node's trace tap. Loopback frames never touch a wire and give
+    /// `None`. The tap does not know IB LIDs; they are set to 0.
+    pub fn from_tap(frame: &TapFrame) -> Option<Self> {
+        let transport = match frame.transport {
+            TapTransport::Tcp { local, peer } => Transport::Tcp { local, peer },
+            TapTransport::Ib {
+                local_qpn,
+                peer_qpn,
+                solicited,
+            } => Transport::Ib {
+                local_qpn,
+                peer_qpn,
+                local_lid: 0,
+                peer_lid: 0,
+                solicited,
+            },
+            TapTransport::Loopback => return None,
+        };
+        Some(TraceRecord {
+            ts_ns: frame.ts_ns,
+            dir: match frame.dir {
+                Dir::Tx => Direction::Tx,
+                Dir::Rx => Direction::Rx,
+            },
+            local: frame.laddr,
+            peer: frame.faddr,
+            lane: frame.lane,
+            transport,
+            orig_len: frame.orig_len,
+            data: frame.data.clone(),
+        })
+    }
+
+    /// Checks what the writers rely on; see [`RecordError`].
+    pub fn validate(&self) -> Result<(), RecordError> {
+        if self.lane > 7 {
+            return Err(RecordError::BadLane(self.lane));
+        }
+        if (self.orig_len as usize) < HEADER_LEN {
+            return Err(RecordError::FrameTooShort(self.orig_len));
+        }
+        if self.data.len() < HEADER_LEN {
+            return Err(RecordError::HeaderNotCaptured(self.data.len()));
+        }
+        if self.data.len() as u64 > u64::from(self.orig_len) {
+            return Err(RecordError::CapturedExceedsFrame {
+                captured: self.data.len(),
+                orig_len: self.orig_len,
+            });
+        }
+        let h_len =
+            u32::from_be_bytes([self.data[16], self.data[17], self.data[18], self.data[19]]);
+        match self.transport {
+            Transport::Tcp { local, peer } => {
+                if local.is_ipv4() != peer.is_ipv4() {
+                    return Err(RecordError::MixedAddressFamilies);
+                }
+                if u64::from(h_len) + HEADER_LEN as u64 != u64::from(self.orig_len) {
+                    return Err(RecordError::LengthMismatch {
+                        h_len,
+                        orig_len: self.orig_len,
+                    });
+                }
+            }
+            Transport::Ib {
+                local_qpn,
+                peer_qpn,
+                ..
+            } => {
+                for qpn in [local_qpn, peer_qpn] {
+                    if !(2..=0xFF_FFFF).contains(&qpn) {
+                        return Err(RecordError::BadQpn(qpn));
+                    }
+                }
+                let frag = self.orig_len as usize - HEADER_LEN;
+                if frag > FRAG_SIZE || frag as u64 > u64::from(h_len) {
+                    return Err(RecordError::BadFragment {
+                        h_len,
+                        orig_len: self.orig_len,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`TraceRecord`] cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// The lane index is above 7.
+    #[error("lane {0} is out of range (0..=7)")]
+    BadLane(u8),
+    /// `orig_len` is below the 48-byte header.
+    #[error("frame length {0} is shorter than the 48-byte RDS header")]
+    FrameTooShort(u32),
+    /// Fewer than 48 bytes were captured.
+    #[error("only {0} bytes captured; the 48-byte RDS header is needed")]
+    HeaderNotCaptured(usize),
+    /// More bytes captured than the frame has.
+    #[error("{captured} bytes captured for a frame of {orig_len} bytes")]
+    CapturedExceedsFrame {
+        /// Captured bytes.
+        captured: usize,
+        /// The record's `orig_len`.
+        orig_len: u32,
+    },
+    /// TCP: `48 + h_len` differs from `orig_len`, so the synthesized byte stream would not
+    /// frame.
+    #[error("h_len {h_len} does not match the frame length {orig_len} (48 + h_len expected)")]
+    LengthMismatch {
+        /// `h_len` from the captured header.
+        h_len: u32,
+        /// The record's `orig_len`.
+        orig_len: u32,
+    },
+    /// TCP: one endpoint is IPv4 and the other IPv6.
+    #[error("TCP endpoints mix IPv4 and IPv6")]
+    MixedAddressFamilies,
+    /// IB: a queue pair number is 0, 1 (management QPs) or wider than 24 bits.
+    #[error("queue pair number {0:#x} is not a 24-bit data QP (>= 2)")]
+    BadQpn(u32),
+    /// IB: the fragment carries more than 4096 payload bytes or more than `h_len`.
+    #[error(
+        "IB fragment of {orig_len} bytes is not a valid fragment of a message with h_len {h_len}"
+    )]
+    BadFragment {
+        /// `h_len` from the captured header.
+        h_len: u32,
+        /// The record's `orig_len`.
+        orig_len: u32,
+    },
+}
+
+/// Errors of [`PcapSink`].
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The record is inconsistent.
+    #[error("invalid trace record: {0}")]
+    Record(#[from] RecordError),
+    /// A TCP record given to an ERF sink or an IB record given to an Ethernet sink.
+    #[error("a {record} record cannot go into a {sink} capture")]
+    WrongLink {
+        /// The record's transport ("tcp" or "ib").
+        record: &'static str,
+        /// The sink's link type ("ethernet" or "erf").
+        sink: &'static str,
+    },
+    /// The timestamp does not fit a pcap record (seconds beyond `u32`, i.e. after 2106).
+    #[error("timestamp {0} ns does not fit a pcap record")]
+    Timestamp(u64),
+    /// Invalid configuration.
+    #[error("invalid capture configuration: {0}")]
+    Config(&'static str),
+    /// The sink was already finished.
+    #[error("the capture was already finished")]
+    Finished,
+    /// Writing the file failed.
+    #[error("pcap output: {0}")]
+    Pcap(#[from] pcap_file::PcapError),
+    /// Flushing the output failed.
+    #[error("output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The synthetic MAC address of a node in Ethernet captures: `02:00:a:b:c:d` for the local
+/// (capturing) node, `02:01:a:b:c:d` for its peer, where `a.b.c.d` are the last four bytes of
+/// `ip` (the IPv4 address itself). Locally administered unicast addresses.
+pub fn node_mac(ip: IpAddr, local: bool) -> [u8; 6] {
+    let tail = match ip {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    [
+        0x02,
+        if local { 0x00 } else { 0x01 },
+        tail[0],
+        tail[1],
+        tail[2],
+        tail[3],
+    ]
+}
+
+#[cfg(test)]
+mod tests;

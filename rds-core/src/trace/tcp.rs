@@ -1,0 +1,371 @@
+//! RDS/TCP records → Ethernet + IPv4/IPv6 + TCP segments.
+//!
+//! Every (source endpoint, destination endpoint) pair is one direction of one TCP connection
+//! and has its own byte stream. A record's frame bytes are appended to its stream; the stream
+//! is cut into segments at absolute stream offsets that are multiples of the MSS, so RDS
+//! headers can straddle segments as they do on a real wire. The last, partial segment of a
+//! stream is held back for a short while (`hold_ns`) so the next frame of the same stream can
+//! fill it; see `TcpCaptureConfig` for the exact rules.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use super::checksum::{fold, sum16};
+use super::writer::TcpCaptureConfig;
+use super::{node_mac, Direction, TraceRecord, Transport};
+
+/// One synthesized packet: link-layer bytes as captured and the length on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SynthPacket {
+    pub ts_ns: u64,
+    pub data: Vec<u8>,
+    pub orig_len: u32,
+}
+
+const ETH_LEN: usize = 14;
+const IPV4_LEN: usize = 20;
+const IPV6_LEN: usize = 40;
+const TCP_LEN: usize = 20;
+/// Largest TCP payload of one IPv4 datagram (total length ≤ 65535).
+const MAX_PAYLOAD_V4: u64 = 65535 - (IPV4_LEN + TCP_LEN) as u64;
+/// Largest TCP payload of one IPv6 packet without a jumbogram (payload length ≤ 65535).
+const MAX_PAYLOAD_V6: u64 = 65535 - TCP_LEN as u64;
+
+const TCP_ACK: u8 = 0x10;
+const TCP_PSH: u8 = 0x08;
+const TCP_WINDOW: u16 = 0xffff;
+const TTL: u8 = 64;
+
+type FlowKey = (SocketAddr, SocketAddr);
+
+#[derive(Debug)]
+struct DirState {
+    isn: u32,
+    /// Stream offset of the first byte not yet in an emitted segment (start of `pending`).
+    sent: u64,
+    /// Bytes of the partial segment being held: stream offsets `sent..sent + len`, always
+    /// ending before the next multiple of the MSS.
+    pending: Vec<u8>,
+    /// Timestamp of the newest record that added bytes to `pending`.
+    pending_ts: u64,
+    ip_id: u16,
+    /// Whether the source of this direction is the capturing node.
+    src_local: bool,
+}
+
+/// The TCP synthesizer: all connection state of one capture.
+#[derive(Debug)]
+pub(crate) struct TcpSynth {
+    cfg: TcpCaptureConfig,
+    dirs: BTreeMap<FlowKey, DirState>,
+    /// Newest timestamp of any emitted packet.
+    last_ts: u64,
+}
+
+/// The initial sequence number of a direction: FNV-1a over both endpoints, or the fixed value.
+fn isn_for(cfg: &TcpCaptureConfig, src: SocketAddr, dst: SocketAddr) -> u32 {
+    if let Some(isn) = cfg.fixed_isn {
+        return isn;
+    }
+    let mut h: u32 = 0x811c_9dc5;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    for ep in [src, dst] {
+        match ep.ip() {
+            IpAddr::V4(a) => eat(&a.octets()),
+            IpAddr::V6(a) => eat(&a.octets()),
+        }
+        eat(&ep.port().to_be_bytes());
+    }
+    h
+}
+
+impl TcpSynth {
+    pub(crate) fn new(cfg: TcpCaptureConfig) -> Self {
+        TcpSynth {
+            cfg,
+            dirs: BTreeMap::new(),
+            last_ts: 0,
+        }
+    }
+
+    fn mss(&self, key: &FlowKey) -> u64 {
+        if key.0.is_ipv4() {
+            u64::from(self.cfg.mss_v4)
+        } else {
+            u64::from(self.cfg.mss_v6)
+        }
+    }
+
+    fn state(&mut self, key: FlowKey, src_local: bool) -> &mut DirState {
+        let cfg = &self.cfg;
+        self.dirs.entry(key).or_insert_with(|| DirState {
+            isn: isn_for(cfg, key.0, key.1),
+            sent: 0,
+            pending: Vec::new(),
+            pending_ts: 0,
+            ip_id: 1,
+            src_local,
+        })
+    }
+
+    /// The ACK number of segments from `key.0` to `key.1`: the next sequence number of the
+    /// reverse direction (everything it emitted so far).
+    fn ack_for(&self, key: &FlowKey) -> u32 {
+        let rev = (key.1, key.0);
+        match self.dirs.get(&rev) {
+            Some(st) => st.isn.wrapping_add(st.sent as u32),
+            None => isn_for(&self.cfg, rev.0, rev.1),
+        }
+    }
+
+    /// Synthesizes the packets a (validated) TCP record releases.
+    pub(crate) fn push(&mut self, rec: &TraceRecord) -> Vec<SynthPacket> {
+        let Transport::Tcp { local, peer } = rec.transport else {
+            return Vec::new();
+        };
+        let (key, src_local) = match rec.dir {
+            Direction::Tx => ((local, peer), true),
+            Direction::Rx => ((peer, local), false),
+        };
+        let mut out = Vec::new();
+        self.flush_stale(rec.ts_ns, &mut out);
+        self.state(key, src_local);
+        if rec.is_truncated() {
+            self.flush_key(&key, &mut out);
+            self.push_truncated(key, rec, &mut out);
+        } else {
+            self.push_complete(key, rec, &mut out);
+            if self.cfg.hold_ns == 0 {
+                self.flush_key(&key, &mut out);
+            }
+        }
+        out
+    }
+
+    fn push_complete(&mut self, key: FlowKey, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {
+        let mss = self.mss(&key);
+        let ack = self.ack_for(&key);
+        let data = &rec.data[..];
+        let mut pos = 0usize;
+        loop {
+            let Some(st) = self.dirs.get_mut(&key) else {
+                return;
+            };
+            let boundary = (st.sent / mss + 1) * mss;
+            let need = (boundary - st.sent) as usize;
+            if st.pending.len() + (data.len() - pos) < need {
+                st.pending.extend_from_slice(&data[pos..]);
+                if !st.pending.is_empty() {
+                    st.pending_ts = rec.ts_ns;
+                }
+                return;
+            }
+            let take = need - st.pending.len();
+            let pending = std::mem::take(&mut st.pending);
+            let psh = pos + take == data.len();
+            let pkt = segment(
+                st,
+                &mut self.last_ts,
+                &key,
+                ack,
+                &[&pending, &data[pos..pos + take]],
+                need as u64,
+                psh,
+                rec.ts_ns,
+            );
+            out.push(pkt);
+            pos += take;
+        }
+    }
+
+    /// A snapped frame: one segment starting at the frame's first byte that carries the
+    /// captured bytes and reports at least one byte more than it carries (so the packet is
+    /// marked as cut). The frame's remaining bytes are left out: the stream offset jumps to
+    /// the frame's end, which shows as a sequence gap before the next segment.
+    fn push_truncated(&mut self, key: FlowKey, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {
+        let mss = self.mss(&key);
+        let max_payload = if key.0.is_ipv4() {
+            MAX_PAYLOAD_V4
+        } else {
+            MAX_PAYLOAD_V6
+        };
+        let ack = self.ack_for(&key);
+        let orig = u64::from(rec.orig_len);
+        let cap = rec.data.len() as u64;
+        let reported = orig.min(mss.max(cap + 1)).min(max_payload);
+        let captured = cap.min(reported - 1) as usize;
+        let Some(st) = self.dirs.get_mut(&key) else {
+            return;
+        };
+        let pkt = segment(
+            st,
+            &mut self.last_ts,
+            &key,
+            ack,
+            &[&rec.data[..captured]],
+            reported,
+            reported == orig,
+            rec.ts_ns,
+        );
+        out.push(pkt);
+        // `segment` advanced the offset by `reported`; skip the rest of the frame.
+        st.sent += orig - reported;
+    }
+
+    /// Emits the held partial segment of `key`, if any.
+    fn flush_key(&mut self, key: &FlowKey, out: &mut Vec<SynthPacket>) {
+        let ack = self.ack_for(key);
+        let Some(st) = self.dirs.get_mut(key) else {
+            return;
+        };
+        if st.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut st.pending);
+        let ts = st.pending_ts.max(self.last_ts);
+        let pkt = segment(
+            st,
+            &mut self.last_ts,
+            key,
+            ack,
+            &[&pending],
+            pending.len() as u64,
+            true,
+            ts,
+        );
+        out.push(pkt);
+    }
+
+    /// Emits held segments older than the hold time at `now`, oldest first.
+    fn flush_stale(&mut self, now: u64, out: &mut Vec<SynthPacket>) {
+        let hold = self.cfg.hold_ns;
+        let mut stale: Vec<(u64, FlowKey)> = self
+            .dirs
+            .iter()
+            .filter(|(_, st)| !st.pending.is_empty() && st.pending_ts.saturating_add(hold) < now)
+            .map(|(k, st)| (st.pending_ts, *k))
+            .collect();
+        stale.sort();
+        for (_, key) in stale {
+            self.flush_key(&key, out);
+        }
+    }
+
+    /// Emits every held segment, oldest first.
+    pub(crate) fn flush_all(&mut self) -> Vec<SynthPacket> {
+        let mut out = Vec::new();
+        self.flush_stale(u64::MAX, &mut out);
+        // Held segments stamped at u64::MAX - hold or later (never in practice) still go.
+        let keys: Vec<FlowKey> = self.dirs.keys().copied().collect();
+        for key in keys {
+            self.flush_key(&key, &mut out);
+        }
+        out
+    }
+}
+
+/// Builds one segment of `key` starting at its current stream offset and advances the
+/// offset by `reported` payload bytes. `parts` are the captured payload bytes (their total
+/// may be below `reported` for a snapped frame).
+#[allow(clippy::too_many_arguments)]
+fn segment(
+    st: &mut DirState,
+    last_ts: &mut u64,
+    key: &FlowKey,
+    ack: u32,
+    parts: &[&[u8]],
+    reported: u64,
+    psh: bool,
+    ts_ns: u64,
+) -> SynthPacket {
+    let (src, dst) = *key;
+    let seq = st.isn.wrapping_add(st.sent as u32);
+    st.sent += reported;
+    let ip_id = st.ip_id;
+    st.ip_id = st.ip_id.wrapping_add(1);
+    let src_local = st.src_local;
+    *last_ts = (*last_ts).max(ts_ns);
+
+    let captured: usize = parts.iter().map(|p| p.len()).sum();
+    let complete = captured as u64 == reported;
+    let flags = TCP_ACK | if psh { TCP_PSH } else { 0 };
+    let tcp_len = TCP_LEN as u64 + reported;
+    let ip_len = if src.is_ipv4() { IPV4_LEN } else { IPV6_LEN };
+    let mut p = Vec::with_capacity(ETH_LEN + ip_len + TCP_LEN + captured);
+
+    // Ethernet II.
+    p.extend_from_slice(&node_mac(dst.ip(), !src_local));
+    p.extend_from_slice(&node_mac(src.ip(), src_local));
+    // IP.
+    let mut pseudo = Vec::with_capacity(40);
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            p.extend_from_slice(&0x0800u16.to_be_bytes());
+            let ip_start = p.len();
+            p.push(0x45); // version 4, IHL 5
+            p.push(0); // DSCP/ECN
+            p.extend_from_slice(&((IPV4_LEN as u64 + tcp_len) as u16).to_be_bytes());
+            p.extend_from_slice(&ip_id.to_be_bytes());
+            p.extend_from_slice(&0x4000u16.to_be_bytes()); // DF, offset 0
+            p.push(TTL);
+            p.push(6); // TCP
+            p.extend_from_slice(&[0, 0]);
+            p.extend_from_slice(&s.octets());
+            p.extend_from_slice(&d.octets());
+            let csum = fold(sum16(0, &p[ip_start..]));
+            p[ip_start + 10..ip_start + 12].copy_from_slice(&csum.to_be_bytes());
+            pseudo.extend_from_slice(&s.octets());
+            pseudo.extend_from_slice(&d.octets());
+            pseudo.extend_from_slice(&[0, 6]);
+            pseudo.extend_from_slice(&(tcp_len as u16).to_be_bytes());
+        }
+        (s, d) => {
+            let to6 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            let (s, d) = (to6(s), to6(d));
+            p.extend_from_slice(&0x86DDu16.to_be_bytes());
+            p.extend_from_slice(&[0x60, 0, 0, 0]); // version 6, class 0, flow label 0
+            p.extend_from_slice(&(tcp_len as u16).to_be_bytes());
+            p.push(6); // next header: TCP
+            p.push(TTL);
+            p.extend_from_slice(&s.octets());
+            p.extend_from_slice(&d.octets());
+            pseudo.extend_from_slice(&s.octets());
+            pseudo.extend_from_slice(&d.octets());
+            pseudo.extend_from_slice(&(tcp_len as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 6]);
+        }
+    }
+    // TCP.
+    let tcp_start = p.len();
+    p.extend_from_slice(&src.port().to_be_bytes());
+    p.extend_from_slice(&dst.port().to_be_bytes());
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&ack.to_be_bytes());
+    p.push((TCP_LEN as u8 / 4) << 4);
+    p.push(flags);
+    p.extend_from_slice(&TCP_WINDOW.to_be_bytes());
+    p.extend_from_slice(&[0, 0]); // checksum
+    p.extend_from_slice(&[0, 0]); // urgent pointer
+    for part in parts {
+        p.extend_from_slice(part);
+    }
+    if complete {
+        let acc = sum16(sum16(0, &pseudo), &p[tcp_start..]);
+        let csum = fold(acc);
+        p[tcp_start + 16..tcp_start + 18].copy_from_slice(&csum.to_be_bytes());
+    }
+    let orig_len = (ETH_LEN + ip_len) as u64 + tcp_len;
+    SynthPacket {
+        ts_ns,
+        data: p,
+        orig_len: orig_len as u32,
+    }
+}

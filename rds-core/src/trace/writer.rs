@@ -1,0 +1,292 @@
+//! [`PcapSink`]: trace records → a classic pcap file.
+
+use std::io::Write;
+
+use pcap_file::pcap::PcapHeader;
+use pcap_file::{DataLink, Endianness, TsResolution};
+
+use super::ib::IbSynth;
+use super::tcp::{SynthPacket, TcpSynth};
+use super::{
+    TraceError, TraceRecord, Transport, DEFAULT_MSS_V4, DEFAULT_MSS_V6, LINKTYPE_ERF,
+    LINKTYPE_ETHERNET, PCAP_SNAPLEN,
+};
+
+/// How [`PcapSink::ethernet`] lays RDS/TCP streams out as TCP segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpCaptureConfig {
+    /// Maximum segment size over IPv4, 1..=65495 (default [`DEFAULT_MSS_V4`]).
+    pub mss_v4: u16,
+    /// Maximum segment size over IPv6, 1..=65515 (default [`DEFAULT_MSS_V6`]).
+    pub mss_v6: u16,
+    /// How long (in record time) a stream's last, partial segment waits for the next frame of
+    /// the same stream before it is written on its own. 0 writes every frame's tail at once
+    /// (no frame then shares a segment with the next one). Default 1 ms.
+    pub hold_ns: u64,
+    /// Initial TCP sequence number of every direction. `None` (the default) derives a
+    /// different one per direction from a hash of both endpoints.
+    pub fixed_isn: Option<u32>,
+}
+
+impl Default for TcpCaptureConfig {
+    fn default() -> Self {
+        TcpCaptureConfig {
+            mss_v4: DEFAULT_MSS_V4,
+            mss_v6: DEFAULT_MSS_V6,
+            hold_ns: 1_000_000,
+            fixed_isn: None,
+        }
+    }
+}
+
+/// Counters of a [`PcapSink`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Records accepted.
+    pub records: u64,
+    /// Records whose captured bytes were shorter than the frame.
+    pub truncated: u64,
+    /// Packets written to the file.
+    pub packets: u64,
+}
+
+#[derive(Debug)]
+enum Synth {
+    Tcp(Box<TcpSynth>),
+    Ib(IbSynth),
+}
+
+/// Writes [`TraceRecord`]s as a classic pcap capture (nanosecond timestamps, snap length
+/// [`PCAP_SNAPLEN`], little-endian) to any [`Write`].
+///
+/// One sink holds one link type: [`PcapSink::ethernet`] takes RDS/TCP records,
+/// [`PcapSink::erf`] takes RDS-over-IB records (write them to a second file). Call
+/// [`PcapSink::finish`] at the end: the Ethernet sink holds partial segments back, and
+/// dropping a sink without finishing it writes them on a best-effort basis only.
+#[derive(Debug)]
+pub struct PcapSink<W: Write> {
+    out: Option<W>,
+    synth: Synth,
+    stats: SinkStats,
+}
+
+/// Writes the file header: nanosecond magic, version 2.4, [`PCAP_SNAPLEN`], little-endian.
+fn start<W: Write>(mut out: W, datalink: DataLink) -> Result<W, TraceError> {
+    let header = PcapHeader {
+        datalink,
+        ts_resolution: TsResolution::NanoSecond,
+        snaplen: PCAP_SNAPLEN,
+        endianness: Endianness::Little,
+        ..PcapHeader::default()
+    };
+    header.write_to(&mut out)?;
+    Ok(out)
+}
+
+/// Writes one record: the 16-byte record header (seconds, nanoseconds, captured length,
+/// length on the wire; little-endian) and the packet bytes.
+fn write_record<W: Write>(out: &mut W, p: &SynthPacket) -> Result<(), TraceError> {
+    let secs =
+        u32::try_from(p.ts_ns / 1_000_000_000).map_err(|_| TraceError::Timestamp(p.ts_ns))?;
+    let nanos = (p.ts_ns % 1_000_000_000) as u32;
+    let incl = u32::try_from(p.data.len()).unwrap_or(u32::MAX);
+    if incl > PCAP_SNAPLEN || incl > p.orig_len {
+        // The synthesizers never build such packets.
+        return Err(TraceError::Config("packet longer than the snap length"));
+    }
+    let mut hdr = [0u8; 16];
+    hdr[0..4].copy_from_slice(&secs.to_le_bytes());
+    hdr[4..8].copy_from_slice(&nanos.to_le_bytes());
+    hdr[8..12].copy_from_slice(&incl.to_le_bytes());
+    hdr[12..16].copy_from_slice(&p.orig_len.to_le_bytes());
+    out.write_all(&hdr)?;
+    out.write_all(&p.data)?;
+    Ok(())
+}
+
+impl<W: Write> PcapSink<W> {
+    /// A `LINKTYPE_ETHERNET` capture of RDS/TCP records. Each record's frame is appended to
+    /// the byte stream of its TCP connection (the record's 4-tuple) and direction, and the
+    /// streams are written as Ethernet II + IPv4 or IPv6 + TCP packets:
+    ///
+    /// - **Sequence numbers** are contiguous per direction of each 4-tuple, starting at an
+    ///   initial sequence number ([`TcpCaptureConfig::fixed_isn`]). No handshake is written;
+    ///   Wireshark shows relative numbers from the first segment.
+    /// - **ACK numbers** (flag ACK on every segment) are the other direction's next sequence
+    ///   number at the time of writing, i.e. everything the peer sent so far is acknowledged.
+    /// - **Segments** end at absolute stream offsets that are multiples of the MSS, so a
+    ///   frame's header may straddle two segments exactly as on a wire. A partial last segment
+    ///   is held for [`TcpCaptureConfig::hold_ns`] of record time; it is written when the next
+    ///   frame of the same stream fills it, when a record that much newer arrives for any
+    ///   stream, at a snapped frame of the same stream, or at [`PcapSink::flush`] /
+    ///   [`PcapSink::finish`]. A segment ending at a frame boundary has PSH set.
+    /// - **Timestamps**: a segment carries the timestamp of the newest record with bytes in
+    ///   it; a held segment written later carries the newest timestamp written so far if that
+    ///   is later, so file timestamps never go backwards.
+    /// - **Checksums** are correct: the IPv4 header checksum always, the TCP checksum
+    ///   (with pseudo-header) on every segment whose payload is entirely in the file. A
+    ///   snapped segment's TCP checksum is 0, as its payload is not known.
+    /// - **MAC addresses** follow [`super::node_mac`]; IPv4 has DF set, TTL/hop limit 64, and
+    ///   an IP ID counting up per direction from 1; the TCP window is 65535.
+    /// - **Snapped frames** (captured bytes shorter than `orig_len`): the stream's held
+    ///   segment is written first, then the frame goes into one segment that starts at the
+    ///   frame's first byte and carries all captured bytes. That segment reports
+    ///   `max(MSS, captured + 1)` payload bytes (at most the frame, and at most what fits an IP
+    ///   datagram), one more than it carries at least, so the packet is marked as cut: the
+    ///   RDS header is dissected in that packet, and Wireshark does not wait to reassemble the
+    ///   rest. The frame's remaining bytes are left out of the capture: the next segment of the
+    ///   stream starts at the frame's end, a sequence gap Wireshark reports as "previous
+    ///   segment not captured", and decoding continues with the next frame. Captured bytes
+    ///   beyond 65494 are dropped (a segment must stay in one IP datagram and stay cut).
+    ///
+    /// # Errors
+    /// [`TraceError::Config`] for an MSS out of range; [`TraceError::Pcap`] if the file
+    /// header cannot be written.
+    pub fn ethernet(out: W, cfg: TcpCaptureConfig) -> Result<Self, TraceError> {
+        if cfg.mss_v4 == 0 || cfg.mss_v4 > 65495 {
+            return Err(TraceError::Config("mss_v4 must be in 1..=65495"));
+        }
+        if cfg.mss_v6 == 0 {
+            return Err(TraceError::Config("mss_v6 must be in 1..=65515"));
+        }
+        Ok(PcapSink {
+            out: Some(start(out, DataLink::ETHERNET)?),
+            synth: Synth::Tcp(Box::new(TcpSynth::new(cfg))),
+            stats: SinkStats::default(),
+        })
+    }
+
+    /// A `LINKTYPE_ERF` capture of RDS-over-InfiniBand records. Each record (one RDS
+    /// fragment: header and at most 4096 payload bytes) becomes one ERF record of type 21
+    /// (InfiniBand) carrying one RC SEND Only packet:
+    ///
+    /// - ERF header: timestamp from the record (Wireshark uses it instead of the pcap
+    ///   record's), flags "varying length" plus the capture interface: **0 for frames the
+    ///   local node sent, 1 for frames it received**; `wlen` is the IB packet length.
+    /// - LRH: VL 0, SL 0, LNH 2 (BTH follows), DLID/SLID from the record's LIDs, PktLen in
+    ///   4-byte words from the LRH through the ICRC.
+    /// - BTH: opcode 0x04, SE from [`Transport::Ib::solicited`], PadCnt, P_Key 0xFFFF,
+    ///   DestQP = the receiving side's QP, AckReq set, and a PSN counting from 0 per
+    ///   (SLID, DLID, DestQP).
+    /// - The fragment, zero-padded to a multiple of 4 bytes, then the ICRC (CRC-32 over LRH
+    ///   through the pad with LRH VL and the BTH reserved byte taken as all ones) and the VCRC
+    ///   (CRC-16, polynomial 0x100B, over LRH through ICRC), both least significant byte
+    ///   first. Wireshark 4.0 shows but does not verify them.
+    /// - A snapped fragment (captured bytes shorter than `orig_len`) is written as a complete,
+    ///   consistent IB packet that carries only the captured bytes (PktLen, PadCnt and both
+    ///   CRCs describe that shorter packet): Wireshark's InfiniBand dissector hands a payload to
+    ///   the RDS heuristic only when the whole packet its LRH declares is in the file. The ERF
+    ///   `wlen` (and the pcap record's length on the wire) keep the length of the real packet,
+    ///   so Wireshark shows the record as cut, and the dissector and [`super::PcapFrames`] tell
+    ///   how much of the fragment is missing.
+    ///
+    /// # Errors
+    /// [`TraceError::Pcap`] if the file header cannot be written.
+    pub fn erf(out: W) -> Result<Self, TraceError> {
+        Ok(PcapSink {
+            out: Some(start(out, DataLink::ERF)?),
+            synth: Synth::Ib(IbSynth::default()),
+            stats: SinkStats::default(),
+        })
+    }
+
+    /// The capture's link type ([`LINKTYPE_ETHERNET`] or [`LINKTYPE_ERF`]).
+    pub fn link_type(&self) -> u32 {
+        match self.synth {
+            Synth::Tcp(_) => LINKTYPE_ETHERNET,
+            Synth::Ib(_) => LINKTYPE_ERF,
+        }
+    }
+
+    /// Whether `rec`'s transport belongs in this capture.
+    pub fn accepts(&self, rec: &TraceRecord) -> bool {
+        matches!(
+            (&self.synth, rec.transport),
+            (Synth::Tcp(_), Transport::Tcp { .. }) | (Synth::Ib(_), Transport::Ib { .. })
+        )
+    }
+
+    /// Adds one record. Records should come in timestamp order.
+    ///
+    /// # Errors
+    /// [`TraceError::Record`] if the record fails [`TraceRecord::validate`],
+    /// [`TraceError::WrongLink`] if its transport does not match the sink,
+    /// [`TraceError::Timestamp`] past the year 2106, [`TraceError::Pcap`] on output errors,
+    /// [`TraceError::Finished`] after [`PcapSink::finish`] failed half-way.
+    pub fn write(&mut self, rec: &TraceRecord) -> Result<(), TraceError> {
+        if !self.accepts(rec) {
+            let record = match rec.transport {
+                Transport::Tcp { .. } => "tcp",
+                Transport::Ib { .. } => "ib",
+            };
+            let sink = match self.synth {
+                Synth::Tcp(_) => "ethernet",
+                Synth::Ib(_) => "erf",
+            };
+            return Err(TraceError::WrongLink { record, sink });
+        }
+        rec.validate()?;
+        if rec.ts_ns / 1_000_000_000 > u64::from(u32::MAX) {
+            return Err(TraceError::Timestamp(rec.ts_ns));
+        }
+        if self.out.is_none() {
+            return Err(TraceError::Finished);
+        }
+        let packets = match &mut self.synth {
+            Synth::Tcp(t) => t.push(rec),
+            Synth::Ib(i) => i.push(rec).into_iter().collect(),
+        };
+        self.stats.records += 1;
+        if rec.is_truncated() {
+            self.stats.truncated += 1;
+        }
+        self.emit(packets)
+    }
+
+    fn emit(&mut self, packets: Vec<SynthPacket>) -> Result<(), TraceError> {
+        let out = self.out.as_mut().ok_or(TraceError::Finished)?;
+        for p in packets {
+            write_record(out, &p)?;
+            self.stats.packets += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes every held partial segment and flushes the output.
+    ///
+    /// # Errors
+    /// Output errors.
+    pub fn flush(&mut self) -> Result<(), TraceError> {
+        let packets = match &mut self.synth {
+            Synth::Tcp(t) => t.flush_all(),
+            Synth::Ib(_) => Vec::new(),
+        };
+        self.emit(packets)?;
+        if let Some(out) = self.out.as_mut() {
+            out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SinkStats {
+        self.stats
+    }
+
+    /// Writes every held segment, flushes and returns the output.
+    ///
+    /// # Errors
+    /// Output errors.
+    pub fn finish(mut self) -> Result<W, TraceError> {
+        self.flush()?;
+        self.out.take().ok_or(TraceError::Finished)
+    }
+}
+
+impl<W: Write> Drop for PcapSink<W> {
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            let _ = self.flush();
+        }
+    }
+}
