@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::proto::{
-    ConnId, ConnInfo, DropReason, Event, QueuedMsgInfo, SockId, SockInfo, Stack, TransportKind,
+    ConnId, ConnInfo, DropReason, Event, PathState, QueuedMsgInfo, SockId, SockInfo, Stack,
+    TransportKind,
 };
 use crate::stats::{Counter, TcpStats};
 use crate::sys;
@@ -706,6 +707,12 @@ impl Inner {
         while let Some(ev) = core.io_work.pop_front() {
             match ev {
                 Event::Connect { conn, path, epoch } => {
+                    // The path may have moved on since the engine asked (for example an
+                    // accepted connection took it over): a stale attempt would replace that
+                    // connection, after its peer's TCP had acknowledged data on it.
+                    if core.stack.path_state(conn, path) != (PathState::Connecting, epoch) {
+                        continue;
+                    }
                     let (laddr, faddr, _) = core.stack.conn_addrs(conn);
                     let tun = core.stack.tunables().clone();
                     if tcp.connect(conn, path, epoch, laddr, faddr, &tun).is_err() {
