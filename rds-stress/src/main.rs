@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("rds-stress: under construction");
+    std::process::exit(1);
+}

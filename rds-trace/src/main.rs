@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("rds-trace: under construction");
+    std::process::exit(1);
+}
