@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("rds-ping: under construction");
+    std::process::exit(1);
+}
