@@ -1198,6 +1198,20 @@ impl Stack {
     /// `rds_queue_reconnect`: the first attempt at once, then random delays below a bound that
     /// doubles up to the maximum.
     fn queue_reconnect(&mut self, now: Instant, cid: ConnId, path: usize) {
+        let c = &self.conns[cid.0 as usize];
+        let path = if path > 0 && c.kind == TransportKind::Tcp && !c.is_smaller() {
+            // The larger side never connects lanes above 0; the peer does, once lane 0 is
+            // up. A lane that went down with messages queued (say after lane 0, which had
+            // nothing queued then) needs lane 0 to reconnect, unless it is already on its way.
+            let p0 = &c.paths[0];
+            if p0.state != PathState::Down || p0.reconnect_at.is_some() || p0.drain_epoch.is_some()
+            {
+                return;
+            }
+            0
+        } else {
+            path
+        };
         if !self.should_reconnect(cid, path) {
             return;
         }
@@ -1293,6 +1307,9 @@ impl Stack {
         }
         if was == PathState::Up {
             self.stats.inc(Counter::ConnReset);
+            // Senders waiting for a congested port of this peer try again: the map can only
+            // change through a new connection, which their next attempt starts.
+            self.cong_changed = true;
         }
         p.state = PathState::Down;
         p.epoch = p.epoch.wrapping_add(1);

@@ -384,7 +384,10 @@ impl Socket {
                         Some(d) => d,
                         None => return Err(err(libc::ENOTCONN)),
                     };
-                    while core.stack.dest_congested(b.id, dst) && inner.is_running() {
+                    // Woken when a congestion map changes or a path goes down; then the
+                    // next try reconnects a connection that went down meanwhile (the new
+                    // connection brings the peer's current map).
+                    if core.stack.dest_congested(b.id, dst) && inner.is_running() {
                         core = wait(&inner.cong_cv, core, deadline)?;
                     }
                 }
