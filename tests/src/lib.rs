@@ -3,3 +3,4 @@
 
 pub mod interop;
 pub mod lab;
+pub mod peer;
