@@ -1,4 +1,25 @@
-fn main() {
-    eprintln!("rds-trace: under construction");
-    std::process::exit(1);
+//! `rds-trace`: see the library documentation of this crate.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = match rds_trace::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match rds_trace::run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let code = rds_trace::error_status(&e);
+            if code != 0 {
+                eprintln!("rds-trace: {e:#}");
+            }
+            ExitCode::from(code)
+        }
+    }
 }

@@ -1,0 +1,200 @@
+//! `rds-trace`: wire capture of a running RDS node to pcap, text and JSON reports of captures,
+//! and installation of the Wireshark dissector.
+//!
+//! Three modes, exactly one per run:
+//! - `-w FILE` ([`capture`]): subscribes to a node's trace tap over its control socket and
+//!   writes every RDS/TCP frame the node sends or receives as a classic pcap file (Ethernet,
+//!   IPv4/IPv6, TCP with the server side on port 16385; see [`rds_core::trace::PcapSink`]).
+//!   `-w -` streams the capture to stdout, flushed after each frame, for
+//!   `rds-trace -w - | wireshark -k -i -`.
+//! - `-r FILE` ([`report`]): one line per RDS frame of a capture (ours or tcpdump's), or one
+//!   JSON object per line with `--json`. The line format is documented in [`report`] and in
+//!   the man page `rds-trace(1)`.
+//! - `--install-wireshark-plugin` ([`plugin`]): copies the dissector `wireshark/rds.lua`
+//!   (embedded in the binary) into Wireshark's personal Lua plugin folder.
+//!
+//! Exit status: 0 success, 2 an error (bad arguments included); a broken pipe on stdout ends
+//! the run with 0.
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod capture;
+pub mod plugin;
+pub mod report;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgGroup, CommandFactory, Parser};
+
+/// Default snap length (bytes kept per frame, RDS header included), as tcpdump's.
+pub const DEFAULT_SNAPLEN: u32 = 262_144;
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rds-trace",
+    version,
+    about = "Capture RDS traffic of a running node to pcap, and report captures",
+    long_about = "Capture the RDS frames a running node (an embedded node or the rds-ctrl daemon) \
+sends and receives, through its control socket, into a pcap file that Wireshark decodes with the \
+dissector this tool installs; print captures as text or JSON.\n\n\
+  rds-trace -w FILE [-s SNAPLEN] [-c COUNT] [-G SECONDS] [--node NAME] [--peer ADDR] [--port PORT]\n\
+  rds-trace -r FILE [--json] [--peer ADDR] [--port PORT]\n\
+  rds-trace --install-wireshark-plugin [--plugin-dir DIR]\n\n\
+A capture runs until COUNT frames, SECONDS, or SIGINT/SIGTERM (Ctrl-C), then closes the file and \
+prints \"N frames captured, M dropped\" to stderr. Tracing needs root or the node's owner.",
+    group(ArgGroup::new("mode").required(true).args(["write", "read", "install_wireshark_plugin"]))
+)]
+pub struct Cli {
+    /// Capture to FILE (pcap); '-' streams to stdout (flushed per frame)
+    #[arg(short = 'w', value_name = "FILE")]
+    pub write: Option<PathBuf>,
+
+    /// Print a report of the capture FILE, one line per RDS frame
+    #[arg(short = 'r', value_name = "FILE")]
+    pub read: Option<PathBuf>,
+
+    /// Copy the Wireshark dissector (rds.lua) into the personal Lua plugin folder
+    #[arg(long)]
+    pub install_wireshark_plugin: bool,
+
+    /// Bytes kept per frame, RDS header included (at least 48 are kept; 0 = whole frames)
+    #[arg(
+        short = 's',
+        value_name = "SNAPLEN",
+        default_value_t = DEFAULT_SNAPLEN,
+        conflicts_with_all = ["read", "install_wireshark_plugin"]
+    )]
+    pub snaplen: u32,
+
+    /// Stop after COUNT frames
+    #[arg(short = 'c', value_name = "COUNT", conflicts_with_all = ["read", "install_wireshark_plugin"], value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+
+    /// Stop after SECONDS (decimals allowed)
+    #[arg(short = 'G', value_name = "SECONDS", conflicts_with_all = ["read", "install_wireshark_plugin"], value_parser = parse_seconds)]
+    pub seconds: Option<Duration>,
+
+    /// Node to trace (default: the daemon if it runs, else the only running node)
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["read", "install_wireshark_plugin"])]
+    pub node: Option<String>,
+
+    /// Only frames to or from this peer address
+    #[arg(long, value_name = "ADDR", conflicts_with = "install_wireshark_plugin")]
+    pub peer: Option<IpAddr>,
+
+    /// Only frames whose RDS source or destination port is PORT
+    #[arg(long, value_name = "PORT", conflicts_with = "install_wireshark_plugin")]
+    pub port: Option<u16>,
+
+    /// With -r: one JSON object per frame and line instead of text
+    #[arg(long, conflicts_with_all = ["write", "install_wireshark_plugin"])]
+    pub json: bool,
+
+    /// With --install-wireshark-plugin: install into DIR instead
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["write", "read"])]
+    pub plugin_dir: Option<PathBuf>,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > 1e9 {
+        return Err(format!("'{s}' must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The clap command (for the man page check).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Runs the tool; returns the exit status.
+///
+/// # Errors
+/// Whatever stops the run; `main` prints it and exits with [`error_status`].
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    if let Some(file) = cli.read {
+        let filter = report::Filter {
+            peer: cli.peer,
+            port: cli.port,
+        };
+        return report::run(&file, cli.json, &filter);
+    }
+    if cli.install_wireshark_plugin {
+        let stdout = std::io::stdout();
+        return plugin::install(cli.plugin_dir.as_deref(), &mut stdout.lock());
+    }
+    let Some(file) = cli.write else {
+        anyhow::bail!("one of -w, -r, --install-wireshark-plugin is needed");
+    };
+    capture::run(capture::Options {
+        file,
+        snaplen: cli.snaplen,
+        count: cli.count,
+        duration: cli.seconds,
+        node: cli.node,
+        peer: cli.peer,
+        port: cli.port,
+    })
+}
+
+/// Exit status for an error: 0 for a broken pipe (the reader went away), else 2.
+pub fn error_status(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    }) {
+        return 0;
+    }
+    2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn modes_and_option_spellings() {
+        let c = Cli::try_parse_from(["rds-trace", "-w", "x.pcap", "-s", "96", "-c", "5"]).unwrap();
+        assert_eq!(c.write.as_deref(), Some(std::path::Path::new("x.pcap")));
+        assert_eq!((c.snaplen, c.count), (96, Some(5)));
+        let c = Cli::try_parse_from(["rds-trace", "-w", "-", "-G", "1.5", "--node", "n"]).unwrap();
+        assert_eq!(c.seconds, Some(Duration::from_millis(1500)));
+        assert_eq!(c.node.as_deref(), Some("n"));
+        assert_eq!(c.snaplen, DEFAULT_SNAPLEN);
+        let c = Cli::try_parse_from(["rds-trace", "-r", "x", "--json", "--port", "4000"]).unwrap();
+        assert!(c.json && c.port == Some(4000));
+        assert!(Cli::try_parse_from(["rds-trace", "--install-wireshark-plugin"]).is_ok());
+        for bad in [
+            vec!["rds-trace"],
+            vec!["rds-trace", "-w", "a", "-r", "b"],
+            vec!["rds-trace", "-r", "a", "-c", "3"],
+            vec!["rds-trace", "-w", "a", "--json"],
+            vec!["rds-trace", "-w", "a", "-c", "0"],
+            vec!["rds-trace", "-w", "a", "-G", "0"],
+            vec!["rds-trace", "-w", "a", "-G", "x"],
+            vec!["rds-trace", "-w", "a", "-s", "-1"],
+            vec!["rds-trace", "-w", "a", "--peer", "1.2.3"],
+            vec!["rds-trace", "-w", "a", "--port", "65536"],
+            vec!["rds-trace", "-w", "a", "--plugin-dir", "/tmp"],
+            vec!["rds-trace", "-r", "a", "-s", "100"],
+            vec!["rds-trace", "-r", "a", "--node", "x"],
+            vec!["rds-trace", "--install-wireshark-plugin", "--json"],
+            vec!["rds-trace", "--install-wireshark-plugin", "--port", "1"],
+            vec!["rds-trace", "--install-wireshark-plugin", "-G", "1"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
+    }
+}
