@@ -19,6 +19,7 @@
 
 pub mod ctl;
 pub mod errno;
+pub mod ib;
 pub mod node;
 pub mod proto;
 pub mod sim;
