@@ -1,4 +1,3 @@
 fn main() {
-    eprintln!("rds-stress: under construction");
-    std::process::exit(1);
+    std::process::exit(rds_stress::main_code());
 }

@@ -1,0 +1,47 @@
+//! rds-stress: RDS traffic generator and latency tester, compatible with the original C
+//! rds-stress (options, output formats, control protocol and data messages), built on
+//! `rds-core`.
+//!
+//! - [`opts`]: the command line, defaults and the original's validation messages.
+//! - [`control`]: the TCP options exchange (V1/V2/V3 binary layouts and the JSON exchange).
+//! - [`msg`]: the 63/96-byte request/ack header, the `-v` payload pattern and its check.
+//! - [`task`]: one thread per task, each with its own RDS socket.
+//! - [`stats`]: counters, histograms, percentiles and the `-c` CPU soakers.
+//! - [`output`]: the exact output formats.
+//! - `run`: the active and passive roles and `--loopback`.
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod control;
+pub mod msg;
+pub mod opts;
+pub mod output;
+mod run;
+pub mod stats;
+mod sys;
+pub mod task;
+
+pub use opts::{command, Args};
+
+use clap::Parser;
+
+/// Parses the process arguments, runs, and returns the exit code (usage errors 2, fatal
+/// errors 1, as the original).
+pub fn main_code() -> i32 {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match run::run(&args) {
+        Ok(code) => code,
+        Err(f) => {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            eprint!("{}", f.msg);
+            f.code
+        }
+    }
+}

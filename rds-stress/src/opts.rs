@@ -1,0 +1,590 @@
+//! Command line: the original rds-stress options (2.3.11 set, short and long spellings), their
+//! defaults, and the original's validation messages.
+//!
+//! clap only splits the command line (unknown options and missing values are usage errors,
+//! exit 2, as the original's `usage()`); numbers and addresses are checked afterwards by
+//! [`Args::resolve`] with the original's texts (`invalid number '%s'`, exit 1).
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use clap::{ArgAction, CommandFactory, Parser};
+
+use crate::control::{WireOptions, RDS_VERSION};
+use crate::msg::{HEADER_SIZE, HEADER_V6_SIZE};
+
+/// The largest RDS message (the kernel's `RDS_MAX_MSG_SIZE`, 1 MiB).
+pub const MAX_MSG_SIZE: u32 = 1 << 20;
+
+/// The most per-flow slots (`tasks² × depth`) we agree to keep (memory bound).
+pub const MAX_SLOTS: u64 = 1 << 24;
+
+const SR: &str = "Send & Recv Options";
+const GEN: &str = "General Options";
+const RDMA: &str = "RDMA Specific Options";
+const FLAGS: &str = "Optional flags";
+const EXT: &str = "Extensions (this implementation)";
+
+/// rds-stress command line.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "rds-stress",
+    about = "Generate RDS traffic between two hosts and report throughput and latency",
+    long_about = "Generate RDS traffic between two hosts and report throughput and latency.\n\n\
+Run it without -s on the receiving host (passive side: it waits for the control connection \
+on TCP port 4000) and with -s on the sending host (active side: it sends its options to the \
+passive side, then both run the test). --loopback runs both sides in one process over the \
+RDS/TCP transport between 127.0.0.1 and 127.0.0.2.",
+    after_help = "Example:\n  recv$ rds-stress\n  send$ rds-stress -s recv -q 4096 -t 2 -d 2\n  one host: rds-stress --loopback -T 5",
+    disable_version_flag = true,
+    infer_long_args = true,
+    args_override_self = true
+)]
+pub struct Args {
+    /// Use this local address (passive side: also the control listen address)
+    #[arg(short = 'r', long = "recv-addr", value_name = "addr", help_heading = SR)]
+    pub recv_addr: Option<String>,
+    /// Starting port number: TCP control port; RDS tasks use port+1 .. port+tasks (default is 4000)
+    #[arg(short = 'p', long = "port", value_name = "port", help_heading = SR)]
+    pub port: Option<String>,
+
+    /// Send to this address (selects the active, sending side)
+    #[arg(short = 's', long = "send-addr", value_name = "addr", help_heading = GEN)]
+    pub send_addr: Option<String>,
+    /// Ack message length (default is 63 for IPv4 and 96 for IPv6)
+    #[arg(short = 'a', long = "ack-bytes", value_name = "bytes", help_heading = GEN)]
+    pub ack_bytes: Option<String>,
+    /// Request message length (default is 1024)
+    #[arg(short = 'q', long = "req-bytes", value_name = "bytes", help_heading = GEN)]
+    pub req_bytes: Option<String>,
+    /// Datagrams sent one way only (default is both)
+    #[arg(short = 'o', long = "one-way", help_heading = GEN)]
+    pub one_way: bool,
+    /// Request pipeline depth, nr outstanding (default is 1)
+    #[arg(short = 'd', long = "depth", value_name = "depth", help_heading = GEN)]
+    pub depth: Option<String>,
+    /// Number of tasks on each side (default is 1)
+    #[arg(short = 't', long = "tasks", value_name = "nr", help_heading = GEN)]
+    pub tasks: Option<String>,
+    /// Runtime of test in seconds, 0 means infinite (default is 0)
+    #[arg(short = 'T', long = "time", value_name = "seconds", help_heading = GEN)]
+    pub time: Option<String>,
+    /// Type of Service (default is 0)
+    #[arg(short = 'Q', long = "tos", value_name = "tos", help_heading = GEN)]
+    pub tos: Option<String>,
+    /// Number of control connect retries, one a second (default is 0)
+    #[arg(long = "connect-retries", value_name = "retries", help_heading = GEN)]
+    pub connect_retries: Option<String>,
+    /// Enable/disable congestion monitoring (default is 1)
+    #[arg(long = "use-cong-monitor", value_name = "enable", help_heading = GEN)]
+    pub use_cong_monitor: Option<String>,
+
+    /// RDMA buffer size (enables RDMA)
+    #[arg(short = 'D', long = "rdma-bytes", value_name = "bytes", help_heading = RDMA)]
+    pub rdma_bytes: Option<String>,
+    /// Number of user buffers to target (max 512) (default is 1)
+    #[arg(short = 'I', long = "rdma-buffers", value_name = "iovecs", help_heading = RDMA)]
+    pub rdma_buffers: Option<String>,
+    /// RDMA mode (0=readwrite,1=readonly,2=writeonly) (default is 0)
+    #[arg(short = 'M', long = "rdma-mode", value_name = "nr", help_heading = RDMA)]
+    pub rdma_mode: Option<String>,
+    /// Enable/disable RDMA use_once buffers (default is 0)
+    #[arg(long = "rdma-use-once", value_name = "enable", help_heading = RDMA)]
+    pub rdma_use_once: Option<String>,
+    /// Use GET_MR to get the RDMA cookie instead of the RDMA_MAP control message (default is 0)
+    #[arg(long = "rdma-use-get-mr", value_name = "enable", help_heading = RDMA)]
+    pub rdma_use_get_mr: Option<String>,
+    /// Enable/disable RDMA read fencing (default is 1)
+    #[arg(long = "rdma-use-fence", value_name = "enable", help_heading = RDMA)]
+    pub rdma_use_fence: Option<String>,
+    /// Obsolete: RDMA notifications are always enabled
+    #[arg(long = "rdma-use-notify", value_name = "enable", help_heading = RDMA)]
+    pub rdma_use_notify: Option<String>,
+    /// Enable/disable reuse of the MR handle for all RDMA operations (default is 0)
+    #[arg(long = "rdma-cache-mrs", value_name = "enable", help_heading = RDMA)]
+    pub rdma_cache_mrs: Option<String>,
+    /// Request a buffer alignment to test unaligned RDMA (default is 0)
+    #[arg(long = "rdma-alignment", value_name = "alignment", help_heading = RDMA)]
+    pub rdma_alignment: Option<String>,
+    /// Track whether the RDMA code issues repeating R_Keys (disabled by default)
+    #[arg(long = "rdma-key-o-meter", help_heading = RDMA)]
+    pub rdma_key_o_meter: bool,
+    /// Disable the RDS-INQ control message (UEK only; accepted, has no effect here)
+    #[arg(long = "disable-inq", help_heading = RDMA)]
+    pub disable_inq: bool,
+
+    /// Measure cpu use with per-cpu soak threads
+    #[arg(short = 'c', long = "report-cpu", help_heading = FLAGS)]
+    pub report_cpu: bool,
+    /// Trace execution (to stderr)
+    #[arg(short = 'V', long = "trace", help_heading = FLAGS)]
+    pub trace: bool,
+    /// Print a summary at end of test only
+    #[arg(short = 'z', long = "report-summary", help_heading = FLAGS)]
+    pub report_summary: bool,
+    /// Verify the payload pattern of every message
+    #[arg(short = 'v', long = "verify", help_heading = FLAGS)]
+    pub verify: bool,
+    /// Switch to SCHED_RR priority 1 while measuring
+    #[arg(short = 'R', long = "rtprio", help_heading = FLAGS)]
+    pub rtprio: bool,
+    /// Print job parameters
+    #[arg(long = "show-params", help_heading = FLAGS)]
+    pub show_params: bool,
+    /// Report any RTT exceeding rtt-time microseconds (in hex, to stderr)
+    #[arg(long = "show-outliers", value_name = "rtt-time", help_heading = FLAGS)]
+    pub show_outliers: Option<String>,
+    /// Print an RTT histogram
+    #[arg(long = "show-histogram", help_heading = FLAGS)]
+    pub show_histogram: bool,
+    /// Generate perf data output for script parsing ("::" lines)
+    #[arg(long = "show-perfdata", help_heading = FLAGS)]
+    pub show_perfdata: bool,
+    /// Reset the connection to the peer and exit
+    #[arg(long = "reset", help_heading = FLAGS)]
+    pub reset: bool,
+    /// Enable async sends (UEK only; not supported by this RDS stack)
+    #[arg(long = "async", help_heading = FLAGS)]
+    pub async_send: bool,
+    /// Tasks cancel their queued messages (RDS_CANCEL_SENT_TO) when the run is interrupted (Ctrl-C)
+    #[arg(long = "cancel-sent-to", help_heading = FLAGS)]
+    pub cancel_sent_to: bool,
+    /// Terminate after seconds in the midst of operation
+    #[arg(long = "abort-after", value_name = "seconds", help_heading = FLAGS)]
+    pub abort_after: Option<String>,
+    /// Always flip-flop between send-only, then receive-only mode
+    #[arg(long = "always-bursty", help_heading = FLAGS)]
+    pub always_bursty: bool,
+    /// Synchronize the send-only and receive-only modes of the tasks (implies --always-bursty)
+    #[arg(long = "sync-always-bursty", help_heading = FLAGS)]
+    pub sync_always_bursty: bool,
+
+    /// Run both sides in this process over RDS/TCP (127.0.0.1 and 127.0.0.2, or -r and -s)
+    #[arg(long = "loopback", help_heading = EXT)]
+    pub loopback: bool,
+    /// Print the summary as one JSON document on stdout (progress goes to stderr)
+    #[arg(long = "json", help_heading = EXT)]
+    pub json: bool,
+    /// Print version
+    #[arg(long = "version", action = ArgAction::Version, help_heading = EXT)]
+    pub version: Option<bool>,
+}
+
+/// The clap command (for `--help`, the man page test and completions).
+pub fn command() -> clap::Command {
+    Args::command().version(RDS_VERSION)
+}
+
+/// A fatal error with the original's message (printed as is) and exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fatal {
+    /// The message, with its trailing newline.
+    pub msg: String,
+    /// Exit code.
+    pub code: i32,
+}
+
+impl Fatal {
+    /// Exit code 1 with `msg`.
+    pub fn new(msg: impl Into<String>) -> Self {
+        Fatal {
+            msg: msg.into(),
+            code: 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+/// `strtoull(s, &end, 0)` with one k/m/g suffix, as the original's `parse_ull`: decimal,
+/// `0x` hex and `0` octal; a value above `max`, an empty string or trailing characters are
+/// invalid.
+pub fn parse_ull(s: &str, max: u64) -> Result<u64, Fatal> {
+    let bad = || Fatal::new(format!("invalid number '{s}'\n"));
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() && (b[i] == b' ' || (9..=13).contains(&b[i])) {
+        i += 1;
+    }
+    let mut neg = false;
+    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+        neg = b[i] == b'-';
+        i += 1;
+    }
+    let mut base = 10u32;
+    if i + 1 < b.len() && b[i] == b'0' && (b[i + 1] | 0x20) == b'x' {
+        if b.get(i + 2).is_some_and(|c| c.is_ascii_hexdigit()) {
+            base = 16;
+            i += 2;
+        }
+    } else if i < b.len() && b[i] == b'0' {
+        base = 8;
+    }
+    let start = i;
+    let mut val: u64 = 0;
+    let mut overflow = false;
+    while i < b.len() {
+        let Some(d) = (b[i] as char).to_digit(base) else {
+            break;
+        };
+        match val
+            .checked_mul(u64::from(base))
+            .and_then(|v| v.checked_add(u64::from(d)))
+        {
+            Some(v) => val = v,
+            None => overflow = true,
+        }
+        i += 1;
+    }
+    // No digits: strtoull leaves the end pointer at the start of the string.
+    let mut end = if i == start { 0 } else { i };
+    if overflow {
+        val = u64::MAX;
+    } else if neg {
+        val = val.wrapping_neg();
+    }
+    match b.get(end) {
+        Some(b'k' | b'K') => {
+            val <<= 10;
+            end += 1;
+        }
+        Some(b'm' | b'M') => {
+            val <<= 20;
+            end += 1;
+        }
+        Some(b'g' | b'G') => {
+            val <<= 30;
+            end += 1;
+        }
+        _ => {}
+    }
+    if !b.is_empty() && end == b.len() && val <= max {
+        Ok(val)
+    } else {
+        Err(bad())
+    }
+}
+
+/// A host name or address, as `getaddrinfo` resolves it (the first result).
+pub fn parse_addr(s: &str) -> Result<SocketAddr, Fatal> {
+    let bad = || Fatal::new(format!("invalid host name or address '{s}'\n"));
+    if s.is_empty() {
+        return Err(bad());
+    }
+    (s, 0u16)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(bad)
+}
+
+/// Everything the command line decides.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The options that travel to the peer (active) or the local defaults (passive).
+    pub wire: WireOptions,
+    /// Active side (`-s` given) or `--loopback`.
+    pub active: bool,
+    /// IPv6 addresses.
+    pub v6: bool,
+    /// `-r`, when given.
+    pub recv_addr: Option<SocketAddr>,
+    /// `-s`, when given.
+    pub send_addr: Option<SocketAddr>,
+    /// `-c`.
+    pub report_cpu: bool,
+    /// `--show-outliers` threshold (µs).
+    pub rtt_threshold: Option<u64>,
+    /// `--show-histogram`.
+    pub show_histogram: bool,
+    /// `--reset`.
+    pub reset: bool,
+    /// `--cancel-sent-to`.
+    pub cancel_sent_to: bool,
+    /// `--abort-after` (seconds, 0 = off).
+    pub abort_after: u32,
+    /// JSON option exchange (any of --disable-inq, --always-bursty, --sync-always-bursty).
+    pub use_json: bool,
+    /// `--loopback`.
+    pub loopback: bool,
+    /// `--json`.
+    pub json: bool,
+}
+
+fn flag(b: bool) -> u8 {
+    u8::from(b)
+}
+
+impl Args {
+    /// Validates the values in the original's order of checks and builds the options.
+    ///
+    /// # Errors
+    /// The original's message for the first bad value (exit 1).
+    pub fn resolve(&self) -> Result<Resolved, Fatal> {
+        let u32max = u64::from(u32::MAX);
+        let num = |o: &Option<String>, max: u64| -> Result<Option<u64>, Fatal> {
+            o.as_deref().map(|s| parse_ull(s, max)).transpose()
+        };
+        let mut w = WireOptions::defaults();
+        let mut v6: Option<bool> = None;
+        let mut recv_addr = None;
+        let mut send_addr = None;
+        if let Some(s) = &self.recv_addr {
+            let a = parse_addr(s)?;
+            v6 = Some(a.is_ipv6());
+            recv_addr = Some(a);
+        }
+        if let Some(s) = &self.send_addr {
+            let a = parse_addr(s)?;
+            if v6.is_some_and(|x| x != a.is_ipv6()) {
+                return Err(Fatal::new("send and receive address family not matched\n"));
+            }
+            v6 = Some(a.is_ipv6());
+            send_addr = Some(a);
+        }
+        let v6 = v6.unwrap_or(false);
+        let ack = num(&self.ack_bytes, u32max)?;
+        if let Some(v) = num(&self.rdma_bytes, u32max)? {
+            w.rdma_size = v as u32;
+        }
+        let depth = num(&self.depth, u32max)?;
+        if let Some(v) = num(&self.rdma_buffers, 512)? {
+            w.rdma_vector = v as u32;
+        }
+        if let Some(v) = num(&self.rdma_mode, 2)? {
+            w.rw_mode = v as u8;
+        }
+        if let Some(v) = num(&self.port, u64::from(u16::MAX))? {
+            w.starting_port = v as u16;
+        }
+        if let Some(v) = num(&self.req_bytes, u32max)? {
+            w.req_size = v as u32;
+        }
+        let tasks = num(&self.tasks, u64::from(u16::MAX))?;
+        if let Some(v) = num(&self.time, u32max)? {
+            w.run_time = v as u32;
+        }
+        if let Some(v) = num(&self.tos, 255)? {
+            w.tos = v as u8;
+        }
+        let rtt_threshold = num(&self.show_outliers, u32max)?;
+        if let Some(v) = num(&self.use_cong_monitor, 1)? {
+            w.use_cong_monitor = v as u8;
+        }
+        let use_once = num(&self.rdma_use_once, 1)?;
+        let get_mr = num(&self.rdma_use_get_mr, 1)?;
+        if let Some(v) = num(&self.rdma_use_fence, 1)? {
+            w.rdma_use_fence = v as u8;
+        }
+        if let Some(v) = num(&self.rdma_cache_mrs, 1)? {
+            w.rdma_cache_mrs = v as u8;
+        }
+        num(&self.rdma_use_notify, 1)?;
+        if let Some(v) = num(&self.rdma_alignment, page_size())? {
+            w.rdma_alignment = v as u32;
+        }
+        if let Some(v) = num(&self.connect_retries, u32max)? {
+            w.connect_retries = v as u32;
+        }
+        let abort_after = num(&self.abort_after, u32max)?.unwrap_or(0) as u32;
+        w.summary_only = flag(self.report_summary);
+        w.rtprio = flag(self.rtprio);
+        w.tracing = flag(self.trace);
+        w.verify = flag(self.verify);
+        w.show_params = flag(self.show_params);
+        w.show_perfdata = flag(self.show_perfdata);
+        w.rdma_key_o_meter = flag(self.rdma_key_o_meter);
+        w.simplex = flag(self.one_way);
+        w.async_send = flag(self.async_send);
+        w.inq_enabled = flag(!self.disable_inq);
+        w.sync_always_bursty = flag(self.sync_always_bursty);
+        w.always_bursty = flag(self.always_bursty || self.sync_always_bursty);
+        let use_json = self.disable_inq || self.always_bursty || self.sync_always_bursty;
+
+        // RDMA option interplay, as the original.
+        match use_once {
+            None => w.rdma_use_once = u8::from(w.rdma_cache_mrs == 0),
+            Some(v) => {
+                w.rdma_use_once = v as u8;
+                if w.rdma_cache_mrs != 0 && v != 0 {
+                    return Err(Fatal::new(
+                        "option --rdma-cache-mrs conflicts with --rdma-use-once\n",
+                    ));
+                }
+            }
+        }
+        match get_mr {
+            None => w.rdma_use_get_mr = w.rdma_cache_mrs,
+            Some(v) => {
+                w.rdma_use_get_mr = v as u8;
+                if w.rdma_cache_mrs != 0 && v == 0 {
+                    return Err(Fatal::new(
+                        "option --rdma-cache-mrs conflicts with --rdma-use-get-mr=0\n",
+                    ));
+                }
+            }
+        }
+        if w.async_send != 0 && w.rdma_size != 0 && w.rdma_use_fence == 0 && w.rw_mode != 2 {
+            return Err(Fatal::new(
+                "option --async=1 with RDMA Rd require --rdma-use-fence=1\n",
+            ));
+        }
+
+        let active = send_addr.is_some() || self.loopback;
+        let hdr = if v6 { HEADER_V6_SIZE } else { HEADER_SIZE } as u32;
+        if active {
+            w.ack_size = match ack {
+                Some(0) | None => hdr,
+                Some(v) => v as u32,
+            };
+            if w.ack_size < hdr {
+                return Err(Fatal::new(format!(
+                    "ack size must be at least {hdr} bytes\n"
+                )));
+            }
+            if w.req_size < hdr {
+                return Err(Fatal::new(format!(
+                    "req size must be at least {hdr} bytes\n"
+                )));
+            }
+            w.req_depth = depth.unwrap_or(1) as u32;
+            w.nr_tasks = tasks.unwrap_or(1) as u16;
+            check_limits(&w)?;
+        }
+        if let Some(a) = recv_addr {
+            set_addr(&mut w, a.ip(), false);
+            if let SocketAddr::V6(a6) = a {
+                w.addr_scope_id = a6.scope_id();
+            }
+        }
+        if let Some(a) = send_addr {
+            set_addr(&mut w, a.ip(), true);
+            if let SocketAddr::V6(a6) = a {
+                if a6.scope_id() != 0 {
+                    w.addr_scope_id = a6.scope_id();
+                }
+            }
+        }
+        if self.json && !active {
+            // The passive side has no summary of its own choosing; it still honours --json.
+        }
+        Ok(Resolved {
+            wire: w,
+            active,
+            v6,
+            recv_addr,
+            send_addr,
+            report_cpu: self.report_cpu,
+            rtt_threshold,
+            show_histogram: self.show_histogram,
+            reset: self.reset,
+            cancel_sent_to: self.cancel_sent_to,
+            abort_after,
+            use_json,
+            loopback: self.loopback,
+            json: self.json,
+        })
+    }
+}
+
+/// Stores `ip` as the send (`send`) or receive address of `w`.
+pub fn set_addr(w: &mut WireOptions, ip: IpAddr, send: bool) {
+    match ip {
+        IpAddr::V4(a) => {
+            if send {
+                w.send_addr = u32::from(a);
+            } else {
+                w.receive_addr = u32::from(a);
+            }
+        }
+        IpAddr::V6(a) => {
+            if send {
+                w.send_addr6 = a.octets();
+            } else {
+                w.receive_addr6 = a.octets();
+            }
+        }
+    }
+}
+
+/// Checks the sizes that the engine can serve (on our options and on options from a peer).
+///
+/// # Errors
+/// A message naming the value.
+pub fn check_limits(w: &WireOptions) -> Result<(), Fatal> {
+    if w.req_depth == 0 {
+        return Err(Fatal::new("req depth must be at least 1\n"));
+    }
+    if w.nr_tasks == 0 {
+        return Err(Fatal::new("number of tasks must be at least 1\n"));
+    }
+    if w.req_size > MAX_MSG_SIZE {
+        return Err(Fatal::new(format!(
+            "req size {} is larger than the largest RDS message ({MAX_MSG_SIZE} bytes)\n",
+            w.req_size
+        )));
+    }
+    if w.ack_size > MAX_MSG_SIZE {
+        return Err(Fatal::new(format!(
+            "ack size {} is larger than the largest RDS message ({MAX_MSG_SIZE} bytes)\n",
+            w.ack_size
+        )));
+    }
+    let slots = u64::from(w.nr_tasks) * u64::from(w.nr_tasks) * u64::from(w.req_depth);
+    if slots > MAX_SLOTS {
+        return Err(Fatal::new(format!(
+            "tasks * tasks * depth = {slots} is too large (at most {MAX_SLOTS})\n"
+        )));
+    }
+    if u32::from(w.starting_port) + u32::from(w.nr_tasks) > u32::from(u16::MAX) {
+        return Err(Fatal::new(format!(
+            "ports {}..{} do not fit below 65536\n",
+            u32::from(w.starting_port) + 1,
+            u32::from(w.starting_port) + u32::from(w.nr_tasks)
+        )));
+    }
+    Ok(())
+}
+
+fn page_size() -> u64 {
+    // The original bounds --rdma-alignment by the page size; 4096 on every target we run on.
+    4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_like_strtoull() {
+        let m = u64::from(u32::MAX);
+        assert_eq!(parse_ull("1024", m), Ok(1024));
+        assert_eq!(parse_ull("0x10", m), Ok(16));
+        assert_eq!(parse_ull("010", m), Ok(8));
+        assert_eq!(parse_ull("4k", m), Ok(4096));
+        assert_eq!(parse_ull("1M", m), Ok(1 << 20));
+        assert_eq!(parse_ull("2g", m), Ok(2 << 30));
+        assert_eq!(parse_ull("0", m), Ok(0));
+        assert_eq!(parse_ull(" 7", m), Ok(7));
+        assert_eq!(
+            parse_ull("k", m),
+            Ok(0),
+            "strtoull quirk: no digits, then suffix"
+        );
+        assert!(parse_ull("", m).is_err());
+        assert!(parse_ull("4kb", m).is_err());
+        assert!(parse_ull("08", m).is_err());
+        assert!(parse_ull("0x", m).is_err());
+        assert!(parse_ull("-1", m).is_err());
+        assert!(parse_ull("4294967296", m).is_err());
+        assert!(parse_ull("99999999999999999999999", u64::MAX).is_ok());
+        assert_eq!(
+            parse_ull("abc", m).unwrap_err().msg,
+            "invalid number 'abc'\n"
+        );
+        assert_eq!(parse_ull("256", 255).unwrap_err().code, 1);
+    }
+}

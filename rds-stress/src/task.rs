@@ -1,0 +1,629 @@
+//! Tasks: one thread per task, each with its own RDS socket bound to `local:(port+1+i)`,
+//! sending requests to every remote task `peer:(port+1+j)` and acking theirs (the original's
+//! children, as threads sharing one RDS node).
+//!
+//! Per flow (local task → remote task) the state is the original's: send/receive sequence
+//! numbers, send/receive slot indexes, requests pending an ack and requests not yet acked,
+//! and a congestion mark set by `ENOBUFS` and cleared by a congestion-update notification.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rds_core::proto::Received;
+use rds_core::{Node, RecvFlags, Socket};
+
+use crate::control::{errno_suffix, WireOptions};
+use crate::msg::{self, Bogus, Header, OP_ACK, OP_REQ};
+use crate::opts::Fatal;
+use crate::stats::{Stat, TaskStats};
+
+/// Most messages handled per receive round (keeps sending and receiving fair).
+const DRAIN_MAX: usize = 4096;
+/// Longest poll before the task looks at its control flags again.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// What one side's tasks need to know.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// The effective options (after the exchange).
+    pub w: WireOptions,
+    /// Address the sockets bind to.
+    pub local: IpAddr,
+    /// Address of the remote tasks.
+    pub peer: IpAddr,
+    /// IPv6 headers.
+    pub v6: bool,
+    /// Active side (does work in one-way mode).
+    pub active: bool,
+    /// Serve sockets from this node (loopback mode); else [`Socket::new`].
+    pub node: Option<Node>,
+    /// `--show-outliers`.
+    pub rtt_threshold: Option<u64>,
+    /// `--cancel-sent-to`.
+    pub cancel_sent_to: bool,
+}
+
+impl Env {
+    /// The RDS port of task `i`.
+    pub fn port(&self, i: u16) -> u16 {
+        self.w.starting_port.wrapping_add(1).wrapping_add(i)
+    }
+}
+
+/// Flags shared by the tasks of one side and the reporting thread.
+#[derive(Debug, Default)]
+pub struct Control {
+    start_at: OnceLock<Instant>,
+    /// Stop sending (drain only).
+    pub stopping: AtomicBool,
+    /// Leave the loop.
+    pub exit: AtomicBool,
+    /// Cancel everything sent to the peer (RDS_CANCEL_SENT_TO), report, and leave.
+    pub cancel: AtomicBool,
+    /// Tasks that finished their cancel report.
+    pub cancelled: AtomicUsize,
+    /// The node serving task 0's socket (for `--show-perfdata` counters).
+    pub node: OnceLock<Node>,
+    /// Task 0's socket goes through the daemon.
+    pub via_daemon: AtomicBool,
+    burst: [AtomicI64; 2],
+}
+
+impl Control {
+    /// Lets the tasks start at `at`.
+    pub fn release(&self, at: Instant) {
+        let _ = self.start_at.set(at);
+    }
+}
+
+/// The running tasks of one side.
+#[derive(Debug)]
+pub struct Tasks {
+    /// Counters, one per task.
+    pub stats: Vec<Arc<TaskStats>>,
+    /// Shared flags.
+    pub ctl: Arc<Control>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Tasks {
+    /// Starts `nr_tasks` threads and waits until each has bound its socket.
+    ///
+    /// # Errors
+    /// A task could not create or bind its socket (the original's messages).
+    pub fn start(env: Env) -> Result<Tasks, Fatal> {
+        let env = Arc::new(env);
+        let ctl = Arc::new(Control::default());
+        let n = env.w.nr_tasks;
+        let (tx, rx) = mpsc::channel();
+        let mut stats = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..n {
+            let st = Arc::new(TaskStats::default());
+            stats.push(st.clone());
+            let (env, ctl, tx) = (env.clone(), ctl.clone(), tx.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("task-{i}"))
+                .spawn(move || match Task::new(i, &env, &ctl, st) {
+                    Ok(mut t) => {
+                        let _ = tx.send(Ok(()));
+                        t.run();
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                })
+                .map_err(|e| {
+                    Fatal::new(format!("forking child nr {i} failed{}", errno_suffix(&e)))
+                })?;
+            handles.push(h);
+        }
+        drop(tx);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in 0..n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    ctl.exit.store(true, Relaxed);
+                    return Err(e);
+                }
+                Err(_) => {
+                    ctl.exit.store(true, Relaxed);
+                    return Err(Fatal::new(format!("child {i} did not become ready\n")));
+                }
+            }
+        }
+        Ok(Tasks {
+            stats,
+            ctl,
+            handles,
+        })
+    }
+
+    /// Asks the tasks to leave and waits for them (bounded).
+    pub fn join(self) {
+        self.ctl.exit.store(true, Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for h in self.handles {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Has every task cancel its messages to the peer and report; waits (bounded).
+    pub fn cancel_all(&self) {
+        self.ctl.cancel.store(true, Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.ctl.cancelled.load(Relaxed) < self.handles.len() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Prints `out` on stdout and `err` on stderr, then exits 1 (the original's `die`).
+pub fn die(out: &str, err: &str) -> ! {
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    let _ = so.write_all(out.as_bytes());
+    let _ = so.flush();
+    eprint!("{err}");
+    std::process::exit(1);
+}
+
+#[derive(Debug)]
+struct Flow {
+    nr: u16,
+    dst: SocketAddr,
+    send_seq: u32,
+    recv_seq: u32,
+    send_index: u32,
+    recv_index: u32,
+    pending: u32,
+    unacked: u32,
+    congested: bool,
+    send_time: Vec<Instant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Burst {
+    Send = 0,
+    Recv = 1,
+}
+
+struct Task {
+    env: Arc<Env>,
+    ctl: Arc<Control>,
+    stats: Arc<TaskStats>,
+    sock: Socket,
+    local: SocketAddr,
+    flows: Vec<Flow>,
+    req_tpl: Vec<u8>,
+    ack_tpl: Vec<u8>,
+    pattern: Option<Vec<u8>>,
+    depth: u32,
+    do_work: bool,
+}
+
+fn os_err(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl Task {
+    fn new(
+        id: u16,
+        env: &Arc<Env>,
+        ctl: &Arc<Control>,
+        stats: Arc<TaskStats>,
+    ) -> Result<Task, Fatal> {
+        let w = &env.w;
+        let sock = match &env.node {
+            Some(n) => Socket::with_node(n),
+            None => Socket::new()
+                .map_err(|e| Fatal::new(format!("socket(21, 5, 0) failed{}", errno_suffix(&e))))?,
+        };
+        let local = SocketAddr::new(env.local, env.port(id));
+        sock.bind(local)
+            .map_err(|e| Fatal::new(format!("bind() failed{}", errno_suffix(&e))))?;
+        let bytes = u64::from(w.nr_tasks)
+            * u64::from(w.req_depth)
+            * (u64::from(w.req_size) + u64::from(w.ack_size))
+            * 2;
+        let bytes = bytes.min(i32::MAX as u64) as usize;
+        sock.set_send_buffer_size(bytes);
+        sock.set_recv_buffer_size(bytes);
+        let warn = id == 0 || w.always_bursty != 0;
+        let got = sock.send_buffer_size();
+        if got / 2 < bytes && warn {
+            eprintln!("getsockopt(SNDBUF) returned {got}, we wanted {bytes} * 2");
+        }
+        let got = sock.recv_buffer_size();
+        if got / 2 < bytes && warn {
+            eprintln!("getsockopt(RCVBUF) returned {got}, we need {bytes} * 2");
+        }
+        if w.use_cong_monitor != 0 {
+            sock.set_cong_monitor(true);
+        }
+        sock.set_nonblocking(true);
+        if id == 0 {
+            if let Some(n) = sock.node() {
+                let _ = ctl.node.set(n.clone());
+            }
+            ctl.via_daemon.store(sock.via_daemon(), Relaxed);
+        }
+        let hdr = msg::header_size(env.v6);
+        let pattern = (w.verify != 0).then(|| msg::pattern(w.req_size.max(w.ack_size) as usize));
+        let tpl = |size: u32| {
+            let mut v = vec![0u8; size as usize];
+            if let Some(p) = &pattern {
+                let n = v.len() - hdr;
+                v[hdr..].copy_from_slice(&p[..n]);
+            }
+            v
+        };
+        let now = Instant::now();
+        let flows = (0..w.nr_tasks)
+            .map(|j| Flow {
+                nr: j,
+                dst: SocketAddr::new(env.peer, env.port(j)),
+                send_seq: 0,
+                recv_seq: 0,
+                send_index: 0,
+                recv_index: 0,
+                pending: 0,
+                unacked: 0,
+                congested: false,
+                send_time: vec![now; w.req_depth as usize],
+            })
+            .collect();
+        Ok(Task {
+            env: env.clone(),
+            ctl: ctl.clone(),
+            stats,
+            local,
+            flows,
+            req_tpl: tpl(w.req_size),
+            ack_tpl: tpl(w.ack_size),
+            pattern,
+            depth: w.req_depth,
+            do_work: w.simplex == 0 || env.active,
+            sock,
+        })
+    }
+
+    fn run(&mut self) {
+        // Wait for the release, then for the start time.
+        loop {
+            if self.ctl.exit.load(Relaxed) {
+                return;
+            }
+            if let Some(&at) = self.ctl.start_at.get() {
+                let now = Instant::now();
+                if at > now {
+                    std::thread::sleep((at - now).min(POLL_TIMEOUT));
+                    continue;
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        crate::sys::set_thread_nice(5);
+        let rx_fd = self.sock.fd().unwrap_or(-1);
+        let tx_fd = self.sock.send_fd().unwrap_or(-1);
+        let bursty = self.env.w.always_bursty != 0;
+        let sync = self.env.w.sync_always_bursty != 0;
+        let mut mode = if self.do_work {
+            Burst::Send
+        } else {
+            Burst::Recv
+        };
+        if sync {
+            self.ctl.burst[mode as usize].fetch_add(1, Relaxed);
+        }
+        let mut want_out = true;
+        loop {
+            if self.ctl.exit.load(Relaxed) {
+                return;
+            }
+            if self.ctl.cancel.load(Relaxed) {
+                if self.env.cancel_sent_to {
+                    self.cancel_report();
+                }
+                self.ctl.cancelled.fetch_add(1, Relaxed);
+                return;
+            }
+            let want_in = !bursty || mode == Burst::Recv;
+            let fds = [
+                if want_in { rx_fd } else { -1 },
+                if want_out { tx_fd } else { -1 },
+            ];
+            let ready = match crate::sys::poll_readable(&fds, POLL_TIMEOUT) {
+                Ok(r) => r,
+                Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
+            };
+            want_out = false;
+            if ready[0] || (want_in && rx_fd < 0) {
+                self.drain();
+            }
+            if self.ctl.stopping.load(Relaxed) {
+                continue;
+            }
+            let can_send = ready[1] || (tx_fd < 0);
+            let work = self.do_work && (!bursty || mode == Burst::Send);
+            let cong_monitor = self.env.w.use_cong_monitor != 0;
+            for i in 0..self.flows.len() {
+                if cong_monitor && self.flows[i].congested {
+                    continue;
+                }
+                if let Err(errno) = self.send_anything(i, can_send, work) {
+                    want_out = true;
+                    if errno == libc::ENOBUFS {
+                        self.flows[i].congested = true;
+                    }
+                }
+            }
+            if !bursty {
+                continue;
+            }
+            let mut all_clear = true;
+            let mut all_full = true;
+            for f in &self.flows {
+                if f.pending > 0 {
+                    all_clear = false;
+                }
+                if f.pending < self.depth {
+                    all_full = false;
+                }
+                if f.unacked > 0 {
+                    all_clear = false;
+                    all_full = false;
+                }
+            }
+            let next = match mode {
+                Burst::Send if all_full => Some(Burst::Recv),
+                Burst::Recv if self.do_work && all_clear => Some(Burst::Send),
+                _ => None,
+            };
+            if let Some(next) = next {
+                if sync {
+                    self.switch_sync(mode, next);
+                }
+                mode = next;
+                if mode == Burst::Send {
+                    want_out = true;
+                }
+            }
+        }
+    }
+
+    /// The semaphore dance of --sync-always-bursty, among this side's tasks: leave the old
+    /// mode, wait (bounded) until no task is in it, enter the new one.
+    fn switch_sync(&self, old: Burst, new: Burst) {
+        self.ctl.burst[old as usize].fetch_sub(1, Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.ctl.burst[old as usize].load(Relaxed) > 0
+            && Instant::now() < deadline
+            && !self.ctl.exit.load(Relaxed)
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.ctl.burst[new as usize].fetch_add(1, Relaxed);
+    }
+
+    fn cancel_report(&mut self) {
+        let tid = nix::unistd::gettid().as_raw();
+        for j in 0..self.flows.len() {
+            let dst = self.flows[j].dst;
+            let t0 = Instant::now();
+            if let Err(e) = self.sock.cancel_sent_to(dst) {
+                die(
+                    "",
+                    &format!("RDS_CANCEL_SENT_TO[{j}] failed{}", errno_suffix(&e)),
+                );
+            }
+            let ms = t0.elapsed().as_millis();
+            println!(
+                "RDS_CANCEL_SENT_TO({}:{})[{tid}] took {ms} msec",
+                dst.ip(),
+                dst.port()
+            );
+        }
+    }
+
+    /// Pending acks, then requests while fewer than `depth` are outstanding. `Err(errno)` for
+    /// EAGAIN/ENOBUFS (and for "cannot send now").
+    fn send_anything(&mut self, i: usize, can_send: bool, do_work: bool) -> Result<(), i32> {
+        while self.flows[i].unacked > 0 {
+            if !can_send {
+                return Err(libc::EAGAIN);
+            }
+            self.send_ack(i)?;
+        }
+        while do_work && self.flows[i].pending < self.depth {
+            if !can_send {
+                return Err(libc::EAGAIN);
+            }
+            self.send_req(i)?;
+        }
+        Ok(())
+    }
+
+    fn header(&self, f: &Flow, op: u8, index: u32) -> Header {
+        Header {
+            seq: f.send_seq,
+            from: self.local,
+            to: f.dst,
+            index: index as u16,
+            op,
+            retry: 0,
+        }
+    }
+
+    fn message(&self, tpl: &[u8], h: &Header) -> Bytes {
+        let mut v = tpl.to_vec();
+        h.emit(&mut v, self.env.v6);
+        Bytes::from(v)
+    }
+
+    fn send(&self, m: Bytes, dst: SocketAddr) -> Result<usize, i32> {
+        match self.sock.send_bytes(m, Some(dst), true) {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                let errno = os_err(&e);
+                if errno == libc::EAGAIN || errno == libc::ENOBUFS {
+                    Err(errno)
+                } else {
+                    die("", &format!("sendto() failed{}", errno_suffix(&e)))
+                }
+            }
+        }
+    }
+
+    fn send_req(&mut self, i: usize) -> Result<(), i32> {
+        let f = &self.flows[i];
+        let idx = f.send_index;
+        let h = self.header(f, OP_REQ, idx);
+        let m = self.message(&self.req_tpl, &h);
+        let dst = f.dst;
+        let t0 = Instant::now();
+        let n = self.send(m, dst)?;
+        let us = t0.elapsed().as_micros() as u64;
+        self.stats.inc(Stat::ReqTx, n as u64);
+        self.stats.inc(Stat::SendmsgUsecs, us);
+        let depth = self.depth;
+        let f = &mut self.flows[i];
+        f.send_time[idx as usize] = t0;
+        f.send_seq = f.send_seq.wrapping_add(1);
+        f.send_index = (f.send_index + 1) % depth;
+        f.pending += 1;
+        Ok(())
+    }
+
+    fn send_ack(&mut self, i: usize) -> Result<(), i32> {
+        let f = &self.flows[i];
+        let depth = u64::from(self.depth);
+        let q = ((u64::from(f.recv_index) + depth - u64::from(f.unacked) % depth) % depth) as u32;
+        let h = self.header(f, OP_ACK, q);
+        let m = self.message(&self.ack_tpl, &h);
+        let n = self.send(m, f.dst)?;
+        if self.env.w.tracing != 0 {
+            eprintln!("ACK: task {} seq {} index {}", f.nr, h.seq, h.index);
+        }
+        self.stats.inc(Stat::AckTx, n as u64);
+        let f = &mut self.flows[i];
+        f.send_seq = f.send_seq.wrapping_add(1);
+        f.unacked -= 1;
+        Ok(())
+    }
+
+    fn drain(&mut self) {
+        let max = self.env.w.req_size.max(self.env.w.ack_size) as usize;
+        let flags = RecvFlags {
+            dontwait: true,
+            ..Default::default()
+        };
+        for _ in 0..DRAIN_MAX {
+            match self.sock.recv_bytes(max, flags) {
+                Ok(Received::CongUpdate(mask)) => {
+                    for f in &mut self.flows {
+                        if mask & (1u64 << (f.dst.port() % 64)) != 0 {
+                            f.congested = false;
+                        }
+                    }
+                }
+                Ok(Received::Data { msg, full_len, .. }) => {
+                    let now = Instant::now();
+                    self.handle(&msg.payload, full_len, msg.from, now);
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn handle(&mut self, payload: &[u8], len: usize, from: SocketAddr, now: Instant) {
+        let w = &self.env.w;
+        let v6 = self.env.v6;
+        if len < msg::header_size(v6) || payload.len() < msg::header_size(v6) {
+            die("", &format!("recvmsg() returned short data: {len}"));
+        }
+        let task_index = i64::from(from.port()) - i64::from(w.starting_port) - 1;
+        if task_index < 0 || task_index >= i64::from(w.nr_tasks) {
+            die(
+                "",
+                &format!("received bad task index {}\n", task_index as u32),
+            );
+        }
+        let ti = task_index as usize;
+        let op = payload[18];
+        let depth = self.depth;
+        let expect = match op {
+            OP_REQ => {
+                self.stats.inc(Stat::ReqRx, len as u64);
+                if len != w.req_size as usize {
+                    die("", &format!("req size {len}, not {}\n", w.req_size));
+                }
+                self.flows[ti].recv_index
+            }
+            OP_ACK => {
+                self.stats.inc(Stat::AckRx, len as u64);
+                if len != w.ack_size as usize {
+                    die("", &format!("ack size {len}, not {}\n", w.ack_size));
+                }
+                let f = &self.flows[ti];
+                ((u64::from(f.send_index) + u64::from(depth) - u64::from(f.pending % depth.max(1)))
+                    % u64::from(depth)) as u32
+            }
+            other => die("", &format!("unknown op {other}\n")),
+        };
+        let want = Header {
+            seq: self.flows[ti].recv_seq,
+            from,
+            to: self.local,
+            index: expect as u16,
+            op,
+            retry: 0,
+        };
+        if let Err(b) = msg::check(payload, &want, v6, self.pattern.as_deref()) {
+            let block = match b {
+                Bogus::Header(s) | Bogus::Payload(s) => s,
+            };
+            die(
+                &block,
+                &format!(
+                    "header from {}:{} to id {} bogus\n",
+                    from.ip(),
+                    from.port(),
+                    self.local.port()
+                ),
+            );
+        }
+        let f = &mut self.flows[ti];
+        if op == OP_ACK {
+            let rtt = now
+                .saturating_duration_since(f.send_time[expect as usize])
+                .as_micros() as u64;
+            self.stats.inc(Stat::RttUsecs, rtt);
+            self.stats.rtt(rtt);
+            if self.env.rtt_threshold.is_some_and(|t| rtt > t) {
+                eprintln!("Found RTT = 0x{rtt:x}");
+            }
+            if f.pending > 0 {
+                f.pending -= 1;
+            }
+        } else {
+            f.unacked = f.unacked.saturating_add(1);
+            f.recv_index = (f.recv_index + 1) % depth;
+        }
+        f.recv_seq = f.recv_seq.wrapping_add(1);
+    }
+}
