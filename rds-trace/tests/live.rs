@@ -1,0 +1,642 @@
+//! rds-trace against real nodes in this process: two (or three) nodes on 127.7.x.y addresses
+//! exchange traffic while the rds-trace binary captures one of them through its control
+//! socket; the capture is checked with tshark and the project's dissector, with rds-trace's
+//! own reader (`-r`), and against what the test sent.
+//!
+//! The nodes serve their control sockets in one `RDS_RUNTIME_DIR` (a temporary directory this
+//! process sets once for itself and passes to rds-trace); every test names its node with
+//! `--node`. `RDS_TRACE_KEEP=DIR` keeps the main capture.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+use rds_core::trace::{CapturedFrame, PcapFrames};
+use rds_core::wire::MAX_MSG_SIZE;
+use rds_core::{CtlMode, Node, NodeConfig, RecvFlags, Socket};
+
+fn run_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        std::env::set_var("RDS_RUNTIME_DIR", d.path());
+        d
+    })
+    .path()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn sa(s: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip(s), port)
+}
+
+fn node(name: &str, addr: &str, seed: u64) -> Node {
+    run_dir();
+    let mut cfg = NodeConfig::new([ip(addr)]);
+    cfg.name = name.into();
+    cfg.ctl = CtlMode::Named(name.into());
+    cfg.seed = Some(seed);
+    Node::start(cfg).unwrap()
+}
+
+fn sock(n: &Node, addr: &str, port: u16) -> Socket {
+    let s = Socket::with_node(n);
+    s.bind(sa(addr, port)).unwrap();
+    s.set_send_buffer_size(4 << 20);
+    s.set_recv_buffer_size(8 << 20);
+    s.set_read_timeout(Some(Duration::from_secs(20)));
+    s.set_write_timeout(Some(Duration::from_secs(20)));
+    s
+}
+
+/// Receives one message (20 s at most): (payload, sender).
+fn recv(s: &Socket) -> (Vec<u8>, SocketAddr) {
+    let mut buf = vec![0u8; MAX_MSG_SIZE];
+    let m = s
+        .recv_msg(
+            &mut buf,
+            RecvFlags {
+                peek: false,
+                trunc: false,
+                dontwait: false,
+            },
+        )
+        .expect("a message arrives");
+    let n = m.len;
+    buf.truncate(n);
+    (buf, m.from.expect("a data message"))
+}
+
+/// Frames of a capture read back by rds-core's reader.
+fn reader_frames(file: &Path) -> Vec<CapturedFrame> {
+    PcapFrames::new(std::fs::File::open(file).unwrap())
+        .unwrap()
+        .map(|r| r.expect("capture reads back"))
+        .collect()
+}
+
+fn report(file: &Path, extra: &[&str]) -> String {
+    let out = Command::new(rds_trace_bin())
+        .arg("-r")
+        .arg(file)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `RDS_TRACE_KEEP=DIR` keeps a capture for a look in Wireshark.
+fn keep(file: &Path) {
+    if let Some(d) = std::env::var_os("RDS_TRACE_KEEP") {
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(file, Path::new(&d).join(file.file_name().unwrap())).unwrap();
+    }
+}
+
+/// A message the test sent: (from, to, payload).
+type Sent = (SocketAddr, SocketAddr, Vec<u8>);
+
+#[test]
+fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
+    const A: &str = "127.7.1.1";
+    const B: &str = "127.7.1.2";
+    let a = node("trace-a1", A, 71);
+    let b = node("trace-b1", B, 72);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("live.pcap");
+    let trace = Trace::start(
+        run_dir(),
+        &[
+            "-w",
+            file.to_str().unwrap(),
+            "-s",
+            "0",
+            "--node",
+            "trace-a1",
+        ],
+        Stdio::null(),
+    );
+    let mut sent: Vec<Sent> = Vec::new();
+
+    // Data of several sizes, 1 MiB included, on several lanes: every socket has its own lane
+    // hash (the seeds make the lanes repeatable).
+    let rb = sock(&b, B, 5000);
+    let senders: Vec<Socket> = (0..6).map(|i| sock(&a, A, 4000 + i)).collect();
+    let sizes = [0usize, 1, 48, 1448, 5000, 65_536, 1 << 20];
+    for (i, n) in sizes.iter().enumerate() {
+        let s = &senders[i % senders.len()];
+        let p = pattern(*n, i as u64 + 1);
+        s.send_to(&p, sa(B, 5000)).unwrap();
+        sent.push((s.local_addr().unwrap(), sa(B, 5000), p));
+    }
+    for i in 0..senders.len() {
+        let p = pattern(100 + i, 100 + i as u64);
+        senders[i].send_to(&p, sa(B, 5000)).unwrap();
+        sent.push((senders[i].local_addr().unwrap(), sa(B, 5000), p));
+    }
+    // And an answer the other way.
+    let p = pattern(3000, 999);
+    rb.send_to(&p, sa(A, 4000)).unwrap();
+    sent.push((sa(B, 5000), sa(A, 4000), p.clone()));
+    let mut got: Vec<Sent> = Vec::new();
+    for _ in 0..sizes.len() + senders.len() {
+        let (m, from) = recv(&rb);
+        got.push((from, sa(B, 5000), m));
+    }
+    let (m, from) = recv(&senders[0]);
+    got.push((from, sa(A, 4000), m));
+
+    // A ping (to port 0) and its pong.
+    let pinger = sock(&a, A, 4100);
+    pinger.send_to(b"", sa(B, 0)).unwrap();
+    let (pong, from) = recv(&pinger);
+    assert!(pong.is_empty());
+    assert_eq!(from, sa(B, 0));
+
+    // Congestion: B's port 5001 has a 4000-byte receive buffer; two 3000-byte messages
+    // congest it (B sends a map with 5001), reading them uncongests it (a map without it).
+    let rc = sock(&b, B, 5001);
+    rc.set_recv_buffer_size(4000);
+    for i in 0..2 {
+        let p = pattern(3000, 500 + i);
+        senders[0].send_to(&p, sa(B, 5001)).unwrap();
+        sent.push((sa(A, 4000), sa(B, 5001), p));
+    }
+    wait_until("port 5001 congested", || {
+        b.sockets()
+            .iter()
+            .any(|s| s.bound == Some(sa(B, 5001)) && s.congested)
+    });
+    for _ in 0..2 {
+        let (m, from) = recv(&rc);
+        got.push((from, sa(B, 5001), m));
+    }
+
+    // A reconnect: the connection restarts (new TCP connections, a new handshake probe and
+    // congestion maps), then traffic resumes.
+    assert!(a.restart_conn(ip(A), ip(B)));
+    let p = pattern(777, 4242);
+    senders[1].send_to(&p, sa(B, 5000)).unwrap();
+    sent.push((senders[1].local_addr().unwrap(), sa(B, 5000), p));
+    let (m, from) = recv(&rb);
+    got.push((from, sa(B, 5000), m));
+    let mut s1 = sent.clone();
+    s1.sort();
+    got.sort();
+    assert_eq!(s1, got, "every message delivered once");
+
+    // Let the last acks and maps go out, then stop with SIGINT.
+    std::thread::sleep(Duration::from_millis(200));
+    trace.signal(Signal::SIGINT);
+    let (code, stderr) = trace.wait();
+    assert_eq!(code, 0, "{stderr:?}");
+    let (captured, dropped) = summary(&stderr);
+    assert_eq!(dropped, 0);
+
+    keep(&file);
+    // rds-core's reader finds exactly the frames rds-trace counted.
+    let frames = reader_frames(&file);
+    assert_eq!(frames.len() as u64, captured);
+
+    // The report, byte for byte: one line per frame, built here from tshark's decoding.
+    let Some(ts) = tshark() else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let tsf = tshark_frames(&ts, home.path(), &file);
+    assert_eq!(
+        tsf.len(),
+        frames.len(),
+        "tshark and the reader see the same frames"
+    );
+    let expected: String = tsf.iter().map(|f| expected_line(f) + "\n").collect();
+    let text = report(&file, &[]);
+    for (i, (e, g)) in expected.lines().zip(text.lines()).enumerate() {
+        assert_eq!(g, e, "line {}", i + 1);
+    }
+    assert_eq!(text, expected);
+    for (f, r) in tsf.iter().zip(&frames) {
+        assert_eq!(f.frame_no, r.frame_no);
+    }
+
+    // Every data frame decodes to exactly what was sent: ports, length, payload bytes (the
+    // 1 MiB message reassembled from ~725 TCP segments).
+    let data: Vec<&TsFrame> = tsf
+        .iter()
+        .filter(|f| f.sport() > 1 && f.dport() > 1 && f.flags() & 0x01 == 0)
+        .collect();
+    let mut on_wire: Vec<Sent> = data
+        .iter()
+        .filter(|f| f.flags() & 0x04 == 0)
+        .map(|f| {
+            let (from, to) = (sa(&f.src, f.sport()), sa(&f.dst, f.dport()));
+            (from, to, f.pdu.payload())
+        })
+        .collect();
+    on_wire.sort();
+    // Retransmitted copies (after the restart) carry RETRANSMITTED and the same bytes.
+    for f in data.iter().filter(|f| f.flags() & 0x04 != 0) {
+        let m = (
+            sa(&f.src, f.sport()),
+            sa(&f.dst, f.dport()),
+            f.pdu.payload(),
+        );
+        assert!(s1.contains(&m), "a retransmission of something sent: {f:?}");
+    }
+    assert_eq!(
+        on_wire, s1,
+        "the data frames are the messages sent, once each"
+    );
+    assert!(data
+        .iter()
+        .any(|f| f.len() == 1 << 20 && f.pdu.payload().len() == 1 << 20));
+
+    // Sequence numbers: per TCP connection and direction, data frames count up by one
+    // (control frames such as pings share the sequence space).
+    let mut last: BTreeMap<(String, u16, String, u16), u64> = BTreeMap::new();
+    for f in tsf.iter().filter(|f| f.flags() & 0x01 == 0) {
+        let key = (f.src.clone(), f.src_port, f.dst.clone(), f.dst_port);
+        if let Some(prev) = last.insert(key, f.seq()) {
+            if f.flags() & 0x04 == 0 {
+                assert!(f.seq() > prev, "sequence goes up: {prev} then {f:?}");
+            }
+        }
+    }
+
+    // Pings and pongs.
+    assert!(tsf
+        .iter()
+        .any(|f| f.tx && f.sport() == 4100 && f.dport() == 0 && f.len() == 0));
+    assert!(tsf
+        .iter()
+        .any(|f| !f.tx && f.sport() == 0 && f.dport() == 4100 && f.len() == 0));
+
+    // Handshake probes: our node (the smaller address) sends the probe with NPATHS, B answers,
+    // on lane 0; once at the start and again after the restart, on two different connections.
+    let probes: Vec<&TsFrame> = tsf
+        .iter()
+        .filter(|f| f.tx && f.sport() == 1 && f.dport() == 0)
+        .collect();
+    let pongs: Vec<&TsFrame> = tsf
+        .iter()
+        .filter(|f| !f.tx && f.sport() == 0 && f.dport() == 1)
+        .collect();
+    for p in probes.iter().chain(&pongs) {
+        assert_eq!(p.pdu.num("rds.exthdr.npaths"), 8, "{p:?}");
+        assert_eq!(p.client_port() % 8, 0);
+    }
+    let probe_conns: BTreeSet<u16> = probes.iter().map(|p| p.client_port()).collect();
+    assert!(
+        probe_conns.len() >= 2,
+        "a probe before and after the restart: {probe_conns:?}"
+    );
+    assert!(!pongs.is_empty());
+
+    // Congestion maps: 8192 bytes; B announced its map (nothing congested), then 5001
+    // congested, then uncongested again.
+    let maps: Vec<&TsFrame> = tsf.iter().filter(|f| f.flags() == 0x01).collect();
+    for m in &maps {
+        assert_eq!(m.len(), 8192);
+        assert_eq!(
+            m.pdu.num("rds.cong_map.count"),
+            m.pdu.cong_ports().len() as u64
+        );
+    }
+    let from_b: Vec<Vec<u16>> = maps
+        .iter()
+        .filter(|m| !m.tx)
+        .map(|m| m.pdu.cong_ports())
+        .collect();
+    let first_5001 = from_b
+        .iter()
+        .position(|p| p == &[5001])
+        .expect("a map with 5001");
+    assert!(from_b[..first_5001].iter().any(|p| p.is_empty()));
+    assert!(from_b[first_5001..].iter().any(|p| p.is_empty()));
+    assert!(maps.iter().any(|m| m.tx), "our node's map too");
+
+    // Multipath: data went over several lanes (TCP connections with client ports of
+    // different residues mod 8), and the reader's lane is that residue.
+    let lanes: BTreeSet<u16> = data
+        .iter()
+        .filter(|f| f.tx)
+        .map(|f| f.client_port() % 8)
+        .collect();
+    assert!(lanes.len() >= 2, "several lanes: {lanes:?}");
+    for r in &frames {
+        let rds_core::trace::FrameLink::Tcp { src, dst } = r.link else {
+            unreachable!()
+        };
+        let client = if src.port() == 16385 { dst } else { src };
+        assert_eq!(r.lane as u16, client.port() % 8);
+    }
+
+    // The JSON report has the same frames.
+    let json = report(&file, &["--json"]);
+    let rows: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), tsf.len());
+    for (row, f) in rows.iter().zip(&tsf) {
+        assert_eq!(row["frame"], f.frame_no);
+        assert_eq!(row["seq"], f.seq());
+        assert_eq!(row["len"], f.len());
+        assert_eq!(row["sport"], f.sport());
+        assert_eq!(row["dport"], f.dport());
+        assert_eq!(row["flags"], f.flags());
+        assert_eq!(row["dir"], if f.tx { "tx" } else { "rx" });
+        assert_eq!(row["src"], format!("{}:{}", f.src, f.src_port));
+    }
+    // Report filters.
+    let only = report(&file, &["--port", "5001"]);
+    let want: String = expected
+        .lines()
+        .filter(|l| l.contains(" > 5001 seq") || l.contains(" 5001 > "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(only, want);
+    assert!(!only.is_empty());
+    drop((a, b));
+}
+
+/// Sends messages from `s` to `to` in a thread until `stop` (at most 20 s).
+fn background_traffic(
+    s: Socket,
+    to: Vec<SocketAddr>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(20);
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < end {
+            for d in &to {
+                if s.send_to(&pattern(200, n), *d).is_ok() {
+                    n += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        n
+    })
+}
+
+/// Reads and discards messages on `s` until `stop`.
+fn drain(
+    s: Socket,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        s.set_read_timeout(Some(Duration::from_millis(50)));
+        let mut buf = vec![0u8; 65536];
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = s.recv_from(&mut buf);
+        }
+    })
+}
+
+#[test]
+fn stream_to_a_pipe_stops_after_count() {
+    const A: &str = "127.7.2.1";
+    const B: &str = "127.7.2.2";
+    let a = node("trace-a2", A, 81);
+    let b = node("trace-b2", B, 82);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rx = drain(sock(&b, B, 6000), stop.clone());
+    // `-w -` into a pipe read by this test; -c 40 ends it by itself.
+    let mut trace = Trace::start(
+        run_dir(),
+        &["-w", "-", "-c", "40", "--node", "trace-a2"],
+        Stdio::piped(),
+    );
+    let mut out = trace.child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).unwrap();
+        v
+    });
+    let tx = background_traffic(sock(&a, A, 6100), vec![sa(B, 6000)], stop.clone());
+    let (code, stderr) = trace.wait();
+    let bytes = reader.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(tx.join().unwrap() > 0);
+    rx.join().unwrap();
+    assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(summary(&stderr).0, 40);
+    let frames: Vec<CapturedFrame> = PcapFrames::new(&bytes[..])
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(frames.len(), 40);
+
+    // The same through a real pipe into tshark reading stdin (as `| wireshark -k -i -`).
+    let Some(ts) = tshark() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rx = drain(sock(&b, B, 6001), stop.clone());
+    let mut trace = Trace::start(
+        run_dir(),
+        &["-w", "-", "-c", "25", "--node", "trace-a2"],
+        Stdio::piped(),
+    );
+    let pipe = trace.child.stdout.take().unwrap();
+    let tshark = tshark_cmd(&ts, home.path())
+        .args([
+            "-r",
+            "-",
+            "-T",
+            "fields",
+            "-e",
+            "rds.seq",
+            "-e",
+            "rds.dport",
+        ])
+        .args(["-E", "occurrence=a", "-E", "aggregator=,"])
+        .stdin(Stdio::from(pipe))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let tx = background_traffic(sock(&a, A, 6101), vec![sa(B, 6001)], stop.clone());
+    let (code, stderr) = trace.wait();
+    let out = tshark.wait_with_output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    tx.join().unwrap();
+    rx.join().unwrap();
+    assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(summary(&stderr).0, 25);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let pdus: usize = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.split('\t')
+                .next()
+                .unwrap()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .count()
+        })
+        .sum();
+    assert_eq!(pdus, 25, "{text}");
+    drop((a, b));
+}
+
+#[test]
+fn duration_and_filters() {
+    const A: &str = "127.7.3.1";
+    const B: &str = "127.7.3.2";
+    const C: &str = "127.7.3.3";
+    let a = node("trace-a3", A, 91);
+    let b = node("trace-b3", B, 92);
+    let c = node("trace-c3", C, 93);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rb = drain(sock(&b, B, 7000), stop.clone());
+    let rc = drain(sock(&c, C, 7000), stop.clone());
+    let rb2 = drain(sock(&b, B, 7001), stop.clone());
+    let dir = tempfile::tempdir().unwrap();
+    // --peer C for 1.5 s: only frames with C; -G ends it by itself.
+    let f1 = dir.path().join("peer.pcap");
+    let t1 = Trace::start(
+        run_dir(),
+        &[
+            "-w",
+            f1.to_str().unwrap(),
+            "-G",
+            "1.5",
+            "--peer",
+            C,
+            "--node",
+            "trace-a3",
+        ],
+        Stdio::null(),
+    );
+    let tx = background_traffic(
+        sock(&a, A, 7100),
+        vec![sa(B, 7000), sa(C, 7000), sa(B, 7001)],
+        stop.clone(),
+    );
+    let (code, stderr) = t1.wait();
+    assert_eq!(code, 0, "{stderr:?}");
+    let (n1, d1) = summary(&stderr);
+    assert_eq!(d1, 0);
+    let frames = reader_frames(&f1);
+    assert_eq!(frames.len() as u64, n1);
+    assert!(n1 > 0);
+    for f in &frames {
+        assert!(
+            f.src_ip() == Some(ip(C)) || f.dst_ip() == Some(ip(C)),
+            "{f:?}"
+        );
+    }
+    // --port 7001 (RDS port, either side) stopped with SIGTERM.
+    let f2 = dir.path().join("port.pcap");
+    let t2 = Trace::start(
+        run_dir(),
+        &[
+            "-w",
+            f2.to_str().unwrap(),
+            "--port",
+            "7001",
+            "--node",
+            "trace-a3",
+        ],
+        Stdio::null(),
+    );
+    // The file is flushed at least once a second while frames come.
+    wait_until("frames for port 7001 in the file", || {
+        std::fs::metadata(&f2).map(|m| m.len()).unwrap_or(0) > 24
+    });
+    t2.signal(Signal::SIGTERM);
+    let (code, stderr) = t2.wait();
+    assert_eq!(code, 0, "{stderr:?}");
+    let (n2, _) = summary(&stderr);
+    let frames = reader_frames(&f2);
+    assert_eq!(frames.len() as u64, n2);
+    assert!(n2 > 0);
+    for f in &frames {
+        let h = f.header().unwrap();
+        assert!(h.sport == 7001 || h.dport == 7001, "{h:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    tx.join().unwrap();
+    for h in [rb, rc, rb2] {
+        h.join().unwrap();
+    }
+    drop((a, b, c));
+}
+
+#[test]
+fn one_session_per_node_and_node_errors() {
+    const A: &str = "127.7.4.1";
+    let a = node("trace-a4", A, 101);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("first.pcap");
+    let t = Trace::start(
+        run_dir(),
+        &["-w", f.to_str().unwrap(), "--node", "trace-a4"],
+        Stdio::null(),
+    );
+    let second = dir.path().join("second.pcap");
+    let out = Command::new(rds_trace_bin())
+        .env("RDS_RUNTIME_DIR", run_dir())
+        .args(["-w", second.to_str().unwrap(), "--node", "trace-a4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rds-trace: cannot trace node 'trace-a4': another trace session is running on it (one per node)\n"
+    );
+    assert!(!second.exists(), "no file without a trace");
+    t.signal(Signal::SIGINT);
+    let (code, stderr) = t.wait();
+    assert_eq!(code, 0);
+    assert_eq!(summary(&stderr), (0, 0));
+    // An empty but valid capture.
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 24);
+    assert!(reader_frames(&f).is_empty());
+    // After the session ended, a new one may start.
+    let t = Trace::start(
+        run_dir(),
+        &["-w", second.to_str().unwrap(), "--node", "trace-a4"],
+        Stdio::null(),
+    );
+    t.signal(Signal::SIGINT);
+    assert_eq!(t.wait().0, 0);
+
+    let out = Command::new(rds_trace_bin())
+        .env("RDS_RUNTIME_DIR", run_dir())
+        .args(["-w", second.to_str().unwrap(), "--node", "no-such-node"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("rds-trace: no node named 'no-such-node'; running nodes: ")
+            && err.contains("trace-a4"),
+        "{err}"
+    );
+    drop(a);
+}
