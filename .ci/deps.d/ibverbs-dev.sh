@@ -10,8 +10,9 @@
 set -euo pipefail
 
 # libibverbs-dev pulls libibverbs1 + ibverbs-providers, librdmacm-dev pulls librdmacm1;
-# gcc + libc6-dev compile the layout probe.
-pkgs=(libibverbs-dev librdmacm-dev libibverbs1 librdmacm1 ibverbs-providers gcc libc6-dev)
+# gcc + libc6-dev compile the layout probe; binutils (readelf) checks there is no link-time
+# dependency on rdma-core.
+pkgs=(libibverbs-dev librdmacm-dev libibverbs1 librdmacm1 ibverbs-providers gcc libc6-dev binutils)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -59,6 +59,10 @@ pub enum IbUnavailable {
     /// `ibv_get_device_list` failed (for example the kernel has no `ib_uverbs` support).
     #[error("cannot list RDMA devices: {0}")]
     DeviceList(String),
+    /// The libraries work but the kernel has no RDMA verbs support at all (no
+    /// `/sys/class/infiniband_verbs`: `ib_uverbs` not loaded, no RDMA driver).
+    #[error("no RDMA devices: the kernel has no RDMA verbs support (no HCA driver; for soft-RoCE: modprobe rdma_rxe ib_uverbs rdma_ucm, then `rdma link add rxe0 type rxe netdev eth0`)")]
+    NoKernelSupport,
     /// The libraries work but the host has no RDMA device (no HCA, no `rdma_rxe` / `siw` link).
     #[error("no RDMA devices (no HCA, and no soft-RoCE link such as `rdma link add rxe0 type rxe netdev eth0`)")]
     NoDevices,
@@ -146,7 +150,7 @@ impl fmt::Display for DeviceSummary {
 ///
 /// # Errors
 /// Library problems (see [`lib`]), [`IbUnavailable::DeviceList`], or
-/// [`IbUnavailable::NoDevices`] when the list is empty.
+/// [`IbUnavailable::NoKernelSupport`] / [`IbUnavailable::NoDevices`] when there is no device.
 pub fn availability() -> Result<Vec<DeviceSummary>, IbUnavailable> {
     availability_with(lib()?)
 }
@@ -157,6 +161,9 @@ pub fn availability() -> Result<Vec<DeviceSummary>, IbUnavailable> {
 /// As [`availability`] (except the library errors, which [`IbLib::open_named`] returns).
 pub fn availability_with(lib: &'static IbLib) -> Result<Vec<DeviceSummary>, IbUnavailable> {
     let list = DeviceList::new(lib).map_err(|e| IbUnavailable::DeviceList(e.to_string()))?;
+    if !list.kernel_support() {
+        return Err(IbUnavailable::NoKernelSupport);
+    }
     if list.is_empty() {
         return Err(IbUnavailable::NoDevices);
     }

@@ -394,25 +394,43 @@ pub struct PortAttr {
 /// The RDMA devices of this host (`ibv_get_device_list`), freed on drop.
 pub struct DeviceList {
     lib: &'static IbLib,
-    list: NonNull<*mut ffi::ibv_device>,
+    /// `None` when the kernel has no verbs support (the list is then empty).
+    list: Option<NonNull<*mut ffi::ibv_device>>,
     len: usize,
 }
 
 impl DeviceList {
-    /// Lists the devices.
+    /// Lists the devices. A kernel without verbs support (`ibv_get_device_list` fails with
+    /// `ENOSYS`: no `/sys/class/infiniband_verbs`, `ib_uverbs` not loaded) gives an empty list
+    /// with [`DeviceList::kernel_support`] false.
     ///
     /// # Errors
-    /// `ibv_get_device_list` failed (for example no kernel verbs support).
+    /// `ibv_get_device_list` failed otherwise.
     pub fn new(lib: &'static IbLib) -> Result<DeviceList, VerbsError> {
         let mut n: c_int = 0;
         // SAFETY: `n` is a valid out pointer; the call returns a NULL-terminated array or NULL.
         let list = unsafe { (lib.verbs.ibv_get_device_list)(&mut n) };
-        let list = NonNull::new(list).ok_or_else(|| VerbsError::errno("ibv_get_device_list"))?;
+        let Some(list) = NonNull::new(list) else {
+            let e = VerbsError::errno("ibv_get_device_list");
+            if e.source.raw_os_error() == Some(libc::ENOSYS) {
+                return Ok(DeviceList {
+                    lib,
+                    list: None,
+                    len: 0,
+                });
+            }
+            return Err(e);
+        };
         Ok(DeviceList {
             lib,
-            list,
+            list: Some(list),
             len: usize::try_from(n).unwrap_or(0),
         })
+    }
+
+    /// Whether the kernel has RDMA verbs support at all.
+    pub fn kernel_support(&self) -> bool {
+        self.list.is_some()
     }
 
     /// Number of devices.
@@ -427,10 +445,12 @@ impl DeviceList {
 
     /// The devices, in the library's order.
     pub fn iter(&self) -> impl Iterator<Item = Device<'_>> + '_ {
+        let list = self.list;
         (0..self.len).filter_map(move |i| {
+            let list = list?;
             // SAFETY: the array has `len` entries (plus a NULL terminator) and lives as long as
             // `self`.
-            let p = unsafe { *self.list.as_ptr().add(i) };
+            let p = unsafe { *list.as_ptr().add(i) };
             NonNull::new(p).map(|ptr| Device {
                 lib: self.lib,
                 ptr,
@@ -442,9 +462,11 @@ impl DeviceList {
 
 impl Drop for DeviceList {
     fn drop(&mut self) {
-        // SAFETY: the array came from ibv_get_device_list and is freed once. Contexts opened
-        // from its devices stay valid (libibverbs reference-counts devices).
-        unsafe { (self.lib.verbs.ibv_free_device_list)(self.list.as_ptr()) }
+        if let Some(list) = self.list {
+            // SAFETY: the array came from ibv_get_device_list and is freed once. Contexts
+            // opened from its devices stay valid (libibverbs reference-counts devices).
+            unsafe { (self.lib.verbs.ibv_free_device_list)(list.as_ptr()) }
+        }
     }
 }
 
