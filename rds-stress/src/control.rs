@@ -534,9 +534,6 @@ pub fn read_options(
     match read_full(r, &mut peer_version) {
         Ok(()) => {}
         Err(CtlError::Recv(e)) => return Err(CtlError::Version(e)),
-        Err(CtlError::Closed) => {
-            return Err(CtlError::Version(io::Error::from_raw_os_error(0)));
-        }
         Err(e) => return Err(e),
     }
     let mut img = [0u8; V3_SIZE];

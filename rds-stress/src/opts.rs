@@ -35,75 +35,76 @@ on TCP port 4000) and with -s on the sending host (active side: it sends its opt
 passive side, then both run the test). --loopback runs both sides in one process over the \
 RDS/TCP transport between 127.0.0.1 and 127.0.0.2.",
     after_help = "Example:\n  recv$ rds-stress\n  send$ rds-stress -s recv -q 4096 -t 2 -d 2\n  one host: rds-stress --loopback -T 5",
+    version = RDS_VERSION,
     disable_version_flag = true,
     infer_long_args = true,
     args_override_self = true
 )]
 pub struct Args {
     /// Use this local address (passive side: also the control listen address)
-    #[arg(short = 'r', long = "recv-addr", value_name = "addr", help_heading = SR)]
+    #[arg(short = 'r', long = "recv-addr", value_name = "addr", allow_hyphen_values = true, help_heading = SR)]
     pub recv_addr: Option<String>,
     /// Starting port number: TCP control port; RDS tasks use port+1 .. port+tasks (default is 4000)
-    #[arg(short = 'p', long = "port", value_name = "port", help_heading = SR)]
+    #[arg(short = 'p', long = "port", value_name = "port", allow_hyphen_values = true, help_heading = SR)]
     pub port: Option<String>,
 
     /// Send to this address (selects the active, sending side)
-    #[arg(short = 's', long = "send-addr", value_name = "addr", help_heading = GEN)]
+    #[arg(short = 's', long = "send-addr", value_name = "addr", allow_hyphen_values = true, help_heading = GEN)]
     pub send_addr: Option<String>,
     /// Ack message length (default is 63 for IPv4 and 96 for IPv6)
-    #[arg(short = 'a', long = "ack-bytes", value_name = "bytes", help_heading = GEN)]
+    #[arg(short = 'a', long = "ack-bytes", value_name = "bytes", allow_hyphen_values = true, help_heading = GEN)]
     pub ack_bytes: Option<String>,
     /// Request message length (default is 1024)
-    #[arg(short = 'q', long = "req-bytes", value_name = "bytes", help_heading = GEN)]
+    #[arg(short = 'q', long = "req-bytes", value_name = "bytes", allow_hyphen_values = true, help_heading = GEN)]
     pub req_bytes: Option<String>,
     /// Datagrams sent one way only (default is both)
     #[arg(short = 'o', long = "one-way", help_heading = GEN)]
     pub one_way: bool,
     /// Request pipeline depth, nr outstanding (default is 1)
-    #[arg(short = 'd', long = "depth", value_name = "depth", help_heading = GEN)]
+    #[arg(short = 'd', long = "depth", value_name = "depth", allow_hyphen_values = true, help_heading = GEN)]
     pub depth: Option<String>,
     /// Number of tasks on each side (default is 1)
-    #[arg(short = 't', long = "tasks", value_name = "nr", help_heading = GEN)]
+    #[arg(short = 't', long = "tasks", value_name = "nr", allow_hyphen_values = true, help_heading = GEN)]
     pub tasks: Option<String>,
     /// Runtime of test in seconds, 0 means infinite (default is 0)
-    #[arg(short = 'T', long = "time", value_name = "seconds", help_heading = GEN)]
+    #[arg(short = 'T', long = "time", value_name = "seconds", allow_hyphen_values = true, help_heading = GEN)]
     pub time: Option<String>,
     /// Type of Service (default is 0)
-    #[arg(short = 'Q', long = "tos", value_name = "tos", help_heading = GEN)]
+    #[arg(short = 'Q', long = "tos", value_name = "tos", allow_hyphen_values = true, help_heading = GEN)]
     pub tos: Option<String>,
     /// Number of control connect retries, one a second (default is 0)
-    #[arg(long = "connect-retries", value_name = "retries", help_heading = GEN)]
+    #[arg(long = "connect-retries", value_name = "retries", allow_hyphen_values = true, help_heading = GEN)]
     pub connect_retries: Option<String>,
     /// Enable/disable congestion monitoring (default is 1)
-    #[arg(long = "use-cong-monitor", value_name = "enable", help_heading = GEN)]
+    #[arg(long = "use-cong-monitor", value_name = "enable", allow_hyphen_values = true, help_heading = GEN)]
     pub use_cong_monitor: Option<String>,
 
     /// RDMA buffer size (enables RDMA)
-    #[arg(short = 'D', long = "rdma-bytes", value_name = "bytes", help_heading = RDMA)]
+    #[arg(short = 'D', long = "rdma-bytes", value_name = "bytes", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_bytes: Option<String>,
     /// Number of user buffers to target (max 512) (default is 1)
-    #[arg(short = 'I', long = "rdma-buffers", value_name = "iovecs", help_heading = RDMA)]
+    #[arg(short = 'I', long = "rdma-buffers", value_name = "iovecs", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_buffers: Option<String>,
     /// RDMA mode (0=readwrite,1=readonly,2=writeonly) (default is 0)
-    #[arg(short = 'M', long = "rdma-mode", value_name = "nr", help_heading = RDMA)]
+    #[arg(short = 'M', long = "rdma-mode", value_name = "nr", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_mode: Option<String>,
     /// Enable/disable RDMA use_once buffers (default is 0)
-    #[arg(long = "rdma-use-once", value_name = "enable", help_heading = RDMA)]
+    #[arg(long = "rdma-use-once", value_name = "enable", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_use_once: Option<String>,
     /// Use GET_MR to get the RDMA cookie instead of the RDMA_MAP control message (default is 0)
-    #[arg(long = "rdma-use-get-mr", value_name = "enable", help_heading = RDMA)]
+    #[arg(long = "rdma-use-get-mr", value_name = "enable", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_use_get_mr: Option<String>,
     /// Enable/disable RDMA read fencing (default is 1)
-    #[arg(long = "rdma-use-fence", value_name = "enable", help_heading = RDMA)]
+    #[arg(long = "rdma-use-fence", value_name = "enable", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_use_fence: Option<String>,
     /// Obsolete: RDMA notifications are always enabled
-    #[arg(long = "rdma-use-notify", value_name = "enable", help_heading = RDMA)]
+    #[arg(long = "rdma-use-notify", value_name = "enable", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_use_notify: Option<String>,
     /// Enable/disable reuse of the MR handle for all RDMA operations (default is 0)
-    #[arg(long = "rdma-cache-mrs", value_name = "enable", help_heading = RDMA)]
+    #[arg(long = "rdma-cache-mrs", value_name = "enable", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_cache_mrs: Option<String>,
     /// Request a buffer alignment to test unaligned RDMA (default is 0)
-    #[arg(long = "rdma-alignment", value_name = "alignment", help_heading = RDMA)]
+    #[arg(long = "rdma-alignment", value_name = "alignment", allow_hyphen_values = true, help_heading = RDMA)]
     pub rdma_alignment: Option<String>,
     /// Track whether the RDMA code issues repeating R_Keys (disabled by default)
     #[arg(long = "rdma-key-o-meter", help_heading = RDMA)]
@@ -131,7 +132,7 @@ pub struct Args {
     #[arg(long = "show-params", help_heading = FLAGS)]
     pub show_params: bool,
     /// Report any RTT exceeding rtt-time microseconds (in hex, to stderr)
-    #[arg(long = "show-outliers", value_name = "rtt-time", help_heading = FLAGS)]
+    #[arg(long = "show-outliers", value_name = "rtt-time", allow_hyphen_values = true, help_heading = FLAGS)]
     pub show_outliers: Option<String>,
     /// Print an RTT histogram
     #[arg(long = "show-histogram", help_heading = FLAGS)]
@@ -149,7 +150,7 @@ pub struct Args {
     #[arg(long = "cancel-sent-to", help_heading = FLAGS)]
     pub cancel_sent_to: bool,
     /// Terminate after seconds in the midst of operation
-    #[arg(long = "abort-after", value_name = "seconds", help_heading = FLAGS)]
+    #[arg(long = "abort-after", value_name = "seconds", allow_hyphen_values = true, help_heading = FLAGS)]
     pub abort_after: Option<String>,
     /// Always flip-flop between send-only, then receive-only mode
     #[arg(long = "always-bursty", help_heading = FLAGS)]
@@ -171,7 +172,7 @@ pub struct Args {
 
 /// The clap command (for `--help`, the man page test and completions).
 pub fn command() -> clap::Command {
-    Args::command().version(RDS_VERSION)
+    Args::command()
 }
 
 /// A fatal error with the original's message (printed as is) and exit code.
@@ -404,28 +405,19 @@ impl Args {
         w.always_bursty = flag(self.always_bursty || self.sync_always_bursty);
         let use_json = self.disable_inq || self.always_bursty || self.sync_always_bursty;
 
-        // RDMA option interplay, as the original.
-        match use_once {
-            None => w.rdma_use_once = u8::from(w.rdma_cache_mrs == 0),
-            Some(v) => {
-                w.rdma_use_once = v as u8;
-                if w.rdma_cache_mrs != 0 && v != 0 {
-                    return Err(Fatal::new(
-                        "option --rdma-cache-mrs conflicts with --rdma-use-once\n",
-                    ));
-                }
-            }
+        // RDMA option interplay, as the original: use_once and use_get_mr default to 0 (the
+        // original's "unset" branch is dead code), and the conflicts apply to the values.
+        w.rdma_use_once = use_once.unwrap_or(0) as u8;
+        w.rdma_use_get_mr = get_mr.unwrap_or(0) as u8;
+        if w.rdma_cache_mrs != 0 && w.rdma_use_once != 0 {
+            return Err(Fatal::new(
+                "option --rdma-cache-mrs conflicts with --rdma-use-once\n",
+            ));
         }
-        match get_mr {
-            None => w.rdma_use_get_mr = w.rdma_cache_mrs,
-            Some(v) => {
-                w.rdma_use_get_mr = v as u8;
-                if w.rdma_cache_mrs != 0 && v == 0 {
-                    return Err(Fatal::new(
-                        "option --rdma-cache-mrs conflicts with --rdma-use-get-mr=0\n",
-                    ));
-                }
-            }
+        if w.rdma_cache_mrs != 0 && w.rdma_use_get_mr == 0 {
+            return Err(Fatal::new(
+                "option --rdma-cache-mrs conflicts with --rdma-use-get-mr=0\n",
+            ));
         }
         if w.async_send != 0 && w.rdma_size != 0 && w.rdma_use_fence == 0 && w.rw_mode != 2 {
             return Err(Fatal::new(

@@ -1,0 +1,272 @@
+//! Command-line behaviour: help and version, usage errors (exit 2), every option's value
+//! validation with the original's messages (exit 1), the RDMA/async/TOS refusals, and the
+//! control connect failure lines.
+
+mod common;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn rs() -> Command {
+    let mut c = Command::cargo_bin("rds-stress").unwrap();
+    c.env("RDS_NO_DAEMON", "1")
+        .timeout(std::time::Duration::from_secs(20));
+    c
+}
+
+/// Runs an active-side command line that must fail validation with exactly `msg`.
+fn fails(args: &[&str], msg: &str) {
+    rs().args(args)
+        .assert()
+        .code(1)
+        .stdout("")
+        .stderr(msg.to_string());
+}
+
+#[test]
+fn help_lists_every_option_and_version() {
+    let out = rs()
+        .arg("--help")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let help = String::from_utf8(out).unwrap();
+    for o in [
+        "--recv-addr",
+        "--port",
+        "--send-addr",
+        "--ack-bytes",
+        "--req-bytes",
+        "--one-way",
+        "--depth",
+        "--tasks",
+        "--time",
+        "--tos",
+        "--connect-retries",
+        "--use-cong-monitor",
+        "--rdma-bytes",
+        "--rdma-buffers",
+        "--rdma-mode",
+        "--rdma-use-once",
+        "--rdma-use-get-mr",
+        "--rdma-use-fence",
+        "--rdma-use-notify",
+        "--rdma-cache-mrs",
+        "--rdma-alignment",
+        "--rdma-key-o-meter",
+        "--disable-inq",
+        "--report-cpu",
+        "--trace",
+        "--report-summary",
+        "--verify",
+        "--rtprio",
+        "--show-params",
+        "--show-outliers",
+        "--show-histogram",
+        "--show-perfdata",
+        "--reset",
+        "--async",
+        "--cancel-sent-to",
+        "--abort-after",
+        "--always-bursty",
+        "--sync-always-bursty",
+        "--loopback",
+        "--json",
+        "--version",
+    ] {
+        assert!(help.contains(o), "{o} missing from --help");
+    }
+    assert!(help.contains("Send & Recv Options"));
+    assert!(help.contains("RDMA Specific Options"));
+    rs().arg("-h").assert().success();
+    rs().arg("--version")
+        .assert()
+        .success()
+        .stdout("rds-stress 2.0.7\n");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    rs().arg("--bogus")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--bogus"));
+    rs().arg("-q").assert().code(2);
+    rs().arg("-X").assert().code(2);
+    rs().args(["-s", "127.50.9.1", "extra"]).assert().code(2);
+}
+
+#[test]
+fn every_number_is_checked() {
+    let cases: &[(&str, &str)] = &[
+        ("-a", "abc"),
+        ("-q", "12x"),
+        ("-d", "4294967296"),
+        ("-t", "65536"),
+        ("-p", "65536"),
+        ("-T", "-1"),
+        ("-Q", "256"),
+        ("-D", "0x"),
+        ("-I", "513"),
+        ("-M", "3"),
+        ("--connect-retries", ""),
+        ("--use-cong-monitor", "2"),
+        ("--rdma-use-once", "2"),
+        ("--rdma-use-get-mr", "2"),
+        ("--rdma-use-fence", "2"),
+        ("--rdma-use-notify", "2"),
+        ("--rdma-cache-mrs", "2"),
+        ("--rdma-alignment", "4097"),
+        ("--show-outliers", "1kb"),
+        ("--abort-after", "08"),
+        ("--req", "abc"),
+    ];
+    for (opt, val) in cases {
+        fails(
+            &["-s", "127.50.9.1", opt, val],
+            &format!("invalid number '{val}'\n"),
+        );
+    }
+    // The passive side checks the numbers too.
+    fails(&["-p", "x"], "invalid number 'x'\n");
+}
+
+#[test]
+fn sizes_and_limits() {
+    fails(
+        &["-s", "127.50.9.1", "-a", "62"],
+        "ack size must be at least 63 bytes\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "-q", "0x3e"],
+        "req size must be at least 63 bytes\n",
+    );
+    fails(
+        &["-s", "::1", "-q", "95"],
+        "req size must be at least 96 bytes\n",
+    );
+    fails(
+        &["-s", "::1", "-a", "63"],
+        "ack size must be at least 96 bytes\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "-d", "0"],
+        "req depth must be at least 1\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "-t", "0"],
+        "number of tasks must be at least 1\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "-q", "2m"],
+        "req size 2097152 is larger than the largest RDS message (1048576 bytes)\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "-p", "65530", "-t", "8"],
+        "ports 65531..65538 do not fit below 65536\n",
+    );
+    fails(
+        &["-r", "127.0.0.1", "-s", "::1"],
+        "send and receive address family not matched\n",
+    );
+    fails(&["-s", ""], "invalid host name or address ''\n");
+}
+
+#[test]
+fn rdma_async_and_tos_are_refused_clearly() {
+    let rdma = "RDMA not supported by this kernel: the RDS/TCP transport in use has no RDMA \
+(-D, -I, -M and the --rdma-* options need the InfiniBand transport)\n";
+    for extra in [
+        &["-D", "4096"][..],
+        &["-I", "2"],
+        &["-M", "1"],
+        &["--rdma-use-once", "1"],
+        &["--rdma-use-get-mr", "1"],
+        &["--rdma-use-fence", "0"],
+        &["--rdma-use-notify", "1"],
+        &["--rdma-alignment", "8"],
+        &["--rdma-key-o-meter"],
+    ] {
+        let mut a = vec!["-s", "127.50.9.1"];
+        a.extend_from_slice(extra);
+        fails(&a, rdma);
+    }
+    fails(
+        &[
+            "-s",
+            "127.50.9.1",
+            "--rdma-cache-mrs",
+            "1",
+            "--rdma-use-once",
+            "1",
+        ],
+        "option --rdma-cache-mrs conflicts with --rdma-use-once\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "--rdma-cache-mrs", "1"],
+        "option --rdma-cache-mrs conflicts with --rdma-use-get-mr=0\n",
+    );
+    fails(
+        &[
+            "-s",
+            "127.50.9.1",
+            "--async",
+            "-D",
+            "4k",
+            "--rdma-use-fence",
+            "0",
+        ],
+        "option --async=1 with RDMA Rd require --rdma-use-fence=1\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "--async"],
+        "option --async needs UEK's RDS_CMSG_ASYNC_SEND, which this RDS stack does not have\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "-Q", "5"],
+        "ERROR: failed to set TOS: this RDS stack has no type of service support (only -Q 0)\n",
+    );
+}
+
+#[test]
+fn connect_refused_and_retries() {
+    rs().args(["-r", "127.50.9.2", "-s", "127.50.9.1", "-p", "4999"])
+        .assert()
+        .code(1)
+        .stdout("connecting to 127.50.9.1:4999: Connection refused\n")
+        .stderr("connect(127.50.9.1) failed\n");
+    rs().args([
+        "-r", "127.50.9.2", "-s", "127.50.9.1", "-p", "4999", "--connect-retries", "2", "--show-params",
+    ])
+    .assert()
+    .code(1)
+    .stdout(
+        "Options:\n  Tasks      1      \n  Req size   1024   \n  ACK size   63     \n  RDMA size  0      \n  RDMA opts  use_fence\n\nconnecting to 127.50.9.1:4999: Connection refused - retrying..\n",
+    )
+    .stderr("connect(127.50.9.1) failed\n");
+}
+
+#[test]
+fn report_cpu_and_reset() {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    rs().args(["-c", "-r", "127.50.9.2", "-s", "127.50.9.1", "-p", "4998"])
+        .assert()
+        .code(1)
+        .stdout(format!(
+            "started {n} cycle soaking processes\nconnecting to 127.50.9.1:4998: Connection refused\n"
+        ));
+    let rt = tempfile::tempdir().unwrap();
+    rs().env("RDS_RUNTIME_DIR", rt.path())
+        .args(["--reset", "-r", "127.50.9.2", "-s", "127.50.9.1"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::starts_with(
+            "setsockopt RDS_CONN_RESET failed",
+        ));
+    rs().args(["--reset", "-s", "127.50.9.1"])
+        .assert()
+        .code(1)
+        .stderr("--reset needs the local address (-r)\n");
+}
