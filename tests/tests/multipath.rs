@@ -44,7 +44,10 @@ fn sock(n: &Node, addr: SocketAddr) -> Socket {
     s
 }
 
-fn tcp_paths(n: &Node, peer: &str) -> Vec<(PathState, u64)> {
+/// State and `next_tx_seq` of each lane.
+type Lanes = Vec<(PathState, u64)>;
+
+fn tcp_paths(n: &Node, peer: &str) -> Lanes {
     let c = n
         .connections()
         .into_iter()
@@ -61,7 +64,7 @@ fn tcp_paths(n: &Node, peer: &str) -> Vec<(PathState, u64)> {
 /// 128 sockets of `src` (ports from 9000) send to 4 sockets of `dst` (ports from 8000), which
 /// check per-sender order and echo; the senders check their echoes. Returns the lanes of the
 /// `src -> dst` connection before and after.
-fn fan_in(src: &Node, dst: &Node) -> (Vec<(PathState, u64)>, Vec<(PathState, u64)>) {
+fn fan_in(src: &Node, dst: &Node) -> (Lanes, Lanes) {
     let (sip, dip) = (src.addrs()[0], dst.addrs()[0]);
     let senders: Vec<Socket> = (0..SENDERS)
         .map(|k| sock(src, SocketAddr::new(sip, 9000 + k)))
