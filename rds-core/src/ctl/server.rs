@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{read_frame, write_frame, FrameError, InfoSnapshot, Reply, Request, SockOpt};
-use crate::node::tap::{Dir, TapFilter, TapTransport};
+use crate::node::tap::{Dir, TapFilter, TapFrame, TapTransport};
 use crate::node::{Inner, Node, Owner};
 use crate::proto::{Received, TransportKind};
 use crate::socket::{RecvFlags, Socket};
@@ -272,23 +272,7 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
             break;
         };
         for f in frames {
-            let tcp = match f.transport {
-                TapTransport::Tcp { local, peer } => Some((local, peer)),
-                _ => None,
-            };
-            let r = Reply::TraceFrame {
-                ts_ns: f.ts_ns,
-                dir: match f.dir {
-                    Dir::Tx => "tx".into(),
-                    Dir::Rx => "rx".into(),
-                },
-                laddr: f.laddr,
-                faddr: f.faddr,
-                lane: f.lane,
-                tcp,
-                orig_len: f.orig_len,
-            };
-            if send(stream, &r, &f.data).is_err() {
+            if send(stream, &frame_reply(&f), &f.data).is_err() {
                 alive = false;
                 break;
             }
@@ -298,12 +282,18 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
         }
     }
     let st = node.tap().stop();
-    // Drain what is left so that the next session starts empty.
-    while node
-        .tap()
-        .take(1 << 16, Duration::ZERO)
-        .is_some_and(|v| !v.is_empty())
-    {}
+    // Deliver the frames captured before the stop (they are counted as captured), then end;
+    // the queue is emptied either way so that the next session starts empty.
+    while let Some(frames) = node.tap().take(1 << 16, Duration::ZERO) {
+        if frames.is_empty() {
+            break;
+        }
+        for f in frames {
+            if alive && send(stream, &frame_reply(&f), &f.data).is_err() {
+                alive = false;
+            }
+        }
+    }
     if alive {
         alive = send(
             stream,
@@ -316,6 +306,26 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
         .is_ok();
     }
     alive
+}
+
+/// The [`Reply::TraceFrame`] of a captured frame (its bytes go in the data part).
+fn frame_reply(f: &TapFrame) -> Reply {
+    let tcp = match f.transport {
+        TapTransport::Tcp { local, peer } => Some((local, peer)),
+        _ => None,
+    };
+    Reply::TraceFrame {
+        ts_ns: f.ts_ns,
+        dir: match f.dir {
+            Dir::Tx => "tx".into(),
+            Dir::Rx => "rx".into(),
+        },
+        laddr: f.laddr,
+        faddr: f.faddr,
+        lane: f.lane,
+        tcp,
+        orig_len: f.orig_len,
+    }
 }
 
 /// A failed request: errno and message (turned into [`Reply::Error`]).

@@ -79,9 +79,16 @@ pub struct TapFilter {
     pub port: Option<u16>,
 }
 
+/// Most captured bytes a session queues; frames beyond are dropped (and counted) like frames
+/// beyond the queue's frame limit, so a slow consumer of large frames cannot make the node
+/// hold gigabytes (65536 frames of 1 MiB each).
+pub const MAX_QUEUED_BYTES: usize = 64 << 20;
+
 #[derive(Debug)]
 struct Session {
     queue: VecDeque<TapFrame>,
+    /// Captured bytes in `queue`.
+    bytes: usize,
     cap: usize,
     snaplen: usize,
     filter: TapFilter,
@@ -134,6 +141,7 @@ impl Tap {
         }
         *s = Some(Session {
             queue: VecDeque::with_capacity(cap.min(1 << 16)),
+            bytes: 0,
             cap: cap.max(1),
             snaplen: snaplen.max(HEADER_LEN),
             filter,
@@ -178,7 +186,9 @@ impl Tap {
             let sess = s.as_mut()?;
             if !sess.queue.is_empty() {
                 let n = sess.queue.len().min(max.max(1));
-                return Some(sess.queue.drain(..n).collect());
+                let v: Vec<TapFrame> = sess.queue.drain(..n).collect();
+                sess.bytes -= v.iter().map(|f| f.data.len()).sum::<usize>();
+                return Some(v);
             }
             if sess.stopped {
                 *s = None;
@@ -230,11 +240,12 @@ impl Tap {
                 return;
             }
         }
-        if s.queue.len() >= s.cap {
+        let keep = payload.len().min(s.snaplen.saturating_sub(hdr.len()));
+        if s.queue.len() >= s.cap || s.bytes + hdr.len() + keep > MAX_QUEUED_BYTES {
             s.dropped += 1;
             return;
         }
-        let keep = payload.len().min(s.snaplen.saturating_sub(hdr.len()));
+        s.bytes += hdr.len() + keep;
         let mut data = BytesMut::with_capacity(hdr.len() + keep);
         data.put_slice(hdr);
         data.put_slice(&payload[..keep]);
@@ -318,6 +329,52 @@ mod tests {
         assert!(tap.take(10, Duration::ZERO).is_none());
         // A new session may start after the old one ended.
         tap.start(100, 2, TapFilter::default()).unwrap();
+    }
+
+    #[test]
+    fn queued_bytes_are_bounded() {
+        let tap = Tap::default();
+        tap.start(usize::MAX, 1 << 16, TapFilter::default())
+            .unwrap();
+        let hdr = [0u8; 48];
+        let payload = vec![7u8; 1 << 20];
+        let per = 48 + (1 << 20);
+        let fit = MAX_QUEUED_BYTES / per;
+        let rec = |tap: &Tap| {
+            tap.record_tcp(
+                Dir::Tx,
+                "10.0.0.1".parse().unwrap(),
+                "10.0.0.2".parse().unwrap(),
+                0,
+                addr("10.0.0.1:40000"),
+                addr("10.0.0.2:16385"),
+                &hdr,
+                &payload,
+            )
+        };
+        for _ in 0..fit + 3 {
+            rec(&tap);
+        }
+        assert_eq!(
+            tap.stats(),
+            TapStats {
+                captured: fit as u64,
+                dropped: 3
+            }
+        );
+        // Taking frames makes room again.
+        assert_eq!(tap.take(2, Duration::ZERO).unwrap().len(), 2);
+        rec(&tap);
+        rec(&tap);
+        rec(&tap);
+        assert_eq!(
+            tap.stats(),
+            TapStats {
+                captured: fit as u64 + 2,
+                dropped: 4
+            }
+        );
+        tap.stop();
     }
 
     #[test]
