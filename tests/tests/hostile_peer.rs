@@ -168,7 +168,13 @@ fn malformed_streams_drop_only_that_connection() {
     // 3. Junk: the first "header" announces 0xffffffff bytes.
     let mut s = raw_connect(Ipv4Addr::new(127, 3, 7, 12));
     let junk: Vec<u8> = (0..4096u32)
-        .map(|i| if i < 48 { 0xff } else { ((i * 7919) >> 3) as u8 })
+        .map(|i| {
+            if i < 48 {
+                0xff
+            } else {
+                ((i * 7919) >> 3) as u8
+            }
+        })
         .collect();
     s.write_all(&junk).unwrap();
     assert!(closed_by_node(&mut s, wait), "junk: dropped");
