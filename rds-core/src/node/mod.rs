@@ -282,6 +282,16 @@ impl Node {
         Ok(())
     }
 
+    /// Test hook: open outgoing RDS/TCP connections to the peer `faddr` to `via` instead of
+    /// `faddr:16385` (`None` restores that), for a relay such as the fault-injecting proxy of
+    /// the workspace tests (`tests/src/faultnet.rs`). The engine still keys the connection by
+    /// `faddr`; the relay must connect on to the peer *from this node's address*, keeping the
+    /// source port's lane (`port mod 8`), so that the peer sees the usual address pair.
+    /// Incoming connections are not affected.
+    pub fn set_peer_route(&self, faddr: IpAddr, via: Option<std::net::SocketAddr>) {
+        lock(&self.inner.tcp).set_route(crate::proto::canonical(faddr), via);
+    }
+
     /// Closes every connection (half-closing and draining briefly) and stops the I/O thread.
     /// Sockets of this node fail afterwards.
     pub fn shutdown(&self) {

@@ -140,6 +140,8 @@ pub(crate) struct Tcp {
     port_rng: crate::proto::Rng,
     stashed: Vec<Stashed>,
     stash_retry_at: Instant,
+    /// Test hook: where outgoing connections to a peer address go instead of `peer:16385`.
+    routes: HashMap<IpAddr, SocketAddr>,
 }
 
 /// An accepted connection waiting, unread, for a lane.
@@ -169,7 +171,16 @@ impl Tcp {
             port_rng: crate::proto::Rng::new(seed),
             stashed: Vec::new(),
             stash_retry_at: Instant::ZERO,
+            routes: HashMap::new(),
         })
+    }
+
+    /// Sends outgoing connections to `faddr` to `via` instead (`None`: back to `faddr:16385`).
+    pub(crate) fn set_route(&mut self, faddr: IpAddr, via: Option<SocketAddr>) {
+        match via {
+            Some(v) => self.routes.insert(faddr, v),
+            None => self.routes.remove(&faddr),
+        };
     }
 
     /// Listens on `addr:16385` (never a wildcard).
@@ -368,7 +379,11 @@ impl Tcp {
         faddr: IpAddr,
         tun: &Tunables,
     ) -> io::Result<()> {
-        let target = SocketAddr::new(faddr, RDS_TCP_PORT);
+        let target = self
+            .routes
+            .get(&faddr)
+            .copied()
+            .unwrap_or(SocketAddr::new(faddr, RDS_TCP_PORT));
         let fd = sys::tcp_socket(&target)?;
         sys::set_reuseaddr(fd.as_raw_fd())?;
         sys::tune_rds_tcp(fd.as_raw_fd())?;
