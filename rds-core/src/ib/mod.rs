@@ -29,8 +29,9 @@ use std::sync::OnceLock;
 
 pub use ffi::IbLib;
 pub use verbs::{
-    Context, Cq, Device, DeviceList, Gid, LinkLayer, Mr, NodeType, Pd, PortState, Qp, QpCap,
-    QpInit, RecvWr, SendOp, SendWr, Sge, Transport, VerbsError, WcStatus, WorkCompletion,
+    Access, Context, Cq, Device, DeviceAttr, DeviceList, Gid, LinkLayer, Mr, NodeType, OutOfRange,
+    Pd, PortAttr, PortState, PostError, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge, Transport,
+    VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Why the IB transport is not available on this host.
