@@ -481,6 +481,9 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         }
     }
     summary(&t);
+    if let Some(n) = undelivered(&t, opts.count) {
+        eprintln!("rds-trace: the node captured {n} frames it did not deliver");
+    }
     match ended {
         Ok(()) if t.end.is_none() => {
             eprintln!("rds-trace: the node did not confirm the end of the trace; dropped frames are unknown");
@@ -508,6 +511,17 @@ fn summary(t: &Tally) {
             t.invalid
         );
     }
+}
+
+/// Frames the node captured but did not deliver (never expected; a node that discards its
+/// queue at the stop would cause it). Not checked when `-c` cut the capture short.
+fn undelivered(t: &Tally, count: Option<u64>) -> Option<u64> {
+    let (captured, _) = t.end?;
+    if count.is_some_and(|c| t.written >= c) {
+        return None;
+    }
+    let delivered = t.written + t.not_tcp + t.invalid;
+    (captured > delivered).then(|| captured - delivered)
 }
 
 #[cfg(test)]

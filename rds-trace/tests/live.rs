@@ -213,6 +213,12 @@ fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
     assert_eq!(code, 0, "{stderr:?}");
     let (captured, dropped) = summary(&stderr);
     assert_eq!(dropped, 0);
+    // Nothing else: no frame left out, none undelivered.
+    assert_eq!(stderr.len(), 2, "{stderr:?}");
+    assert_eq!(
+        stderr[0],
+        "rds-trace: tracing node 'trace-a1' (127.7.1.1), snaplen 1048624"
+    );
 
     keep(&file);
     // rds-core's reader finds exactly the frames rds-trace counted.
@@ -539,6 +545,7 @@ fn duration_and_filters() {
     );
     let (code, stderr) = t1.wait();
     assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(stderr.len(), 2, "{stderr:?}");
     let (n1, d1) = summary(&stderr);
     assert_eq!(d1, 0);
     let frames = reader_frames(&f1);
@@ -571,6 +578,7 @@ fn duration_and_filters() {
     t2.signal(Signal::SIGTERM);
     let (code, stderr) = t2.wait();
     assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(stderr.len(), 2, "{stderr:?}");
     let (n2, _) = summary(&stderr);
     let frames = reader_frames(&f2);
     assert_eq!(frames.len() as u64, n2);
