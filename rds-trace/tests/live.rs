@@ -150,10 +150,10 @@ fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
         s.send_to(&p, sa(B, 5000)).unwrap();
         sent.push((s.local_addr().unwrap(), sa(B, 5000), p));
     }
-    for i in 0..senders.len() {
+    for (i, s) in senders.iter().enumerate() {
         let p = pattern(100 + i, 100 + i as u64);
-        senders[i].send_to(&p, sa(B, 5000)).unwrap();
-        sent.push((senders[i].local_addr().unwrap(), sa(B, 5000), p));
+        s.send_to(&p, sa(B, 5000)).unwrap();
+        sent.push((s.local_addr().unwrap(), sa(B, 5000), p));
     }
     // And an answer the other way.
     let p = pattern(3000, 999);
