@@ -46,6 +46,16 @@ pub fn accept_errno(e: AcceptError) -> i32 {
     }
 }
 
+/// The C library's message for `errno` (`strerror`), as the C tools print it.
+pub fn strerror(errno: i32) -> String {
+    let s = io::Error::from_raw_os_error(errno).to_string();
+    // std appends " (os error N)" to the C library's text.
+    match s.rfind(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
 /// An `io::Error` carrying a raw errno (so that `Display` shows the `strerror` text, as the C
 /// tools print it, and `raw_os_error()` gives the number).
 pub fn err(errno: i32) -> io::Error {

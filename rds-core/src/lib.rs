@@ -34,3 +34,4 @@ mod sys;
 
 pub use node::{CtlMode, Node, NodeConfig};
 pub use socket::{RecvFlags, RecvMsg, Socket};
+pub use sys::poll_readable;

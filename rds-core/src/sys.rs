@@ -379,6 +379,35 @@ fn sockname(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
     }
 }
 
+/// Waits until one of `fds` is readable (or has an error or hangup) or `timeout` passes;
+/// returns, for each descriptor, whether it is ready. An interrupted wait returns all false.
+///
+/// # Errors
+/// `poll(2)` errors other than EINTR.
+pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `pfds` is a valid array of `len` pollfd structs for the duration of the call;
+    // poll only reports POLLNVAL for a descriptor that is not open.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(vec![false; fds.len()])
+        } else {
+            Err(e)
+        };
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
 /// Waits until `fd` is readable or `timeout` passes; returns whether it is readable.
 ///
 /// # Errors
@@ -393,26 +422,7 @@ pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
 /// # Errors
 /// `poll(2)` errors other than EINTR.
 pub fn wait_any_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Option<usize>> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `pfds` is a valid array of `len` pollfd structs for the duration of the call.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(None)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(pfds.iter().position(|p| p.revents != 0))
+    Ok(poll_readable(fds, timeout)?.iter().position(|&r| r))
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
+//! rds-ping: see the library documentation and `man/rds-ping.1`.
+
 fn main() {
-    eprintln!("rds-ping: under construction");
-    std::process::exit(1);
+    std::process::exit(rds_ping::main_with(std::env::args_os().skip(1)));
 }

@@ -1,0 +1,277 @@
+//! The ping loop of the original rds-ping, with a reply timeout, a deadline and a give-up.
+//!
+//! Each of N sockets is bound to the source address with a random port; a ping is a
+//! zero-length message from one of them to port 0 of the destination, whose RDS stack answers
+//! with a zero-length pong to that socket's port. A socket carries one ping at a time, so its
+//! replies identify the ping. As in the original, a socket whose ping is unanswered is skipped
+//! (nothing is sent that tick); unlike it, the ping counts as lost after the reply timeout and
+//! the socket is replaced by a new one (a new port), so a late pong cannot be taken for the
+//! answer to a later ping.
+
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use rds_core::errno::strerror;
+use rds_core::{RecvFlags, Socket};
+
+use crate::opts::Opts;
+use crate::report::{self, Reply, Rtt, Summary};
+
+/// Without any reply, give up once this many pings timed out.
+pub const GIVE_UP_AFTER_LOST: u64 = 3;
+/// Longest single wait, so that a stop request is seen promptly.
+const MAX_WAIT: Duration = Duration::from_millis(200);
+
+/// A fatal error: the message to print (exit 1).
+#[derive(Debug)]
+pub struct Fatal(pub String);
+
+/// `"msg, errno: N (text)"` as the original's `die_errno`.
+pub fn die_errno(msg: &str, e: &io::Error) -> Fatal {
+    let n = e.raw_os_error().unwrap_or(0);
+    Fatal(format!("{msg}, errno: {n} ({})", strerror(n)))
+}
+
+/// The source address the route to `dst` uses: connect a UDP socket to port 1 and read its
+/// local address (no packet is sent).
+///
+/// # Errors
+/// The original's messages.
+pub fn route_source(dst: IpAddr) -> Result<IpAddr, Fatal> {
+    let any: SocketAddr = if dst.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let u = UdpSocket::bind(any).map_err(|e| die_errno("unable to create UDP socket", &e))?;
+    u.connect(SocketAddr::new(dst, 1))
+        .map_err(|e| die_errno(&format!("unable to connect to {dst}"), &e))?;
+    u.local_addr()
+        .map(|a| a.ip())
+        .map_err(|e| die_errno("getsockname failed", &e))
+}
+
+struct Slot {
+    sock: Socket,
+    fd: RawFd,
+    pending: bool,
+    sent_id: u64,
+    sent_at: Instant,
+    nreplies: u32,
+}
+
+fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
+    let sock = Socket::new().map_err(|e| die_errno("socket(PF_RDS) failed", &e))?;
+    sock.bind(SocketAddr::new(src, 0))
+        .map_err(|e| die_errno(&format!("bind() to {src} failed"), &e))?;
+    let fd = sock
+        .fd()
+        .map_err(|e| die_errno("cannot poll the RDS socket", &e))?;
+    Ok(Slot {
+        sock,
+        fd,
+        pending: false,
+        sent_id: 0,
+        sent_at: Instant::now(),
+        nreplies: 0,
+    })
+}
+
+/// Where the lines go, and how a stop is requested.
+pub struct Io<'a> {
+    /// Reply lines (not written in JSON mode).
+    pub out: &'a mut dyn Write,
+    /// Diagnostics.
+    pub err: &'a mut dyn Write,
+    /// Extra descriptor to poll (a signalfd); when readable, `stop` is asked.
+    pub stop_fd: Option<RawFd>,
+    /// Whether to stop now (Ctrl-C).
+    pub stop: &'a mut dyn FnMut() -> bool,
+}
+
+/// Runs the pings and returns the totals.
+///
+/// # Errors
+/// Socket setup failures (the original's messages).
+pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
+    let src = match opts.source {
+        Some(s) => s,
+        None => route_source(opts.dest)?,
+    };
+    let mut slots = (0..opts.sockets)
+        .map(|_| open_slot(src))
+        .collect::<Result<Vec<_>, _>>()?;
+    let dst = SocketAddr::new(opts.dest, 0);
+    let mut sum = Summary {
+        destination: opts.dest_name.clone(),
+        address: opts.dest.to_string(),
+        source: src.to_string(),
+        ..Summary::default()
+    };
+    let mut rtts = Vec::new();
+    let mut recv_all = 0u64; // replies including duplicates (the original's `recv`)
+    let mut hinted = false;
+    let mut next = 0usize;
+    let start = Instant::now();
+    let mut next_send = start;
+    let end = opts.deadline.map(|d| start + d);
+    let emit = |sum: &mut Summary, r: Reply, io: &mut Io<'_>| {
+        if !opts.json {
+            let _ = writeln!(io.out, "{}", report::line(&r));
+            let _ = io.out.flush();
+        }
+        sum.replies.push(r);
+    };
+    'run: loop {
+        if (io.stop)() {
+            sum.stopped = Some("interrupted".into());
+            break;
+        }
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) {
+            sum.stopped = Some("deadline".into());
+            break;
+        }
+        if opts.count > 0 && recv_all >= opts.count {
+            break;
+        }
+        for slot in &mut slots {
+            if slot.pending && now.duration_since(slot.sent_at) >= opts.timeout {
+                sum.timed_out += 1;
+                slot.pending = false;
+                if opts.count == 0 || sum.transmitted < opts.count {
+                    *slot = open_slot(src)?;
+                }
+                if recv_all == 0 && sum.timed_out >= GIVE_UP_AFTER_LOST {
+                    let _ = writeln!(
+                        io.err,
+                        "rds-ping: no reply from {}: {} pings unanswered after {:.3} s each, giving up",
+                        opts.dest,
+                        sum.timed_out,
+                        opts.timeout.as_secs_f64()
+                    );
+                    sum.stopped = Some("no reply".into());
+                    break 'run;
+                }
+            }
+        }
+        // Once the count is sent, wait for the outstanding replies (each until its timeout);
+        // the original stopped one interval after the last send, dropping late replies.
+        let all_sent = opts.count > 0 && sum.transmitted >= opts.count;
+        if all_sent && !slots.iter().any(|s| s.pending) {
+            break;
+        }
+        if !all_sent && now >= next_send {
+            next_send = now + opts.interval;
+            let s = &mut slots[next];
+            if !s.pending {
+                sum.transmitted += 1;
+                s.sent_id = sum.transmitted;
+                s.sent_at = Instant::now();
+                s.nreplies = 0;
+                match s.sock.send_to(&[], dst) {
+                    Ok(_) => s.pending = true,
+                    Err(e) => {
+                        let n = e.raw_os_error().unwrap_or(0);
+                        sum.errors += 1;
+                        let seq = s.sent_id;
+                        emit(
+                            &mut sum,
+                            Reply {
+                                seq,
+                                rtt_us: None,
+                                from: None,
+                                dup: false,
+                                error: Some(strerror(n)),
+                            },
+                            io,
+                        );
+                        if n == libc::EINVAL && !hinted && !opts.json {
+                            hinted = true;
+                            let _ = writeln!(io.out, "{}", report::EINVAL_HINT);
+                        }
+                    }
+                }
+                next = (next + 1) % slots.len();
+            }
+        }
+        // Wait for replies until the next send, a timeout, the deadline or a stop check.
+        let now = Instant::now();
+        let mut until = if all_sent { now + MAX_WAIT } else { next_send };
+        if let Some(e) = end {
+            until = until.min(e);
+        }
+        for s in slots.iter().filter(|s| s.pending) {
+            until = until.min(s.sent_at + opts.timeout);
+        }
+        let wait = until.saturating_duration_since(now).min(MAX_WAIT);
+        let mut fds: Vec<RawFd> = slots.iter().map(|s| s.fd).collect();
+        fds.extend(io.stop_fd);
+        let ready =
+            rds_core::poll_readable(&fds, wait).map_err(|e| die_errno("poll() failed", &e))?;
+        for (i, s) in slots.iter_mut().enumerate() {
+            if !ready[i] {
+                continue;
+            }
+            loop {
+                let flags = RecvFlags {
+                    dontwait: true,
+                    ..RecvFlags::default()
+                };
+                match s.sock.recv_msg(&mut [], flags) {
+                    Ok(m) => {
+                        let rtt =
+                            u64::try_from(s.sent_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        let from = m.from.map(|f| f.ip()).filter(|&ip| ip != opts.dest);
+                        let dup = s.nreplies > 0;
+                        s.nreplies += 1;
+                        s.pending = false;
+                        recv_all += 1;
+                        if dup {
+                            sum.duplicates += 1;
+                        } else {
+                            sum.received += 1;
+                            rtts.push(rtt);
+                        }
+                        let seq = s.sent_id;
+                        emit(
+                            &mut sum,
+                            Reply {
+                                seq,
+                                rtt_us: Some(rtt),
+                                from,
+                                dup,
+                                error: None,
+                            },
+                            io,
+                        );
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        sum.errors += 1;
+                        let seq = s.sent_id;
+                        emit(
+                            &mut sum,
+                            Reply {
+                                seq,
+                                rtt_us: None,
+                                from: None,
+                                dup: false,
+                                error: Some(strerror(e.raw_os_error().unwrap_or(0))),
+                            },
+                            io,
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    sum.time_ms = report::millis(start.elapsed());
+    sum.loss_percent = report::loss_percent(sum.transmitted, sum.received);
+    sum.rtt_us = Rtt::of(&rtts);
+    Ok(sum)
+}
