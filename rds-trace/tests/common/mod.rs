@@ -392,18 +392,42 @@ pub fn expected_line(f: &TsFrame) -> String {
     }
     // Extensions: each type field, then its body fields.
     let mut exts: Vec<String> = Vec::new();
+    let mut ty = 0;
+    let mut rkey = 0;
+    let mut bytes = 0;
     for fld in &f.pdu.fields {
         let v = || parse_num(&fld.show);
+        let last = exts.last_mut();
         match fld.name.as_str() {
-            "rds.exthdr.type" => exts.push(format!("TYPE{}", v())),
-            "rds.exthdr.npaths" => *exts.last_mut().unwrap() = format!("NPATHS={}", v()),
-            "rds.exthdr.gen_num" => *exts.last_mut().unwrap() = format!("GEN_NUM={}", v()),
-            "rds.exthdr.sport_idx" => *exts.last_mut().unwrap() = format!("SPORT_IDX={}", v()),
+            "rds.exthdr.type" => {
+                ty = v();
+                exts.push(format!("TYPE{ty}"));
+            }
+            "rds.exthdr.npaths" => *last.unwrap() = format!("NPATHS={}", v()),
+            "rds.exthdr.gen_num" => *last.unwrap() = format!("GEN_NUM={}", v()),
+            "rds.exthdr.sport_idx" => *last.unwrap() = format!("SPORT_IDX={}", v()),
             "rds.exthdr.version" => {
                 let x = v();
-                *exts.last_mut().unwrap() = format!("VERSION={}.{}", x >> 8, x & 0xff)
+                *last.unwrap() = format!("VERSION={}.{}", x >> 8, x & 0xff)
             }
-            n if n.starts_with("rds.exthdr.rdma") => panic!("unexpected RDMA extension in {f:?}"),
+            "rds.exthdr.rdma_rkey" => {
+                rkey = v();
+                if ty == 2 {
+                    *last.unwrap() = format!("RDMA={rkey:#x}");
+                }
+            }
+            "rds.exthdr.rdma_offset" => {
+                *last.unwrap() = format!("RDMA_DEST={rkey:#x}+{}", v());
+            }
+            "rds.exthdr.rdma_bytes" => bytes = v(),
+            "rds.exthdr.rdma_rflags" => {
+                let dir = match v() {
+                    1 => "write".to_string(),
+                    2 => "read".to_string(),
+                    o => format!("{o:#04x}"),
+                };
+                *last.unwrap() = format!("RDMA_BYTES={bytes}/{dir}");
+            }
             _ => {}
         }
     }
