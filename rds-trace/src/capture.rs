@@ -112,7 +112,7 @@ fn send(stream: &mut UnixStream, req: &Request) -> io::Result<()> {
     write_frame(stream, &json, &[])
 }
 
-fn recv(stream: &mut UnixStream) -> anyhow::Result<(Reply, Vec<u8>)> {
+fn recv(stream: &mut impl io::Read) -> anyhow::Result<(Reply, Vec<u8>)> {
     let (json, data) = match read_frame(stream) {
         Ok(f) => f,
         Err(FrameError::Closed) => bail!("the node closed the control connection"),
@@ -326,6 +326,9 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         other => bail!("node '{}': unexpected reply {other:?}", node.name),
     }
     let started = Instant::now();
+    // Frames are read through a buffer: one read call for many small frames.
+    let mut frames_in =
+        io::BufReader::with_capacity(1 << 20, stream.try_clone().context("control socket")?);
     let stopper = Arc::new(Stopper {
         writer: Mutex::new(stream.try_clone().context("control socket")?),
         stop_sent: Mutex::new(None),
@@ -387,7 +390,7 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
     let mut output_error: Option<anyhow::Error> = None;
     let mut last_flush = Instant::now();
     let ended: anyhow::Result<()> = loop {
-        let (reply, data) = match recv(&mut stream) {
+        let (reply, data) = match recv(&mut frames_in) {
             Ok(r) => r,
             Err(e) => {
                 if stopper.aborted.load(Ordering::SeqCst) {

@@ -1,0 +1,229 @@
+//! Throughput cost of a running capture: two nodes on loopback (127.7.9.1 → 127.7.9.2), four
+//! sender sockets (several lanes) at full load, bytes delivered per second measured without a
+//! capture, with `rds-trace -w FILE` running (default and small snap length), and without again.
+//! Prints the ratios and the trace frames the node dropped. Not a CI test:
+//!
+//! ```text
+//! cargo bench -p rds-trace --bench capture_overhead
+//! RDS_BENCH_SECS=5 RDS_BENCH_SIZES=1024,65536 cargo bench -p rds-trace --bench capture_overhead
+//! ```
+//!
+//! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up).
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rds_core::{CtlMode, Node, NodeConfig, RecvFlags, Socket};
+
+const A: &str = "127.7.9.1";
+const B: &str = "127.7.9.2";
+const SENDERS: u16 = 4;
+const ROUNDS: usize = 2;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn node(name: &str, addr: &str, run: &Path) -> Node {
+    std::env::set_var("RDS_RUNTIME_DIR", run);
+    let mut cfg = NodeConfig::new([ip(addr)]);
+    cfg.name = name.into();
+    cfg.ctl = CtlMode::Named(name.into());
+    cfg.seed = Some(9);
+    Node::start(cfg).unwrap()
+}
+
+struct Load {
+    stop: Arc<AtomicBool>,
+    bytes: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Senders on A push `size`-byte messages to receivers on B as fast as the stack takes them.
+fn start_load(a: &Node, b: &Node, size: usize, base_port: u16) -> Load {
+    let stop = Arc::new(AtomicBool::new(false));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for i in 0..SENDERS {
+        let rx = Socket::with_node(b);
+        rx.bind(SocketAddr::new(ip(B), base_port + i)).unwrap();
+        rx.set_recv_buffer_size(8 << 20);
+        rx.set_read_timeout(Some(Duration::from_millis(100)));
+        let (st, by) = (stop.clone(), bytes.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let flags = RecvFlags {
+                peek: false,
+                trunc: false,
+                dontwait: false,
+            };
+            while !st.load(Ordering::Relaxed) {
+                if let Ok(m) = rx.recv_msg(&mut buf, flags) {
+                    by.fetch_add(m.len as u64, Ordering::Relaxed);
+                }
+            }
+        }));
+        let tx = Socket::with_node(a);
+        tx.bind(SocketAddr::new(ip(A), base_port + 100 + i))
+            .unwrap();
+        tx.set_send_buffer_size(4 << 20);
+        tx.set_write_timeout(Some(Duration::from_millis(100)));
+        let st = stop.clone();
+        let dest = SocketAddr::new(ip(B), base_port + i);
+        threads.push(std::thread::spawn(move || {
+            let msg = vec![0x5au8; size];
+            while !st.load(Ordering::Relaxed) {
+                let _ = tx.send_to(&msg, dest);
+            }
+        }));
+    }
+    Load {
+        stop,
+        bytes,
+        threads,
+    }
+}
+
+impl Load {
+    /// Bytes per second delivered over `secs` after a warm-up.
+    fn measure(&self, secs: f64) -> f64 {
+        std::thread::sleep(Duration::from_millis(500));
+        let b0 = self.bytes.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        let b1 = self.bytes.load(Ordering::Relaxed);
+        (b1 - b0) as f64 / t0.elapsed().as_secs_f64()
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs the load with rds-trace capturing node A; returns (bytes/s, captured, dropped).
+fn with_capture(load: &Load, run: &Path, file: &Path, snaplen: &str, secs: f64) -> (f64, u64, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rds-trace"))
+        .env("RDS_RUNTIME_DIR", run)
+        .args([
+            "-w",
+            file.to_str().unwrap(),
+            "-s",
+            snaplen,
+            "--node",
+            "bench-a",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.starts_with("rds-trace: tracing"), "{line}");
+    let rate = load.measure(secs);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let mut rest = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rds-trace did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let summary = rest
+        .lines()
+        .find(|l| l.ends_with(" dropped"))
+        .unwrap_or_else(|| panic!("no summary: {rest}"));
+    let w: Vec<&str> = summary.split(' ').collect();
+    (rate, w[0].parse().unwrap(), w[3].parse().unwrap())
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else is understood.
+    let secs: f64 = std::env::var("RDS_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s: &f64| *s > 0.0 && *s <= 60.0)
+        .unwrap_or(3.0);
+    let sizes: Vec<usize> = std::env::var("RDS_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1024, 65536]);
+    let run = tempfile::tempdir().unwrap();
+    let a = node("bench-a", A, run.path());
+    let b = node("bench-b", B, run.path());
+    let out = tempfile::tempdir().unwrap();
+    println!(
+        "capture overhead: {SENDERS} senders {A} -> {B}, {secs} s per phase, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for (k, size) in sizes.iter().enumerate() {
+        let load = start_load(&a, &b, *size, 20000 + k as u16 * 1000);
+        let file = out.path().join(format!("bench-{size}.pcap"));
+        // Phases interleaved over rounds, so that drift and other load on the machine hit all.
+        let (mut base, mut full, mut small) = (Vec::new(), Vec::new(), Vec::new());
+        let mut file_mb = 0.0;
+        for _ in 0..ROUNDS {
+            base.push(load.measure(secs));
+            full.push(with_capture(&load, run.path(), &file, "262144", secs));
+            file_mb = std::fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e6;
+            let _ = std::fs::remove_file(&file);
+            small.push(with_capture(&load, run.path(), &file, "128", secs));
+            let _ = std::fs::remove_file(&file);
+        }
+        base.push(load.measure(secs));
+        load.stop();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let b = mean(&base);
+        let mb = |x: f64| x / 1e6;
+        let runs = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{:.1}", mb(*x)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!("message size {size} bytes:");
+        println!(
+            "  no capture        {:9.1} MB/s  (runs: {})",
+            mb(b),
+            runs(&base)
+        );
+        for (name, v) in [("-s 262144", &full), ("-s 128   ", &small)] {
+            let rates: Vec<f64> = v.iter().map(|x| x.0).collect();
+            let cap: u64 = v.iter().map(|x| x.1).sum();
+            let drop: u64 = v.iter().map(|x| x.2).sum();
+            println!(
+                "  capture {name} {:9.1} MB/s  ratio {:.3}  (runs: {})  trace frames captured {cap}, dropped {drop} ({:.1}%)",
+                mb(mean(&rates)),
+                mean(&rates) / b,
+                runs(&rates),
+                pct(drop, cap + drop)
+            );
+        }
+        println!("  (last -s 262144 capture file: {file_mb:.1} MB)");
+    }
+    a.shutdown();
+    b.shutdown();
+}
+
+fn pct(a: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        a as f64 * 100.0 / total as f64
+    }
+}
