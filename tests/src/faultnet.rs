@@ -331,10 +331,7 @@ impl Dir {
             self.base = self.acked;
             return;
         }
-        loop {
-            let Some(flen) = self.frame_len_at(0) else {
-                break;
-            };
+        while let Some(flen) = self.frame_len_at(0) {
             if flen > MAX_FRAME {
                 self.untracked = true;
                 break;
@@ -585,7 +582,7 @@ fn relay(
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => return End::Abort,
                 }
-                if f.delay_one_in > 0 && rng.next() % u64::from(f.delay_one_in) == 0 {
+                if f.delay_one_in > 0 && rng.upto(u64::from(f.delay_one_in)) == 1 {
                     sh.stats.delays.fetch_add(1, Ordering::Relaxed);
                     let us = rng.upto(f.max_delay.as_micros().max(1) as u64);
                     std::thread::sleep(Duration::from_micros(us));
