@@ -53,7 +53,7 @@ fn packet(n: u64) -> Vec<u8> {
 
 fn toggle_tcp_bufs(n: &Node, round: u32) {
     let mut t = n.tunables();
-    let v = if round % 2 == 0 { 10_000 } else { 10_240 };
+    let v = if round & 1 == 0 { 10_000 } else { 10_240 };
     t.tcp_sndbuf = v;
     t.tcp_rcvbuf = v;
     n.set_tunables(t);
