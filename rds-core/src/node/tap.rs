@@ -252,6 +252,9 @@ impl Tap {
         let ts_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        // The consumer waits only on an empty queue: wake it only then (a condition
+        // variable's notify is a system call even when nobody waits).
+        let wake = s.queue.is_empty();
         s.queue.push_back(TapFrame {
             ts_ns,
             dir,
@@ -264,7 +267,9 @@ impl Tap {
         });
         s.captured += 1;
         drop(guard);
-        self.ready.notify_one();
+        if wake {
+            self.ready.notify_one();
+        }
     }
 
     /// [`Tap::record`] for an RDS/TCP frame.
