@@ -368,6 +368,7 @@ fn run_active(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32, 
     let Some(tasks) = tasks else {
         return Err(Fatal::new("internal error: no tasks\n"));
     };
+    warm_up(None, local, peer_ip);
     p.out("negotiated options, tasks will start in 2 seconds\n");
     release_and_wait(r, &w, p, soak, tasks, None, Some(stream), true)
 }
@@ -537,6 +538,7 @@ fn run_loopback(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32
     swap_addrs(&mut wp, b);
     let passive = start_tasks(env_for(r, &wp, b, a, false, Some(node_b.clone())))?;
     let active = start_tasks(env_for(r, &w, a, b, true, Some(node_a.clone())))?;
+    warm_up(Some(&node_a), a, b);
     p.out(&format!(
         "loopback: active side on {a}, passive side on {b}, over RDS/TCP\n"
     ));
@@ -545,6 +547,28 @@ fn run_loopback(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32
     node_a.shutdown();
     node_b.shutdown();
     code
+}
+
+/// Brings the RDS connection to `peer` up before the tasks send: a zero-length message to
+/// port 0 (answered by the peer's stack, as rds-ping uses it), waiting up to 3 s for the pong.
+/// Works around an rds-core race that loses messages when both nodes open the connection at
+/// the same moment (see tests/core_connect_race.rs).
+fn warm_up(node: Option<&Node>, local: IpAddr, peer: IpAddr) {
+    let s = match node {
+        Some(n) => rds_core::Socket::with_node(n),
+        None => match rds_core::Socket::new() {
+            Ok(s) => s,
+            Err(_) => return,
+        },
+    };
+    if s.bind(SocketAddr::new(local, 0)).is_err() {
+        return;
+    }
+    s.set_read_timeout(Some(Duration::from_secs(3)));
+    if s.send_to(&[], SocketAddr::new(peer, 0)).is_ok() {
+        let mut b = [0u8; 16];
+        let _ = s.recv_from(&mut b);
+    }
 }
 
 /// Counters of the node behind task 0 (for --show-perfdata).

@@ -541,6 +541,9 @@ impl Task {
                         }
                     }
                 }
+                // A zero-length message (a ping's pong) carries nothing for us, as in the
+                // original, which skips empty receives.
+                Ok(Received::Data { full_len: 0, .. }) => {}
                 Ok(Received::Data { msg, full_len, .. }) => {
                     let now = Instant::now();
                     self.handle(&msg.payload, full_len, msg.from, now);
