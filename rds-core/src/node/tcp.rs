@@ -32,6 +32,8 @@ const TOKEN_MASK: u64 = (1 << 32) - 1;
 const OUT_HIGH: usize = 4 << 20;
 /// Bytes read per `read(2)`.
 const READ_CHUNK: usize = 256 << 10;
+/// Payload remainders at least this long are read straight into the message's buffer.
+const DIRECT_MIN: usize = 64 << 10;
 /// Most bytes read from one connection per readiness event before others get a turn.
 const READ_BUDGET: usize = 4 << 20;
 /// How long a half-closed connection may take to deliver the peer's remaining data.
@@ -298,6 +300,26 @@ impl Tcp {
         let mut closed = false;
         let mut stream_err = None;
         while total < READ_BUDGET {
+            // The rest of a large payload is read straight into its message buffer.
+            if let Some((buf, rem)) = c.parser.direct_buf(DIRECT_MIN) {
+                match sys::read_spare(fd, buf, rem.min(READ_BUDGET)) {
+                    Ok(0) => {
+                        closed = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        total += n;
+                        c.parser.direct_done(n, &mut frames);
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
             match sys::read_spare(fd, &mut self.rbuf, READ_CHUNK) {
                 Ok(0) => {
                     closed = true;
