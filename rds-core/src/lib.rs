@@ -32,6 +32,6 @@ pub mod wire;
 
 mod sys;
 
-pub use node::{CtlMode, Node, NodeConfig};
+pub use node::{CtlMode, Node, NodeConfig, Transports};
 pub use socket::{RecvFlags, RecvMsg, Socket};
 pub use sys::poll_readable;

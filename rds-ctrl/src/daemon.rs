@@ -136,6 +136,7 @@ pub fn run(addrs: &[IpAddr], detach: bool) -> anyhow::Result<u8> {
         seed: None,
         name: DAEMON_NAME.into(),
         ctl: CtlMode::Named(DAEMON_NAME.into()),
+        transports: Default::default(),
     };
     let node = Node::start(cfg).with_context(|| {
         format!(

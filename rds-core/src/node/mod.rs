@@ -7,6 +7,7 @@
 //! message). Blocking socket calls wait on a per-socket condition variable tied to the engine
 //! lock. The I/O thread is woken through an eventfd only when it sleeps.
 
+mod ib;
 pub mod tap;
 mod tcp;
 
@@ -31,6 +32,7 @@ use crate::tunables::Tunables;
 use tap::Tap;
 pub use tcp::TcpSockInfo;
 
+use ib::Ib;
 use tcp::{Tcp, TcpOut, TOKEN_WAKE};
 
 /// Whether and under which name a node serves a control socket.
@@ -42,6 +44,27 @@ pub enum CtlMode {
     Named(String),
     /// No control socket.
     Off,
+}
+
+/// Which transports a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transports {
+    /// RDS/TCP: a listener on `addr:16385` for every address.
+    pub tcp: bool,
+    /// RDS/IB: an RDMA CM listener (18634 for IPv4, 16385 for IPv6) on every address an RDMA
+    /// device's GID table holds. Where rdma-core or a device is missing the node still runs,
+    /// without IB ([`Node::ib_unavailable`] says why).
+    pub ib: bool,
+}
+
+impl Default for Transports {
+    /// TCP only.
+    fn default() -> Self {
+        Transports {
+            tcp: true,
+            ib: false,
+        }
+    }
 }
 
 /// How a node is set up.
@@ -57,6 +80,8 @@ pub struct NodeConfig {
     pub name: String,
     /// The control socket.
     pub ctl: CtlMode,
+    /// Which transports run.
+    pub transports: Transports,
 }
 
 impl NodeConfig {
@@ -68,6 +93,7 @@ impl NodeConfig {
             seed: None,
             name: "embedded".into(),
             ctl: CtlMode::Auto,
+            transports: Transports::default(),
         }
     }
 }
@@ -116,6 +142,11 @@ pub(crate) struct Inner {
     /// Senders blocked on a congested port wait here.
     pub cong_cv: Condvar,
     tcp: Mutex<Tcp>,
+    /// The IB transport, if configured and available.
+    ib: Mutex<Option<Ib>>,
+    /// Why IB is not running, if it was asked for and is not.
+    ib_unavailable: Option<String>,
+    transports: Transports,
     epoll: Arc<sys::Epoll>,
     wake_fd: OwnedFd,
     io_sleeping: AtomicBool,
@@ -164,9 +195,23 @@ impl Node {
         let tcp_stats = Arc::new(TcpStats::new());
         let epoll = Arc::new(sys::Epoll::new()?);
         let mut tcp = Tcp::new(epoll.clone(), tcp_stats.clone(), seed.rotate_left(17))?;
+        let (mut ib, ib_unavailable) = if cfg.transports.ib {
+            match Ib::new(epoll.clone()) {
+                Ok(t) => (Some(t), None),
+                Err(e) => (None, Some(e)),
+            }
+        } else {
+            (None, None)
+        };
         for &a in &cfg.addrs {
-            stack.add_local_addr(a, true, false);
-            tcp.listen(a)?;
+            let on_ib = match ib.as_mut() {
+                Some(t) => t.listen(a)?,
+                None => false,
+            };
+            if cfg.transports.tcp {
+                tcp.listen(a)?;
+            }
+            stack.add_local_addr(a, cfg.transports.tcp, on_ib);
         }
         let wake_fd = sys::eventfd()?;
         epoll.add(wake_fd.as_raw_fd(), TOKEN_WAKE, sys::EPOLLIN)?;
@@ -183,6 +228,9 @@ impl Node {
             }),
             cong_cv: Condvar::new(),
             tcp: Mutex::new(tcp),
+            ib: Mutex::new(ib),
+            ib_unavailable,
+            transports: cfg.transports,
             epoll,
             wake_fd,
             io_sleeping: AtomicBool::new(false),
@@ -276,8 +324,17 @@ impl Node {
         if addrs.contains(&ip) {
             return Ok(());
         }
-        lock(&self.inner.tcp).listen(ip)?;
-        lock(&self.inner.core).stack.add_local_addr(ip, true, false);
+        let tcp_on = self.inner.transports.tcp;
+        if tcp_on {
+            lock(&self.inner.tcp).listen(ip)?;
+        }
+        let on_ib = match lock(&self.inner.ib).as_mut() {
+            Some(t) => t.listen(ip)?,
+            None => false,
+        };
+        lock(&self.inner.core)
+            .stack
+            .add_local_addr(ip, tcp_on, on_ib);
         addrs.push(ip);
         Ok(())
     }
@@ -296,6 +353,22 @@ impl Node {
     /// Sockets of this node fail afterwards.
     pub fn shutdown(&self) {
         self.inner.shutdown();
+    }
+
+    /// Why the IB transport does not run although the configuration asked for it (no
+    /// rdma-core, no RDMA device, ...), `None` if it runs or was not asked for.
+    pub fn ib_unavailable(&self) -> Option<String> {
+        self.inner.ib_unavailable.clone()
+    }
+
+    /// Whether the IB transport runs.
+    pub fn ib_running(&self) -> bool {
+        lock(&self.inner.ib).is_some()
+    }
+
+    /// Live IB connections of the transport (any state).
+    pub fn ib_connection_count(&self) -> usize {
+        lock(&self.inner.ib).as_ref().map_or(0, Ib::len)
     }
 
     /// Whether the node runs.
@@ -393,7 +466,10 @@ impl Node {
         f: impl FnOnce(&mut Stack, ConnId, Instant) -> R,
     ) -> Option<R> {
         let mut core = lock(&self.inner.core);
-        let c = core.stack.find_conn(laddr, faddr, TransportKind::Tcp)?;
+        let c = core
+            .stack
+            .find_conn(laddr, faddr, TransportKind::Tcp)
+            .or_else(|| core.stack.find_conn(laddr, faddr, TransportKind::Ib))?;
         let now = self.inner.now();
         let r = f(&mut core.stack, c, now);
         self.inner.after_app_call(core);
@@ -499,6 +575,9 @@ impl Inner {
             }
         }
         lock(&self.tcp).close_all();
+        if let Some(ib) = lock(&self.ib).as_mut() {
+            ib.close_all();
+        }
         // Wake every blocked caller so that it sees the node gone.
         let core = lock(&self.core);
         for w in core.waiters.values() {
@@ -551,6 +630,7 @@ impl Inner {
     /// more work is pending right away.
     fn io_round(&self, evs: &[(u64, u32)], outs: &mut Vec<TcpOut>) -> bool {
         let mut tcp = lock(&self.tcp);
+        let mut ib = lock(&self.ib);
         let now = self.now();
         outs.clear();
         for &(token, bits) in evs {
@@ -558,11 +638,21 @@ impl Inner {
                 sys::eventfd_clear(self.wake_fd.as_raw_fd());
                 continue;
             }
+            if Ib::owns_token(token) {
+                continue;
+            }
             tcp.handle_event(token, bits, now, outs);
         }
         tcp.timers(now, outs);
         {
             let mut core = lock(&self.core);
+            if let Some(ib) = ib.as_mut() {
+                for &(token, _) in evs {
+                    if Ib::owns_token(token) {
+                        ib.handle_event(token, &mut core.stack, now);
+                    }
+                }
+            }
             self.apply(&mut tcp, &mut core, outs, now);
             for st in tcp.take_stash(now) {
                 self.offer(
@@ -572,7 +662,7 @@ impl Inner {
             if core.stack.poll_timeout().is_some_and(|t| t <= now) {
                 core.stack.handle_timeout(now);
             }
-            self.run_io_work(&mut tcp, &mut core, now);
+            self.run_io_work(&mut tcp, &mut ib, &mut core, now);
         }
         // Write outside the engine lock; acknowledgements and refills come back in.
         for _ in 0..4 {
@@ -586,7 +676,7 @@ impl Inner {
             for (c, p) in refill {
                 tcp.pull(&mut core.stack, c, p, now, &self.tap);
             }
-            self.run_io_work(&mut tcp, &mut core, now);
+            self.run_io_work(&mut tcp, &mut ib, &mut core, now);
         }
         tcp.has_pending()
     }
@@ -613,8 +703,8 @@ impl Inner {
                     self.apply(tcp, core, &mut old, now);
                     self.offer(tcp, core, stream, local, peer, now, now);
                 }
-                TcpOut::Connected(idx) => {
-                    let Some((c, p, epoch)) = tcp.ident(idx) else {
+                TcpOut::Connected(idx, serial) => {
+                    let Some((c, p, epoch)) = tcp.ident(idx, serial) else {
                         continue;
                     };
                     if core.stack.is_trigger_only(c) {
@@ -630,8 +720,8 @@ impl Inner {
                         tcp.close_now(idx, false);
                     }
                 }
-                TcpOut::ConnectFailed(idx) => {
-                    if let Some((c, p, epoch)) = tcp.ident(idx) {
+                TcpOut::ConnectFailed(idx, serial) => {
+                    if let Some((c, p, epoch)) = tcp.ident(idx, serial) {
                         tcp.close_now(idx, false);
                         core.stack.handle_connect_failed(now, c, p, epoch);
                     }
@@ -657,8 +747,8 @@ impl Inner {
                     epoch,
                     err,
                 } => core.stack.handle_stream_error(now, conn, path, epoch, err),
-                TcpOut::Closed(idx) => {
-                    if let Some((c, p, epoch, connecting)) = tcp.closed(idx) {
+                TcpOut::Closed(idx, serial) => {
+                    if let Some((c, p, epoch, connecting)) = tcp.closed(idx, serial) {
                         if connecting {
                             core.stack.handle_connect_failed(now, c, p, epoch);
                         } else {
@@ -712,9 +802,37 @@ impl Inner {
     }
 
     /// Executes the engine's transport work (connect, disconnect, transmit) and wakes sockets.
-    fn run_io_work(&self, tcp: &mut Tcp, core: &mut Core, now: Instant) {
+    fn run_io_work(&self, tcp: &mut Tcp, ib: &mut Option<Ib>, core: &mut Core, now: Instant) {
         drain_events(core, self, false);
         while let Some(ev) = core.io_work.pop_front() {
+            let conn = match ev {
+                Event::Connect { conn, .. }
+                | Event::Disconnect { conn, .. }
+                | Event::Transmit { conn, .. } => Some(conn),
+                Event::Wake(_) | Event::CongChanged => None,
+            };
+            if let Some(conn) = conn.filter(|&c| core.stack.conn_addrs(c).2 == TransportKind::Ib) {
+                match (ev, ib.as_mut()) {
+                    // Stale attempts are skipped, as for TCP below.
+                    (Event::Connect { path, epoch, .. }, Some(t))
+                        if core.stack.path_state(conn, path) == (PathState::Connecting, epoch) =>
+                    {
+                        t.connect(&mut core.stack, now, conn, path, epoch);
+                    }
+                    (Event::Connect { path, epoch, .. }, None) => {
+                        core.stack.handle_connect_failed(now, conn, path, epoch);
+                    }
+                    (Event::Disconnect { path, epoch, .. }, Some(t)) => {
+                        t.disconnect(conn, path, epoch);
+                    }
+                    (Event::Transmit { path, .. }, Some(t)) => {
+                        t.pull(&mut core.stack, now, conn, path);
+                    }
+                    _ => {}
+                }
+                drain_events(core, self, false);
+                continue;
+            }
             match ev {
                 Event::Connect { conn, path, epoch } => {
                     // The path may have moved on since the engine asked (for example an

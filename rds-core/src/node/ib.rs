@@ -1,0 +1,940 @@
+//! The RDS/IB transport (`net/rds/ib*.c`, `rdma_transport.c`) over rdma-core loaded at run time
+//! ([`crate::ib`]): one RDMA CM listener per local address that an RDMA device's GID table
+//! holds (port 18634 for IPv4, 16385 for IPv6, `RDMA_PS_TCP`), reliable-connected queue pairs,
+//! the 32/56-byte connection private data with protocol 3.1, a receive ring of
+//! header + 4096-byte buffers, and one SEND per frame the engine hands out (header first, at most
+//! 4096 payload bytes, the solicited bit where the engine asks for it). Checksums,
+//! fragmentation, reassembly, `h_ack` piggybacking and ACK-only frames are the engine's
+//! ([`Stack::poll_transmit`], [`Stack::handle_fragment`], [`Stack::handle_ack_sent`]).
+//!
+//! Credits: we advertise none (`dp_credit` = 0), so flow control is off whatever the peer
+//! offers, as with a Linux peer at its default `flow_control = 0`; receivers that run out of
+//! posted buffers rely on RNR retry 7 (infinite), which both sides request.
+//!
+//! Completions: one completion queue per connection with its own completion channel, whose fd
+//! is in the node's epoll set; the queue is re-armed and drained on each wakeup, so an idle
+//! connection costs no CPU. Runs on the node's I/O thread, like the TCP transport.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ib::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, IdHandle};
+use crate::ib::{
+    self, Access, Cq, Mr, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, VerbsError, WorkCompletion,
+};
+use crate::proto::{canonical, ConnId, FrameKind, Stack, TransportKind};
+use crate::sys::{Epoll, EPOLLIN};
+use crate::time::Instant;
+use crate::wire::{FRAG_SIZE, HEADER_LEN};
+
+/// Epoll token of the connection manager's event channel.
+pub(crate) const TOKEN_IB_CM: u64 = 3 << 32;
+/// Epoll tokens of the completion channels (`| slot`).
+const TOKEN_IB_CQ: u64 = 4 << 32;
+const TOKEN_MASK: u64 = (1 << 32) - 1;
+
+/// `RDS_PORT`: the RDMA CM port for IPv4.
+pub const RDS_IB_PORT_V4: u16 = 18634;
+/// `RDS_CM_PORT`: the RDMA CM port for IPv6.
+pub const RDS_IB_PORT_V6: u16 = 16385;
+
+/// One receive or send buffer: a header and a fragment.
+const SLOT: usize = HEADER_LEN + FRAG_SIZE;
+/// Receive work requests posted per connection.
+const RECV_WRS: usize = 256;
+/// Send work requests per connection (plus one for the ACK-only frame).
+const SEND_WRS: usize = 128;
+const ACK_WR_ID: u64 = u64::MAX;
+const RECV_WR_BIT: u64 = 1 << 32;
+/// `RDS_RDMA_RESOLVE_TIMEOUT_MS`.
+const RESOLVE_TIMEOUT: Duration = Duration::from_millis(5000);
+/// Protocol versions we take part in (`RDS_IB_SUPPORTED_PROTOCOLS`: 3.1 and 4.1).
+const SUPPORTED_MASK: u16 = 0x0003;
+/// `RDS_RDMA_REJ_INCOMPAT`, sent as a host-endian int.
+const REJ_INCOMPAT: i32 = 1;
+/// Transport and RNR retries (7: RNR retries forever, as RDS asks).
+const RETRY: u8 = 7;
+/// Most RDMA reads in flight per direction.
+const MAX_RD_ATOM: i32 = 16;
+
+/// The connection private data (`struct rds_ib_connect_private` / `rds6_ib_connect_private`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnPriv {
+    /// The sender's address.
+    pub saddr: IpAddr,
+    /// The receiver's address.
+    pub daddr: IpAddr,
+    /// Protocol major (3 or 4).
+    pub major: u8,
+    /// Protocol minor.
+    pub minor: u8,
+    /// Supported minor versions (bit n = minor n).
+    pub minor_mask: u16,
+    /// Type of service.
+    pub toss: u8,
+    /// Last sequence received (an acknowledgement).
+    pub ack_seq: u64,
+    /// Receive credits offered (0: no flow control).
+    pub credit: u32,
+}
+
+impl ConnPriv {
+    /// Bytes of the IPv4 form.
+    pub const LEN_V4: usize = 32;
+    /// Bytes of the IPv6 form.
+    pub const LEN_V6: usize = 56;
+
+    /// The wire form: 32 bytes when both addresses are IPv4, else 56 (v4-mapped as needed).
+    pub fn encode(&self, v6: bool) -> Vec<u8> {
+        let (mut b, off) = if v6 {
+            let mut b = vec![0u8; Self::LEN_V6];
+            b[0..16].copy_from_slice(&v6_octets(self.saddr));
+            b[16..32].copy_from_slice(&v6_octets(self.daddr));
+            (b, 32)
+        } else {
+            let mut b = vec![0u8; Self::LEN_V4];
+            b[0..4].copy_from_slice(&v4_octets(self.saddr));
+            b[4..8].copy_from_slice(&v4_octets(self.daddr));
+            (b, 8)
+        };
+        b[off] = self.major;
+        b[off + 1] = self.minor;
+        b[off + 2..off + 4].copy_from_slice(&self.minor_mask.to_be_bytes());
+        b[off + 4] = self.toss;
+        b[off + 8..off + 16].copy_from_slice(&self.ack_seq.to_be_bytes());
+        b[off + 16..off + 20].copy_from_slice(&self.credit.to_be_bytes());
+        b
+    }
+
+    /// Parses the form for the family (`v6`); `None` if too short. Longer input (the CM pads
+    /// private data) is accepted.
+    pub fn decode(b: &[u8], v6: bool) -> Option<ConnPriv> {
+        let (saddr, daddr, off) = if v6 {
+            if b.len() < Self::LEN_V6 {
+                return None;
+            }
+            let s: [u8; 16] = b[0..16].try_into().ok()?;
+            let d: [u8; 16] = b[16..32].try_into().ok()?;
+            (
+                canonical(IpAddr::from(s)),
+                canonical(IpAddr::from(d)),
+                32usize,
+            )
+        } else {
+            if b.len() < Self::LEN_V4 {
+                return None;
+            }
+            let s: [u8; 4] = b[0..4].try_into().ok()?;
+            let d: [u8; 4] = b[4..8].try_into().ok()?;
+            (IpAddr::from(s), IpAddr::from(d), 8usize)
+        };
+        Some(ConnPriv {
+            saddr,
+            daddr,
+            major: b[off],
+            minor: b[off + 1],
+            minor_mask: u16::from_be_bytes([b[off + 2], b[off + 3]]),
+            toss: b[off + 4],
+            ack_seq: u64::from_be_bytes(b[off + 8..off + 16].try_into().ok()?),
+            credit: u32::from_be_bytes(b[off + 16..off + 20].try_into().ok()?),
+        })
+    }
+}
+
+fn v4_octets(ip: IpAddr) -> [u8; 4] {
+    match canonical(ip) {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => [0; 4],
+    }
+}
+
+fn v6_octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+/// The passive side's version choice for a connect request's private data
+/// (`rds_ib_protocol_compatible`): `None` rejects.
+pub fn negotiate(private_data: &[u8], v6: bool) -> Option<(u8, u8)> {
+    if private_data.is_empty() {
+        return None;
+    }
+    let Some(p) = ConnPriv::decode(private_data, v6).filter(|p| p.major != 0) else {
+        // Short data or major 0: the kernel answers 4.0.
+        return Some((4, 0));
+    };
+    let common = p.minor_mask & SUPPORTED_MASK;
+    if p.major == 4 && common != 0 {
+        return Some((4, (15 - common.leading_zeros()) as u8));
+    }
+    if (p.major, p.minor) == (3, 1) {
+        return Some((3, 1));
+    }
+    None
+}
+
+/// The RDMA CM port for a peer address.
+pub fn cm_port(ip: IpAddr) -> u16 {
+    match canonical(ip) {
+        IpAddr::V4(_) => RDS_IB_PORT_V4,
+        IpAddr::V6(_) => RDS_IB_PORT_V6,
+    }
+}
+
+/// The RDMA device whose GID table holds `ip` (`rds_ib_laddr_check` by address), if any.
+pub fn device_for(ip: IpAddr) -> Result<Option<String>, ib::IbUnavailable> {
+    let want = v6_octets(canonical(ip));
+    Ok(ib::availability()?
+        .into_iter()
+        .filter(ib::DeviceSummary::usable_for_rds)
+        .find(|d| d.ports.iter().any(|p| p.gids.iter().any(|g| g.0 == want)))
+        .map(|d| d.name))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// Active: waiting for `ADDR_RESOLVED`.
+    Resolving,
+    /// Active: waiting for `ROUTE_RESOLVED`.
+    Routing,
+    /// Active: connect sent, waiting for `ESTABLISHED`.
+    Connecting,
+    /// Passive: accepted, waiting for `ESTABLISHED` (the engine already counts it up; sends
+    /// wait until the peer's queue pair is ready).
+    Accepted,
+    /// Established.
+    Up,
+}
+
+/// Verbs resources of one connection. Field order is drop order: the queue pair first.
+struct Res {
+    qp: Qp,
+    cq: Cq,
+    recv: Mr,
+    send: Mr,
+    ack: Mr,
+    free: Vec<usize>,
+    ack_busy: bool,
+}
+
+struct IbConn {
+    id: CmId,
+    conn: ConnId,
+    path: usize,
+    epoch: u32,
+    st: St,
+    v6: bool,
+    res: Option<Res>,
+    /// The engine may hold more frames (pulling stopped for lack of send slots).
+    more: bool,
+}
+
+/// The IB transport of a node.
+pub(crate) struct Ib {
+    epoll: Arc<Epoll>,
+    chan: EventChannel,
+    listeners: Vec<(IpAddr, CmId)>,
+    conns: Vec<Option<IbConn>>,
+    wcs: Vec<WorkCompletion>,
+    buf: Vec<u8>,
+    /// Connect requests refused (`ib_connect_raced` and incompatible versions).
+    pub(crate) rejected: u64,
+}
+
+impl std::fmt::Debug for Ib {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ib")
+            .field("listeners", &self.listeners.len())
+            .field("conns", &self.conns.iter().flatten().count())
+            .finish()
+    }
+}
+
+fn log(what: &str) {
+    if std::env::var_os("RDS_IB_DEBUG").is_some() {
+        eprintln!("rds-ib: {what}");
+    }
+}
+
+impl Ib {
+    /// Opens the libraries and the CM event channel (in `epoll` under [`TOKEN_IB_CM`]).
+    ///
+    /// # Errors
+    /// The reason the transport is unavailable here.
+    pub(crate) fn new(epoll: Arc<Epoll>) -> Result<Ib, String> {
+        let lib = ib::lib().map_err(|e| e.to_string())?;
+        ib::availability().map_err(|e| e.to_string())?;
+        let chan = EventChannel::new(lib).map_err(|e| e.to_string())?;
+        epoll
+            .add(chan.fd(), TOKEN_IB_CM, EPOLLIN)
+            .map_err(|e| e.to_string())?;
+        Ok(Ib {
+            epoll,
+            chan,
+            listeners: Vec::new(),
+            conns: Vec::new(),
+            wcs: vec![WorkCompletion::default(); 64],
+            buf: vec![0; SLOT],
+            rejected: 0,
+        })
+    }
+
+    /// Whether a token is one of ours.
+    pub(crate) fn owns_token(token: u64) -> bool {
+        let kind = token & !TOKEN_MASK;
+        kind == TOKEN_IB_CM || kind == TOKEN_IB_CQ
+    }
+
+    /// Listens on `ip` if an RDMA device holds it. Returns whether it does.
+    ///
+    /// # Errors
+    /// The device holds the address but the listener cannot be set up (for example the
+    /// kernel's `rds_rdma` owns the port).
+    pub(crate) fn listen(&mut self, ip: IpAddr) -> std::io::Result<bool> {
+        let ip = canonical(ip);
+        if self.listeners.iter().any(|(a, _)| *a == ip) {
+            return Ok(true);
+        }
+        if device_for(ip).ok().flatten().is_none() {
+            return Ok(false);
+        }
+        let id = self.chan.create_id().map_err(to_io)?;
+        id.bind(SocketAddr::new(ip, cm_port(ip))).map_err(to_io)?;
+        id.listen(64).map_err(to_io)?;
+        self.listeners.push((ip, id));
+        Ok(true)
+    }
+
+    /// Live connections (any state).
+    pub(crate) fn len(&self) -> usize {
+        self.conns.iter().flatten().count()
+    }
+
+    fn find(&self, conn: ConnId, path: usize, epoch: u32) -> Option<usize> {
+        self.conns.iter().position(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.conn == conn && c.path == path && c.epoch == epoch)
+        })
+    }
+
+    fn find_up(&self, conn: ConnId, path: usize) -> Option<usize> {
+        self.conns.iter().position(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.conn == conn && c.path == path && c.st == St::Up)
+        })
+    }
+
+    fn find_id(&self, h: IdHandle) -> Option<usize> {
+        self.conns
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| c.id.handle() == h))
+    }
+
+    fn insert(&mut self, c: IbConn) -> usize {
+        if let Some(i) = self.conns.iter().position(Option::is_none) {
+            self.conns[i] = Some(c);
+            i
+        } else {
+            self.conns.push(Some(c));
+            self.conns.len() - 1
+        }
+    }
+
+    /// Frees a connection's resources (without telling the engine).
+    fn remove(&mut self, idx: usize) {
+        if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
+            if let Some(fd) = c.res.as_ref().and_then(|r| r.cq.fd()) {
+                let _ = self.epoll.delete(fd);
+            }
+            drop(c);
+        }
+    }
+
+    /// Engine asked to connect `(conn, path)` with `epoch`.
+    pub(crate) fn connect(
+        &mut self,
+        stack: &mut Stack,
+        now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+    ) {
+        let (laddr, faddr, _) = stack.conn_addrs(conn);
+        let r = (|| {
+            let id = self.chan.create_id()?;
+            id.resolve_addr(
+                Some(SocketAddr::new(laddr, 0)),
+                SocketAddr::new(faddr, cm_port(faddr)),
+                RESOLVE_TIMEOUT,
+            )?;
+            Ok::<_, VerbsError>(id)
+        })();
+        match r {
+            Ok(id) => {
+                self.insert(IbConn {
+                    id,
+                    conn,
+                    path,
+                    epoch,
+                    st: St::Resolving,
+                    v6: matches!(canonical(faddr), IpAddr::V6(_)),
+                    res: None,
+                    more: false,
+                });
+            }
+            Err(e) => {
+                log(&format!("connect {laddr} -> {faddr}: {e}"));
+                stack.handle_connect_failed(now, conn, path, epoch);
+            }
+        }
+    }
+
+    /// Engine dropped the path: disconnect and free.
+    pub(crate) fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        if let Some(i) = self.find(conn, path, epoch) {
+            if let Some(c) = &self.conns[i] {
+                let _ = c.id.disconnect();
+            }
+            self.remove(i);
+        }
+    }
+
+    /// Disconnects everything (node shutdown).
+    pub(crate) fn close_all(&mut self) {
+        for i in 0..self.conns.len() {
+            if let Some(c) = &self.conns[i] {
+                let _ = c.id.disconnect();
+            }
+            self.remove(i);
+        }
+        self.listeners.clear();
+    }
+
+    /// An epoll event for one of our tokens.
+    pub(crate) fn handle_event(&mut self, token: u64, stack: &mut Stack, now: Instant) {
+        if token == TOKEN_IB_CM {
+            loop {
+                match self.chan.get_event() {
+                    Ok(Some(ev)) => self.cm_event(ev, stack, now),
+                    Ok(None) => break,
+                    Err(e) => {
+                        log(&format!("cm channel: {e}"));
+                        break;
+                    }
+                }
+            }
+        } else if token & !TOKEN_MASK == TOKEN_IB_CQ {
+            self.completions((token & TOKEN_MASK) as usize, stack, now);
+        }
+    }
+
+    fn cm_event(&mut self, mut ev: CmEvent, stack: &mut Stack, now: Instant) {
+        log(&format!("cm event {:?} status {}", ev.kind, ev.status));
+        if ev.kind == CmEventType::ConnectRequest {
+            if let Some(id) = ev.new_id.take() {
+                self.on_request(id, &ev, stack, now);
+            }
+            return;
+        }
+        let Some(i) = self.find_id(ev.id) else {
+            return;
+        };
+        let Some(c) = self.conns[i].as_mut() else {
+            return;
+        };
+        let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        match (ev.kind, c.st) {
+            (CmEventType::AddrResolved, St::Resolving) => {
+                if c.id.resolve_route(RESOLVE_TIMEOUT).is_ok() {
+                    c.st = St::Routing;
+                } else {
+                    self.remove(i);
+                    stack.handle_connect_failed(now, conn, path, epoch);
+                }
+            }
+            (CmEventType::RouteResolved, St::Routing) => {
+                let (laddr, faddr, _) = stack.conn_addrs(conn);
+                let r = self.make_res(i).and_then(|rd| {
+                    let c = self.conns[i].as_mut().expect("live");
+                    let pd = ConnPriv {
+                        saddr: laddr,
+                        daddr: faddr,
+                        major: 3,
+                        minor: 1,
+                        minor_mask: SUPPORTED_MASK,
+                        toss: 0,
+                        ack_seq: 0,
+                        credit: 0,
+                    }
+                    .encode(c.v6);
+                    c.id.connect(&ConnParam {
+                        private_data: &pd,
+                        responder_resources: rd,
+                        initiator_depth: rd,
+                        flow_control: false,
+                        retry_count: RETRY,
+                        rnr_retry_count: RETRY,
+                    })
+                });
+                match r {
+                    Ok(()) => {
+                        if let Some(c) = self.conns[i].as_mut() {
+                            c.st = St::Connecting;
+                        }
+                    }
+                    Err(e) => {
+                        log(&format!("connect: {e}"));
+                        self.remove(i);
+                        stack.handle_connect_failed(now, conn, path, epoch);
+                    }
+                }
+            }
+            (CmEventType::Established, St::Connecting) => {
+                // Adopt the version the peer answered; below 3.1 is not supported.
+                let ok = match ConnPriv::decode(&ev.private_data, c.v6) {
+                    Some(p) if p.major != 0 => (p.major, p.minor) >= (3, 1),
+                    _ => true,
+                };
+                if ok && stack.handle_connected(now, conn, path, epoch) {
+                    // Going up starts a new epoch; frames of this connection carry it.
+                    c.epoch = stack.path_state(conn, path).1;
+                    c.st = St::Up;
+                    self.pull(stack, now, conn, path);
+                } else {
+                    let _ = c.id.disconnect();
+                    self.remove(i);
+                    if !ok {
+                        stack.handle_connect_failed(now, conn, path, epoch);
+                    }
+                }
+            }
+            (CmEventType::Established, St::Accepted) => {
+                c.st = St::Up;
+                self.pull(stack, now, conn, path);
+            }
+            (CmEventType::Disconnected, st) => {
+                let _ = c.id.disconnect();
+                self.remove(i);
+                if matches!(st, St::Up | St::Accepted) {
+                    stack.handle_disconnected(now, conn, path, epoch);
+                } else {
+                    stack.handle_connect_failed(now, conn, path, epoch);
+                }
+            }
+            (
+                CmEventType::AddrError
+                | CmEventType::RouteError
+                | CmEventType::ConnectError
+                | CmEventType::Unreachable
+                | CmEventType::Rejected
+                | CmEventType::DeviceRemoval
+                | CmEventType::AddrChange,
+                st,
+            ) => {
+                self.remove(i);
+                if matches!(st, St::Up | St::Accepted) {
+                    stack.handle_disconnected(now, conn, path, epoch);
+                } else {
+                    stack.handle_connect_failed(now, conn, path, epoch);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_request(&mut self, id: CmId, ev: &CmEvent, stack: &mut Stack, now: Instant) {
+        let (Some(local), Some(peer)) = (id.local_addr(), id.peer_addr()) else {
+            self.reject(&id);
+            return;
+        };
+        let v6 = matches!(canonical(local.ip()), IpAddr::V6(_));
+        let Some((major, minor)) = negotiate(&ev.private_data, v6) else {
+            log(&format!("reject {peer}: incompatible private data"));
+            self.reject(&id);
+            return;
+        };
+        let (c, p, epoch) = match stack.handle_accept(
+            now,
+            local.ip(),
+            peer.ip(),
+            TransportKind::Ib,
+            peer.port(),
+            Duration::ZERO,
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                log(&format!("reject {peer}: {e:?}"));
+                self.reject(&id);
+                return;
+            }
+        };
+        let i = self.insert(IbConn {
+            id,
+            conn: c,
+            path: p,
+            epoch,
+            st: St::Accepted,
+            v6,
+            res: None,
+            more: false,
+        });
+        let r = self.make_res(i).and_then(|rd| {
+            let cn = self.conns[i].as_mut().expect("live");
+            let pd = ConnPriv {
+                saddr: canonical(local.ip()),
+                daddr: canonical(peer.ip()),
+                major,
+                minor,
+                minor_mask: SUPPORTED_MASK,
+                toss: 0,
+                ack_seq: 0,
+                credit: 0,
+            }
+            .encode(v6);
+            let rr = rd.min(ev.conn.initiator_depth);
+            let id = rd.min(ev.conn.responder_resources);
+            cn.id.accept(&ConnParam {
+                private_data: &pd,
+                responder_resources: rr,
+                initiator_depth: id,
+                flow_control: false,
+                retry_count: RETRY,
+                rnr_retry_count: RETRY,
+            })
+        });
+        if let Err(e) = r {
+            log(&format!("accept {peer}: {e}"));
+            if let Some(cn) = &self.conns[i] {
+                reject(&cn.id);
+            }
+            self.remove(i);
+            stack.handle_disconnected(now, c, p, epoch);
+        }
+    }
+
+    fn reject(&mut self, id: &CmId) {
+        self.rejected += 1;
+        reject(id);
+    }
+
+    /// Creates the queue pair and buffers of connection `i` and posts its receive ring.
+    /// Returns the RDMA read depth to offer.
+    fn make_res(&mut self, i: usize) -> Result<u8, VerbsError> {
+        let epoll = self.epoll.clone();
+        let c = self.conns[i].as_mut().expect("live");
+        let ctx =
+            c.id.context()
+                .ok_or_else(|| VerbsError::invalid("rdma_cm", "the id has no device"))?;
+        let rd = ctx
+            .query_device()
+            .map(|a| a.max_qp_rd_atom.clamp(0, MAX_RD_ATOM) as u8)
+            .unwrap_or(1);
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq((RECV_WRS + SEND_WRS + 2) as u32, true, 0)?;
+        let qp = c.id.create_qp(
+            &pd,
+            &QpInit {
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: QpCap {
+                    max_send_wr: (SEND_WRS + 1) as u32,
+                    max_recv_wr: RECV_WRS as u32,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        let recv = pd.reg_mr(RECV_WRS * SLOT, Access::LOCAL_WRITE)?;
+        let send = pd.reg_mr(SEND_WRS * SLOT, Access::LOCAL_WRITE)?;
+        let ack = pd.reg_mr(HEADER_LEN, Access::LOCAL_WRITE)?;
+        for s in 0..RECV_WRS {
+            let sge = [recv.sge(s * SLOT, SLOT).map_err(out_of_range)?];
+            qp.post_recv(&[RecvWr {
+                wr_id: RECV_WR_BIT | s as u64,
+                sges: &sge,
+            }])
+            .map_err(|e| e.source)?;
+        }
+        cq.req_notify(false)?;
+        if let Some(fd) = cq.fd() {
+            epoll
+                .add(fd, TOKEN_IB_CQ | i as u64, EPOLLIN)
+                .map_err(|e| VerbsError::invalid("epoll_ctl", e.to_string()))?;
+        }
+        c.res = Some(Res {
+            qp,
+            cq,
+            recv,
+            send,
+            ack,
+            free: (0..SEND_WRS).rev().collect(),
+            ack_busy: false,
+        });
+        Ok(rd)
+    }
+
+    /// Posts the engine's frames for the path while send slots last.
+    pub(crate) fn pull(&mut self, stack: &mut Stack, now: Instant, conn: ConnId, path: usize) {
+        let Some(i) = self.find_up(conn, path) else {
+            return;
+        };
+        let c = self.conns[i].as_mut().expect("live");
+        let epoch = c.epoch;
+        let Some(r) = c.res.as_mut() else {
+            return;
+        };
+        let mut failed = false;
+        loop {
+            if r.free.is_empty() {
+                c.more = true;
+                break;
+            }
+            let Some(t) = stack.poll_transmit(now, conn, path) else {
+                c.more = false;
+                break;
+            };
+            let posted = if t.kind == FrameKind::AckOnly {
+                if r.ack_busy {
+                    // The engine keeps one ACK in flight; a second is not expected.
+                    continue;
+                }
+                r.ack_busy = true;
+                let _ = r.ack.write_at(0, &t.hdr);
+                let Ok(s) = r.ack.sge(0, HEADER_LEN) else {
+                    failed = true;
+                    break;
+                };
+                r.qp.post_send(&[SendWr {
+                    wr_id: ACK_WR_ID,
+                    op: SendOp::Send,
+                    sges: &[s],
+                    signaled: true,
+                    solicited: true,
+                    fence: false,
+                }])
+            } else {
+                let slot = r.free.pop().expect("checked");
+                let off = slot * SLOT;
+                let len = t.wire_len().min(SLOT);
+                let _ = r.send.write_at(off, &t.hdr);
+                let plen = len - HEADER_LEN;
+                let _ = r
+                    .send
+                    .write_at(off + HEADER_LEN, &t.payload[..plen.min(t.payload.len())]);
+                let Ok(s) = r.send.sge(off, len) else {
+                    failed = true;
+                    break;
+                };
+                r.qp.post_send(&[SendWr {
+                    wr_id: slot as u64,
+                    op: SendOp::Send,
+                    sges: &[s],
+                    signaled: true,
+                    solicited: t.solicited,
+                    fence: false,
+                }])
+            };
+            if let Err(e) = posted {
+                log(&format!("post_send: {e}"));
+                failed = true;
+                break;
+            }
+        }
+        if failed {
+            let _ = c.id.disconnect();
+            self.remove(i);
+            stack.handle_disconnected(now, conn, path, epoch);
+        }
+    }
+
+    /// Drains connection `i`'s completion channel and queue.
+    fn completions(&mut self, i: usize, stack: &mut Stack, now: Instant) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        let Some(r) = c.res.as_mut() else {
+            return;
+        };
+        while let Ok(true) = r.cq.get_event() {}
+        let mut dead = r.cq.req_notify(false).is_err();
+        let mut engine_dropped = false;
+        let mut want_pull = false;
+        'outer: while !dead {
+            let n = match r.cq.poll(&mut self.wcs) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(_) => {
+                    dead = true;
+                    break;
+                }
+            };
+            for wc in &self.wcs[..n] {
+                if !wc.is_success() {
+                    log(&format!(
+                        "completion wr {:#x}: {} (vendor {:#x})",
+                        wc.wr_id(),
+                        wc.status(),
+                        wc.vendor_err()
+                    ));
+                    dead = true;
+                    break 'outer;
+                }
+                let id = wc.wr_id();
+                if id == ACK_WR_ID {
+                    r.ack_busy = false;
+                    stack.handle_ack_sent(conn, path, epoch);
+                    want_pull = true;
+                } else if id & RECV_WR_BIT != 0 {
+                    let slot = (id & TOKEN_MASK) as usize;
+                    let len = (wc.byte_len() as usize).min(SLOT);
+                    if slot >= RECV_WRS
+                        || r.recv.read_at(slot * SLOT, &mut self.buf[..len]).is_err()
+                    {
+                        dead = true;
+                        break 'outer;
+                    }
+                    if stack
+                        .handle_fragment(now, conn, path, epoch, &self.buf[..len])
+                        .is_err()
+                    {
+                        // The engine dropped the path and queued its Disconnect.
+                        engine_dropped = true;
+                        break 'outer;
+                    }
+                    let Ok(sge) = r.recv.sge(slot * SLOT, SLOT) else {
+                        dead = true;
+                        break 'outer;
+                    };
+                    if r.qp
+                        .post_recv(&[RecvWr {
+                            wr_id: id,
+                            sges: &[sge],
+                        }])
+                        .is_err()
+                    {
+                        dead = true;
+                        break 'outer;
+                    }
+                } else if (id as usize) < SEND_WRS {
+                    r.free.push(id as usize);
+                    want_pull = true;
+                }
+            }
+        }
+        if engine_dropped {
+            return;
+        }
+        if dead {
+            let _ = c.id.disconnect();
+            self.remove(i);
+            stack.handle_disconnected(now, conn, path, epoch);
+            return;
+        }
+        if want_pull && c.more {
+            self.pull(stack, now, conn, path);
+        }
+    }
+}
+
+fn reject(id: &CmId) {
+    let _ = id.reject(&REJ_INCOMPAT.to_ne_bytes());
+}
+
+fn to_io(e: VerbsError) -> std::io::Error {
+    std::io::Error::new(e.source.kind(), e.to_string())
+}
+
+fn out_of_range(e: ib::OutOfRange) -> VerbsError {
+    VerbsError::invalid("sge", format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn private_data_v4_bytes() {
+        let p = ConnPriv {
+            saddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 4)),
+            daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+            major: 3,
+            minor: 1,
+            minor_mask: 3,
+            toss: 0,
+            ack_seq: 0x0102_0304_0506_0708,
+            credit: 0x11223344,
+        };
+        let b = p.encode(false);
+        assert_eq!(
+            b,
+            [
+                198, 18, 0, 4, 198, 18, 0, 2, 3, 1, 0, 3, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0x11,
+                0x22, 0x33, 0x44, 0, 0, 0, 0
+            ]
+        );
+        assert_eq!(ConnPriv::decode(&b, false), Some(p));
+        let mut padded = b.clone();
+        padded.resize(56, 0);
+        assert_eq!(ConnPriv::decode(&padded, false), Some(p));
+        assert_eq!(ConnPriv::decode(&b[..31], false), None);
+    }
+
+    #[test]
+    fn private_data_v6_bytes() {
+        let s: Ipv6Addr = "fd00::4".parse().unwrap();
+        let d: Ipv6Addr = "fd00::2".parse().unwrap();
+        let p = ConnPriv {
+            saddr: IpAddr::V6(s),
+            daddr: IpAddr::V6(d),
+            major: 3,
+            minor: 1,
+            minor_mask: 3,
+            toss: 5,
+            ack_seq: 9,
+            credit: 0,
+        };
+        let b = p.encode(true);
+        assert_eq!(b.len(), 56);
+        assert_eq!(&b[0..16], &s.octets());
+        assert_eq!(&b[16..32], &d.octets());
+        assert_eq!(&b[32..40], &[3, 1, 0, 3, 5, 0, 0, 0]);
+        assert_eq!(&b[40..48], &9u64.to_be_bytes());
+        assert_eq!(&b[48..56], &[0; 8]);
+        assert_eq!(ConnPriv::decode(&b, true), Some(p));
+    }
+
+    #[test]
+    fn version_negotiation_as_the_kernel() {
+        let mk = |major: u8, minor: u8, mask: u16| {
+            ConnPriv {
+                saddr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                daddr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                major,
+                minor,
+                minor_mask: mask,
+                toss: 0,
+                ack_seq: 0,
+                credit: 0,
+            }
+            .encode(false)
+        };
+        assert_eq!(negotiate(&mk(3, 1, 3), false), Some((3, 1)));
+        assert_eq!(negotiate(&mk(4, 1, 3), false), Some((4, 1)));
+        assert_eq!(negotiate(&mk(4, 0, 1), false), Some((4, 0)));
+        assert_eq!(negotiate(&mk(4, 1, 4), false), None);
+        assert_eq!(negotiate(&mk(3, 0, 3), false), None);
+        assert_eq!(negotiate(&mk(0, 0, 0), false), Some((4, 0)));
+        assert_eq!(negotiate(&[1, 2, 3], false), Some((4, 0)));
+        assert_eq!(negotiate(&[], false), None);
+        assert_eq!(cm_port("10.0.0.1".parse().unwrap()), 18634);
+        assert_eq!(cm_port("fd00::1".parse().unwrap()), 16385);
+        assert_eq!(cm_port("::ffff:10.0.0.1".parse().unwrap()), 18634);
+    }
+}
