@@ -51,6 +51,9 @@ enum State {
 
 #[derive(Debug)]
 struct TcpConn {
+    /// Unique per connection: slots are reused, and an output queued for a slot's previous
+    /// connection must not act on the next one.
+    serial: u64,
     stream: TcpStream,
     conn: ConnId,
     path: usize,
@@ -104,8 +107,10 @@ pub(crate) enum TcpOut {
         local: SocketAddr,
         peer: SocketAddr,
     },
-    Connected(usize),
-    ConnectFailed(usize),
+    /// A connection attempt completed; `(slot, serial)` (the serial tells a reused slot).
+    Connected(usize, u64),
+    /// A connection attempt failed.
+    ConnectFailed(usize, u64),
     Frames {
         conn: ConnId,
         path: usize,
@@ -118,7 +123,8 @@ pub(crate) enum TcpOut {
         epoch: u32,
         err: crate::proto::StreamError,
     },
-    Closed(usize),
+    /// The connection ended.
+    Closed(usize, u64),
     Acked {
         conn: ConnId,
         path: usize,
@@ -134,6 +140,7 @@ pub(crate) struct Tcp {
     listeners: Vec<(IpAddr, TcpListener)>,
     conns: Vec<Option<TcpConn>>,
     free: Vec<usize>,
+    next_serial: u64,
     by_path: HashMap<(ConnId, usize), usize>,
     rbuf: BytesMut,
     hdr_arena: BytesMut,
@@ -165,6 +172,7 @@ impl Tcp {
             listeners: Vec::new(),
             conns: Vec::new(),
             free: Vec::new(),
+            next_serial: 0,
             by_path: HashMap::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             hdr_arena: BytesMut::new(),
@@ -248,8 +256,8 @@ impl Tcp {
         if c.state == State::Connecting {
             if bits & (EPOLLOUT | EPOLLERR | EPOLLHUP) != 0 {
                 match sys::take_error(c.stream.as_raw_fd()) {
-                    Ok(None) if bits & EPOLLERR == 0 => out.push(TcpOut::Connected(idx)),
-                    _ => out.push(TcpOut::ConnectFailed(idx)),
+                    Ok(None) if bits & EPOLLERR == 0 => out.push(TcpOut::Connected(idx, c.serial)),
+                    _ => out.push(TcpOut::ConnectFailed(idx, c.serial)),
                 }
             }
             return;
@@ -294,6 +302,7 @@ impl Tcp {
         let Some(c) = self.conns[idx].as_mut() else {
             return;
         };
+        let serial = c.serial;
         let fd = c.stream.as_raw_fd();
         let mut frames = Vec::new();
         let mut total = 0;
@@ -358,7 +367,7 @@ impl Tcp {
                 err,
             });
         } else if closed {
-            out.push(TcpOut::Closed(idx));
+            out.push(TcpOut::Closed(idx, serial));
         } else if total >= READ_BUDGET {
             // More to read: come back without waiting for a new edge.
             self.pending_flush.push(idx);
@@ -427,7 +436,9 @@ impl Tcp {
         sys::connect(fd.as_raw_fd(), target)?;
         let stream = TcpStream::from(fd);
         let local = sys::local_addr(stream.as_raw_fd())?;
+        self.next_serial += 1;
         let c = TcpConn {
+            serial: self.next_serial,
             stream,
             conn,
             path,
@@ -471,8 +482,11 @@ impl Tcp {
     }
 
     /// Identity of a connection attempt.
-    pub(crate) fn ident(&self, idx: usize) -> Option<(ConnId, usize, u32)> {
-        self.conns[idx].as_ref().map(|c| (c.conn, c.path, c.epoch))
+    pub(crate) fn ident(&self, idx: usize, serial: u64) -> Option<(ConnId, usize, u32)> {
+        self.conns[idx]
+            .as_ref()
+            .filter(|c| c.serial == serial)
+            .map(|c| (c.conn, c.path, c.epoch))
     }
 
     /// Installs an accepted connection for `(conn, path)`.
@@ -495,7 +509,9 @@ impl Tcp {
             self.stats.inc(TcpCounter::TcpListenClosedStale);
             self.close_now(old, false);
         }
+        self.next_serial += 1;
         let c = TcpConn {
+            serial: self.next_serial,
             stream,
             conn,
             path,
@@ -597,7 +613,10 @@ impl Tcp {
     }
 
     /// Closes a connection the peer ended; returns what the engine must hear.
-    pub(crate) fn closed(&mut self, idx: usize) -> Option<(ConnId, usize, u32, bool)> {
+    pub(crate) fn closed(&mut self, idx: usize, serial: u64) -> Option<(ConnId, usize, u32, bool)> {
+        if self.conns.get(idx)?.as_ref()?.serial != serial {
+            return None;
+        }
         let c = self.remove(idx)?;
         Some((c.conn, c.path, c.epoch, c.state == State::Connecting))
     }
@@ -720,7 +739,7 @@ impl Tcp {
                     .modify(c.stream.as_raw_fd(), TOKEN_CONN | idx as u64, ev);
             }
             if err {
-                out.push(TcpOut::Closed(idx));
+                out.push(TcpOut::Closed(idx, c.serial));
                 continue;
             }
             if c.more && c.out_bytes < OUT_HIGH / 2 {
@@ -770,7 +789,7 @@ impl Tcp {
             };
             if let State::Draining(until) = c.state {
                 if now >= until {
-                    out.push(TcpOut::Closed(idx));
+                    out.push(TcpOut::Closed(idx, c.serial));
                 }
                 continue;
             }
