@@ -1,14 +1,12 @@
-//! Reproduces an rds-core bug seen by rds-stress (ignored until rds-core is fixed): when two
+//! Regression test for an rds-core bug seen by rds-stress (fixed in e77c012): when two
 //! nodes start sending to each other at the same moment, the first RDS/TCP connection is
 //! reset (`conn_reset`, `tcp_listen_closed_stale`) and messages the peer's TCP already acked
-//! (`send_drop_acked`) never reach the receiving socket. About 1 round in 40 loses messages.
-//! rds-stress works around it by pinging the peer (port 0) before its tasks start.
-//! Run: `cargo test -p rds-stress --release --test core_connect_race -- --ignored`.
+//! (`send_drop_acked`) never reached the receiving socket (about 1 round in 40 before the fix).
+//! rds-stress still pings the peer (port 0) before its tasks start.
 
 use rds_core::{CtlMode, Node, NodeConfig, Socket};
 use std::time::Duration;
 #[test]
-#[ignore = "rds-core bug: messages lost when both nodes connect at once"]
 fn simultaneous_first_sends_lose_messages() {
     let mut lost = 0;
     for round in 0..40 {
