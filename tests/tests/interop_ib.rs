@@ -17,7 +17,11 @@
 //! - the kernel's view: `RDS_INFO_CONNECTIONS` shows the connection as `infiniband`, and its
 //!   `recv_drop_bad_checksum` stayed 0 (our header checksums verify).
 //!
+//! [`ours_to_ours_ib`] runs our node in both guests (neither loads `rds_rdma`): g2 connects,
+//! g1 accepts; pings both ways and the same sizes echoed back (data both ways at once).
+//!
 //! Needs root; fails (never skips) when the lab cannot boot, like the other lab tests.
+//! `RDS_IB_DEBUG=1` on the host adds the transport's CM log to the guest output.
 
 use anyhow::{ensure, Context, Result};
 use rds_core::proto::TransportKind;
@@ -59,6 +63,8 @@ fn guest_side() {
     };
     let r = match role.as_str() {
         "vs-kernel" => guest_vs_kernel(),
+        "echo" => guest_echo(),
+        "vs-ours" => guest_vs_ours(),
         other => Err(anyhow::anyhow!("unknown role {other}")),
     };
     if let Err(e) = r {
@@ -381,5 +387,245 @@ fn kernel_interop_ib() {
     );
     if let Err(e) = r {
         panic!("IB interop failed: {e:#}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Our node <-> our node
+
+/// Guest role "echo" (g1): echoes `COUNT` messages arriving on port `OUR_RECV` back to their
+/// sender, then pings the peer node 5 times and waits until its echoes are acknowledged.
+fn guest_echo() -> Result<()> {
+    let ours = ip_env("IB_OURS")?;
+    let node = start_ib_node(ours, 0xec40)?;
+    let r = echo(&node, ours);
+    if r.is_err() {
+        step("stats", &nonzero_stats(&node));
+        step("conns", &format!("{:?}", node.connections()));
+    }
+    node.shutdown();
+    r
+}
+
+fn echo(node: &rds_core::Node, ours: Ipv4Addr) -> Result<()> {
+    let peer = ip_env("IB_PEER")?;
+    let at = SocketAddr::new(IpAddr::V4(ours), OUR_RECV);
+    let s = ib_socket(node, at)?;
+    s.set_send_buffer_size(4 << 20);
+    step("ready", &format!("echo on {at}"));
+    let dl = Instant::now() + Duration::from_secs(240);
+    let mut buf = vec![0u8; MAX_MSG + 1];
+    let (mut n, mut bytes) = (0u64, 0u64);
+    while n < COUNT {
+        let now = Instant::now();
+        ensure!(now < dl, "echoed {n} of {COUNT} messages at the time limit");
+        s.set_read_timeout(Some((dl - now).min(Duration::from_millis(500))));
+        match s.recv_msg(&mut buf, Default::default()) {
+            Ok(m) => {
+                let from = m.from.context("message without a source")?;
+                ensure!(!m.truncated, "truncated message of {} bytes", m.len);
+                s.send_to(&buf[..m.len], from).context("echo send")?;
+                n += 1;
+                bytes += m.len as u64;
+            }
+            Err(e) if matches!(errno_of(&e), libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => {}
+            Err(e) => return Err(e).context("recv"),
+        }
+    }
+    step("echoed", &format!("echoed={n} bytes={bytes}"));
+    let png = ib_socket(node, SocketAddr::new(IpAddr::V4(ours), OUR_PING))?;
+    let target = SocketAddr::new(IpAddr::V4(peer), 0);
+    let mut pong = [0u8; 16];
+    for i in 0..5 {
+        png.send_to(&[], target).context("ping send")?;
+        let dl = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = Instant::now();
+            ensure!(now < dl, "no pong for ping {i} within 30 s");
+            png.set_read_timeout(Some(dl - now));
+            match png.recv_msg(&mut pong, Default::default()) {
+                Ok(m) if m.from == Some(target) && m.len == 0 => break,
+                Ok(m) => anyhow::bail!("unexpected {} bytes from {:?}", m.len, m.from),
+                Err(e) if errno_of(&e) == libc::ETIMEDOUT => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    drain_wait(node, at, Instant::now() + Duration::from_secs(60))?;
+    step(
+        "done",
+        &format!("pinged peer 5/5; stats: {}", nonzero_stats(node)),
+    );
+    Ok(())
+}
+
+/// Guest role "vs-ours" (g2): pings the echo node, sends the pattern stream to it and checks
+/// the echoes, then waits for the echo node's 5 pings.
+fn guest_vs_ours() -> Result<()> {
+    let ours = ip_env("IB_OURS")?;
+    let node = start_ib_node(ours, 0x0b0b)?;
+    let r = vs_ours(&node, ours);
+    if r.is_err() {
+        step("stats", &nonzero_stats(&node));
+        step("conns", &format!("{:?}", node.connections()));
+    }
+    node.shutdown();
+    r
+}
+
+fn vs_ours(node: &rds_core::Node, ours: Ipv4Addr) -> Result<()> {
+    let peer = ip_env("IB_PEER")?;
+    let p = |port| SocketAddr::new(IpAddr::V4(peer), port);
+    let s = ib_socket(node, SocketAddr::new(IpAddr::V4(ours), OUR_SEND))?;
+    s.set_send_buffer_size(4 << 20);
+    let mut pong = [0u8; 16];
+    for i in 0..5 {
+        s.send_to(&[], p(0)).context("ping send")?;
+        let dl = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = Instant::now();
+            ensure!(now < dl, "no pong for ping {i} within 30 s");
+            s.set_read_timeout(Some(dl - now));
+            match s.recv_msg(&mut pong, Default::default()) {
+                Ok(m) if m.from == Some(p(0)) && m.len == 0 => break,
+                Ok(m) => anyhow::bail!("unexpected {} bytes from {:?}", m.len, m.from),
+                Err(e) if errno_of(&e) == libc::ETIMEDOUT => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    step("pinged", "5/5");
+    let before = node.counter(Counter::RecvPing);
+    let plan = SendPlan {
+        dest: p(OUR_RECV),
+        count: COUNT,
+        sizes: SIZES.to_vec(),
+        nonblock: false,
+        gap: Duration::ZERO,
+        pause: None,
+    };
+    let dl = Instant::now() + Duration::from_secs(240);
+    // Send from a thread while this one checks the echoes (both directions at once).
+    let mut check = StreamCheck::with_sizes(SizeRule {
+        base_port: OUR_RECV,
+        sockets: 1,
+        sizes: SIZES.to_vec(),
+    });
+    let (r, got) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| send_pattern(std::slice::from_ref(&s), &plan, dl));
+        let got = recv_into(&s, &mut check, COUNT, dl);
+        (h.join(), got)
+    });
+    got?;
+    let r = r.map_err(|_| anyhow::anyhow!("sender thread panicked"))??;
+    let extra = count_extra(&s, Duration::from_millis(500))?;
+    ensure!(check.errors == 0, "echoes: {}", check.summary());
+    ensure!(extra.is_empty(), "extra messages: {extra:?}");
+    ensure!(
+        check.bytes == pattern_bytes(&SIZES, COUNT) && r.bytes == check.bytes,
+        "echoes: {} (sent {} bytes)",
+        check.summary(),
+        r.bytes
+    );
+    step(
+        "echoes",
+        &format!(
+            "{} round_trip_ms={}",
+            check.summary(),
+            r.elapsed.as_millis()
+        ),
+    );
+    wait_until(
+        "5 pings from the echo node",
+        Duration::from_secs(120),
+        || node.counter(Counter::RecvPing) >= before + 5,
+    )?;
+    step("done", &format!("stats: {}", nonzero_stats(node)));
+    Ok(())
+}
+
+fn run_ours(lab: &Lab, jobs: &mut Vec<GuestJob>) -> Result<Vec<String>> {
+    let (a, b) = (guest_addr(1), guest_addr(2));
+    let mut report = Vec::new();
+    for g in 1..=2 {
+        lab.exec_ok(g, "! grep -q '^rds_rdma ' /proc/modules", T)
+            .context("rds_rdma must not be loaded")?;
+    }
+    let p1 = install_self(lab, 1, "interop_ib")?;
+    let p2 = install_self(lab, 2, "interop_ib")?;
+    let debug = if std::env::var_os("RDS_IB_DEBUG").is_some() {
+        " RDS_IB_DEBUG=1"
+    } else {
+        ""
+    };
+    let redir = if debug.is_empty() { "" } else { " 2>&1" };
+    let t0 = Instant::now();
+    jobs.push(lab.spawn(
+        1,
+        &(guest_cmd(
+            &p1,
+            "guest_side",
+            "echo",
+            &format!("IB_OURS={a} IB_PEER={b}{debug}"),
+        ) + redir),
+        Duration::from_secs(400),
+    )?);
+    jobs[0].wait_for_output("IBSTEP ready", Duration::from_secs(120))?;
+    jobs.push(lab.spawn(
+        2,
+        &(guest_cmd(
+            &p2,
+            "guest_side",
+            "vs-ours",
+            &format!("IB_OURS={b} IB_PEER={a}{debug}"),
+        ) + redir),
+        Duration::from_secs(400),
+    )?);
+    jobs[1].wait_for_output("IBSTEP done", Duration::from_secs(360))?;
+    jobs[0].wait_for_output("IBSTEP done", Duration::from_secs(120))?;
+    report.push(format!(
+        "both sides done after {} ms",
+        t0.elapsed().as_millis()
+    ));
+    for (g, job) in [(1, jobs.remove(0)), (2, jobs.remove(0))] {
+        let out = job_ok(job, &format!("guest g{g}"))?;
+        for l in out.lines().filter(|l| l.starts_with("IBSTEP ")) {
+            report.push(format!("g{g}: {l}"));
+        }
+    }
+    Ok(report)
+}
+
+/// Our node against our node over rxe, both in guests without the kernel's `rds_rdma`: g2
+/// connects (active), g1 accepts (passive); pings both ways; 24 messages of 0 B … 1 MiB from
+/// g2 echoed by g1, checked for content, order, sizes and no extra message.
+#[test]
+fn ours_to_ours_ib() {
+    if std::env::var_os(GUEST_ENV).is_some() {
+        return;
+    }
+    let t0 = Instant::now();
+    let opts = LabOptions {
+        ib: false,
+        ..LabOptions::default()
+    };
+    let lab = Lab::start(2, opts).expect("the kernel lab must boot");
+    let mut jobs = Vec::new();
+    let r = run_ours(&lab, &mut jobs);
+    match &r {
+        Ok(report) => report.iter().for_each(|l| println!("{l}")),
+        Err(e) => {
+            eprintln!("FAILED: {e:#}");
+            for j in &jobs {
+                eprintln!("--- guest g{} so far ---\n{}", j.guest(), j.stdout_so_far());
+                j.kill();
+            }
+            eprintln!("{}", diag(&lab));
+        }
+    }
+    lab.stop().expect("lab stop");
+    println!("total {:.1}s", t0.elapsed().as_secs_f64());
+    if let Err(e) = r {
+        panic!("our IB node to our IB node failed: {e:#}");
     }
 }
