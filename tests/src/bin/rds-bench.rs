@@ -136,7 +136,7 @@ fn node(ip: &str) -> std::io::Result<Node> {
 
 fn rds(a: &Node, b: &Node, size: usize, run: Duration, port: u16) -> std::io::Result<Result> {
     let tx = Socket::with_node(a);
-    tx.set_send_buffer_size(32 << 20);
+    tx.set_send_buffer_size(64 << 20);
     tx.bind(SocketAddr::new(a.addrs()[0], port))?;
     let rx = Socket::with_node(b);
     rx.set_recv_buffer_size(64 << 20);
@@ -145,11 +145,22 @@ fn rds(a: &Node, b: &Node, size: usize, run: Duration, port: u16) -> std::io::Re
     tx.set_write_timeout(Some(Duration::from_secs(5)));
     let stop = AtomicBool::new(false);
     let sent = AtomicU64::new(0);
+    let (waits, waited_ns) = (AtomicU64::new(0), AtomicU64::new(0));
     let msg = Bytes::from(vec![0xa5u8; size]);
     std::thread::scope(|sc| {
         let sender = sc.spawn(|| -> std::io::Result<()> {
             while !stop.load(Ordering::Relaxed) {
-                tx.send_bytes(msg.clone(), Some(dst), false)?;
+                // Try without blocking first, to count how often the sender waits for room.
+                match tx.send_bytes(msg.clone(), Some(dst), true) {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) => {
+                        let t = Instant::now();
+                        tx.send_bytes(msg.clone(), Some(dst), false)?;
+                        waits.fetch_add(1, Ordering::Relaxed);
+                        waited_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e),
+                }
                 sent.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())
@@ -197,11 +208,24 @@ fn rds(a: &Node, b: &Node, size: usize, run: Duration, port: u16) -> std::io::Re
             .map_err(|_| std::io::Error::other("sender panicked"))??;
         r?;
         let _ = w.start;
+        if verbose() {
+            eprintln!(
+                "  rds {size} B: sender waited for room {} times, {:.3} s in all; {} sent",
+                waits.load(Ordering::Relaxed),
+                waited_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                sent.load(Ordering::Relaxed)
+            );
+        }
         Ok(Result {
             msgs: got - warm.unwrap_or(got),
             secs,
         })
     })
+}
+
+/// `RDS_BENCH_VERBOSE=1`: timing counters of the RDS runs on stderr.
+fn verbose() -> bool {
+    std::env::var_os("RDS_BENCH_VERBOSE").is_some()
 }
 
 fn usage(msg: &str) -> ExitCode {
