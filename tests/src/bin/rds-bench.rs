@@ -143,6 +143,8 @@ fn rds(a: &Node, b: &Node, size: usize, run: Duration, port: u16) -> std::io::Re
     let dst = rx.bind(SocketAddr::new(b.addrs()[0], port))?;
     rx.set_read_timeout(Some(Duration::from_secs(5)));
     tx.set_write_timeout(Some(Duration::from_secs(5)));
+    a.reset_stats();
+    b.reset_stats();
     let stop = AtomicBool::new(false);
     let sent = AtomicU64::new(0);
     let (waits, waited_ns) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -214,6 +216,26 @@ fn rds(a: &Node, b: &Node, size: usize, run: Duration, port: u16) -> std::io::Re
                 waits.load(Ordering::Relaxed),
                 waited_ns.load(Ordering::Relaxed) as f64 / 1e9,
                 sent.load(Ordering::Relaxed)
+            );
+            let pick = |n: &Node, names: &[&str]| {
+                n.stats()
+                    .into_iter()
+                    .filter(|(k, _)| names.contains(k))
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            eprintln!(
+                "  sender node: {}\n  receiver node: {}",
+                pick(
+                    a,
+                    &[
+                        "tcp_sndbuf_full",
+                        "tcp_write_space_calls",
+                        "send_drop_acked"
+                    ]
+                ),
+                pick(b, &["tcp_data_ready_calls", "recv_delivered"])
             );
         }
         Ok(Result {
