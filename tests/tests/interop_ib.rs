@@ -7,13 +7,18 @@
 //! [`guest_side`] there ([`rds_tests::ib`]), which prints `IBSTEP` markers the host side
 //! follows. Our node runs the IB transport only (g2's kernel `rds_tcp` owns port 16385).
 //!
-//! Steps, in this order over one RDS/IB connection (set up by our node, the active side):
-//! - `ping`: our node pings the kernel 5 times (zero-length to port 0, pong from port 0);
+//! Steps, in this order:
+//! - `ping`: our node pings the kernel 5 times (zero-length to port 0, pong from port 0); the
+//!   first ping makes our node connect (active side; the kernel logs "Passive conn connected");
+//! - `kernel-ping`: `rdstool ping -t ib` from g1, answered by our node;
 //! - `data-to-kernel`: 24 pattern messages of 0 B … 1 MiB (1 to 257 fragments) to an
 //!   `rdstool recv -t ib` in g1, which checks content, order and that nothing extra arrives;
 //! - `data-from-kernel`: `rdstool send -t ib` sends the same sizes to our socket (bound after
 //!   `set_transport(Ib)`), checked for content, order, sizes and no extra message;
-//! - `kernel-ping`: `rdstool ping -t ib` from g1, answered by our node;
+//! - `restart`: our node drops the connection (`restart_conn`); both sides reconnect (IB has
+//!   no "smaller address initiates" rule, so whoever wins the race connects; the report
+//!   quotes the kernel's log), then 5 pings and one more kernel message (2 fragments) get
+//!   through and nothing delivered before comes again;
 //! - the kernel's view: `RDS_INFO_CONNECTIONS` shows the connection as `infiniband`, and its
 //!   `recv_drop_bad_checksum` stayed 0 (our header checksums verify).
 //!
@@ -81,6 +86,30 @@ fn ib_socket(node: &rds_core::Node, addr: SocketAddr) -> Result<Socket> {
     Ok(s)
 }
 
+/// Pings `target` (port 0) 5 times from `s`, each pong awaited (30 s each); the RTTs in µs.
+fn ping5(s: &Socket, target: SocketAddr) -> Result<Vec<u128>> {
+    let mut buf = [0u8; 64];
+    let mut rtts = Vec::new();
+    for i in 0..5 {
+        let t = Instant::now();
+        s.send_to(&[], target).context("ping send")?;
+        let dl = t + Duration::from_secs(30);
+        loop {
+            let now = Instant::now();
+            ensure!(now < dl, "no pong for ping {i} within 30 s");
+            s.set_read_timeout(Some(dl - now));
+            match s.recv_msg(&mut buf, Default::default()) {
+                Ok(m) if m.from == Some(target) && m.len == 0 => break,
+                Ok(m) => anyhow::bail!("unexpected {} bytes from {:?}", m.len, m.from),
+                Err(e) if errno_of(&e) == libc::ETIMEDOUT => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        rtts.push(t.elapsed().as_micros());
+    }
+    Ok(rtts)
+}
+
 fn guest_vs_kernel() -> Result<()> {
     let ours = ip_env("IB_OURS")?;
     let node = start_ib_node(ours, 0x1b1b)?;
@@ -112,27 +141,17 @@ fn vs_kernel(node: &rds_core::Node, ours: Ipv4Addr) -> Result<()> {
     let png = ib_socket(&node, at(OUR_PING))?;
     step("ready", &format!("ours={ours} kernel={kernel}"));
 
-    // Our pings: the first one makes our node connect (active side).
-    let mut buf = [0u8; 64];
-    let mut rtts = Vec::new();
-    for i in 0..5 {
-        let t = Instant::now();
-        png.send_to(&[], k(0)).context("ping send")?;
-        let dl = t + Duration::from_secs(30);
-        loop {
-            let now = Instant::now();
-            ensure!(now < dl, "no pong for ping {i} within 30 s");
-            png.set_read_timeout(Some(dl - now));
-            match png.recv_msg(&mut buf, Default::default()) {
-                Ok(m) if m.from == Some(k(0)) && m.len == 0 => break,
-                Ok(m) => anyhow::bail!("unexpected {} bytes from {:?}", m.len, m.from),
-                Err(e) if errno_of(&e) == libc::ETIMEDOUT => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        rtts.push(t.elapsed().as_micros());
-    }
+    // Our pings first: our node connects (the active side; the kernel logs "Passive").
+    let rtts = ping5(&png, k(0))?;
     step("pinged", &format!("5/5 rtt_us={rtts:?}"));
+    // Then the kernel pings us on that connection.
+    wait_until("5 kernel pings", Duration::from_secs(120), || {
+        node.counter(Counter::RecvPing) >= 5
+    })?;
+    step(
+        "kernel-pinged",
+        &format!("recv_ping={}", node.counter(Counter::RecvPing)),
+    );
 
     // Data to the kernel's receiver.
     snd.set_send_buffer_size(4 << 20);
@@ -185,19 +204,47 @@ fn vs_kernel(node: &rds_core::Node, ours: Ipv4Addr) -> Result<()> {
         &format!("{} recv_ms={recv_ms}", check.summary()),
     );
 
-    // The kernel pings us.
-    let before = node.counter(Counter::RecvPing);
-    step("wait-kernel-ping", &format!("recv_ping={before}"));
-    wait_until("5 kernel pings", Duration::from_secs(120), || {
-        node.counter(Counter::RecvPing) >= before + 5
-    })?;
-    let answered = node.counter(Counter::RecvPing) - before;
-    ensure!(answered == 5, "answered {answered} pings, expected 5");
+    // A forced drop: our node restarts the connection; both sides reconnect (IB has no
+    // "smaller address initiates" rule), then pings and a last message must get through,
+    // and nothing already delivered comes again.
+    let ups_before = node.connections()[0].paths[0].ups;
+    ensure!(
+        node.restart_conn(IpAddr::V4(ours), IpAddr::V4(kernel)),
+        "no connection"
+    );
+    let t0 = Instant::now();
+    let rtts = ping5(&png, k(0))?;
+    let ups = node.connections()[0].paths[0].ups;
+    ensure!(
+        ups > ups_before,
+        "the connection did not come back up ({ups} ups)"
+    );
+    step(
+        "reconnected",
+        &format!(
+            "pings 5/5 after the restart in {} ms, rtt_us={rtts:?}, path ups {ups_before}->{ups}",
+            t0.elapsed().as_millis()
+        ),
+    );
+    step("wait-last", "");
+    let mut last = StreamCheck::default();
+    recv_into(
+        &rcv,
+        &mut last,
+        1,
+        Instant::now() + Duration::from_secs(120),
+    )?;
+    let extra = count_extra(&rcv, Duration::from_millis(500))?;
+    ensure!(
+        last.errors == 0 && extra.is_empty(),
+        "after the restart: {} extra {extra:?}",
+        last.summary()
+    );
     let conns = node.connections();
     step(
         "done",
         &format!(
-            "kernel_pings_answered={answered} ib_conns={} conns={} stats: {}",
+            "ib_conns={} conns={} stats: {}",
             node.ib_connection_count(),
             conns.len(),
             nonzero_stats(&node)
@@ -263,9 +310,23 @@ fn run(lab: &Lab, guest: &mut Option<GuestJob>) -> Result<Vec<String>> {
     job.wait_for_output("IBSTEP ready", Duration::from_secs(120))?;
     job.wait_for_output("IBSTEP pinged", Duration::from_secs(120))?;
     report.push(format!(
-        "ping ours->kernel after {} ms",
+        "ping ours->kernel (ours connects) done after {} ms",
         t0.elapsed().as_millis()
     ));
+    let out = lab
+        .exec(
+            1,
+            &format!("rdstool ping -b {k} -d {o} -c 5 -i 20 -W 10000 -t ib"),
+            Duration::from_secs(120),
+        )?
+        .check("kernel ping")?;
+    let l = ok_line(&out.stdout, "ping")?.to_string();
+    ensure!(
+        field_u64(&l, "sent")? == 5 && field_u64(&l, "received")? == 5,
+        "kernel ping: {l}"
+    );
+    report.push(format!("ping kernel->ours: {l}"));
+    job.wait_for_output("IBSTEP kernel-pinged", Duration::from_secs(60))?;
     job.wait_for_output("IBSTEP sent", Duration::from_secs(300))?;
     let l = job_ok(krecv, "kernel recv")?;
     let l = ok_line(&l, "recv")?.to_string();
@@ -296,21 +357,21 @@ fn run(lab: &Lab, guest: &mut Option<GuestJob>) -> Result<Vec<String>> {
     job.wait_for_output("IBSTEP received", Duration::from_secs(300))?;
     report.push(format!("data kernel->ours: kernel {l}"));
 
-    job.wait_for_output("IBSTEP wait-kernel-ping", Duration::from_secs(60))?;
+    // After our forced restart and reconnect: one more kernel message (4097 B, 2 fragments)
+    // from a new port; our side checks it and that nothing earlier is delivered again.
+    job.wait_for_output("IBSTEP wait-last", Duration::from_secs(180))?;
     let out = lab
         .exec(
             1,
-            &format!("rdstool ping -b {k} -d {o} -c 5 -i 20 -W 5000 -t ib"),
+            &format!(
+                "rdstool send -b {k}:{} -d {o}:{OUR_RECV} -t ib -n 1 -s 4097 --timeout 100",
+                K_SEND + 1
+            ),
             Duration::from_secs(120),
         )?
-        .check("kernel ping")?;
-    let l = ok_line(&out.stdout, "ping")?.to_string();
-    ensure!(
-        field_u64(&l, "sent")? == 5 && field_u64(&l, "received")? == 5,
-        "kernel ping: {l}"
-    );
-    report.push(format!("ping kernel->ours: {l}"));
-
+        .check("kernel send after the restart")?;
+    let l = ok_line(&out.stdout, "send")?.to_string();
+    ensure!(field_u64(&l, "sent")? == 1, "kernel sender: {l}");
     job.wait_for_output("IBSTEP done", Duration::from_secs(120))?;
     let job = guest.take().expect("the guest job");
     let gout = job_ok(job, "guest side")?;
@@ -318,6 +379,11 @@ fn run(lab: &Lab, guest: &mut Option<GuestJob>) -> Result<Vec<String>> {
         report.push(format!("guest: {l}"));
     }
 
+    // Who connected (the kernel logs "Active"/"Passive conn connected").
+    let dm = lab.exec_ok(1, "dmesg | grep 'conn connected'", T)?.stdout;
+    for l in dm.lines() {
+        report.push(format!("kernel: {}", l.trim()));
+    }
     // The kernel's view of the connection and its checksum counter.
     let conns = lab.exec_ok(1, "rdstool info conns", T)?.stdout;
     ensure!(
