@@ -240,6 +240,25 @@ fn vs_kernel(node: &rds_core::Node, ours: Ipv4Addr) -> Result<()> {
         "after the restart: {} extra {extra:?}",
         last.summary()
     );
+    // Idle cost with the connection up: process CPU time over 2 s of quiet (reported, not
+    // asserted; the completion channels sit in epoll, nothing polls).
+    let cpu = || -> Option<u64> {
+        let st = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let rest = st.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
+    let c0 = cpu();
+    std::thread::sleep(Duration::from_secs(2));
+    let c1 = cpu();
+    step(
+        "idle",
+        &format!(
+            "cpu_ticks_in_2s={} (USER_HZ 100)",
+            c0.zip(c1)
+                .map_or("unknown".into(), |(a, b)| (b - a).to_string())
+        ),
+    );
     let conns = node.connections();
     step(
         "done",
