@@ -718,14 +718,18 @@ impl Ib {
                     fence: false,
                 }])
             } else {
+                let len = t.wire_len();
+                if len > SLOT {
+                    // The engine fragments at 4096 payload bytes; anything longer would
+                    // overrun the peer's receive buffer, so it is a bug: drop the connection.
+                    log(&format!("frame of {len} bytes exceeds one SEND"));
+                    failed = true;
+                    break;
+                }
                 let slot = r.free.pop().expect("checked");
                 let off = slot * SLOT;
-                let len = t.wire_len().min(SLOT);
                 let _ = r.send.write_at(off, &t.hdr);
-                let plen = len - HEADER_LEN;
-                let _ = r
-                    .send
-                    .write_at(off + HEADER_LEN, &t.payload[..plen.min(t.payload.len())]);
+                let _ = r.send.write_at(off + HEADER_LEN, &t.payload);
                 let Ok(s) = r.send.sge(off, len) else {
                     failed = true;
                     break;
