@@ -1,20 +1,29 @@
 #!/bin/bash
-# Builds the original C rds-stress (oracle/rds-tools 2.0.7) as a static binary for the lab
-# guests and prints its path. Cached under tests/lab/cache/ (LAB_CACHE overrides), keyed by
-# the sources and the build command, so a second run only hashes.
+# Builds the original C rds-stress (oracle/rds-tools) as a static binary for the lab guests
+# and prints its path:  build-c-rds-stress.sh [2.0.7|2.3.11]   (default 2.0.7)
+# Cached under tests/lab/cache/ (LAB_CACHE overrides), keyed by the sources and the build
+# command, so a second run only hashes.
 #
 # Sources: a git mirror of oracle/rds-tools at the pinned commit when one exists
 # (RDS_TOOLS_GIT = its git dir, default /work/.mirror/oracle+rds-tools/repo), else the
-# vendored copy in tests/lab/c-rds-stress/ (CI has no GitHub access).
+# vendored copy in tests/lab/c-rds-stress/VERSION/ (CI has no GitHub access).
+# 2.3.11 links json-c statically: the host's libjson-c-dev if installed, else its .deb
+# fetched with `apt-get download` and extracted into the cache (never installed).
+# Both are built as the real packages are: RDS_VERSION "2.0.7" (the pre-generated configure
+# says 2.0.7 on every branch; it is exchanged on the control connection), DYNAMIC_PF_RDS.
 set -euo pipefail
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LAB_CACHE:-$LAB_DIR/cache}
-VENDOR=$LAB_DIR/c-rds-stress
-COMMIT=1dc77ac00fac0732731adbc7f0bae10aad17167d
-VERSION=2.0.7
+VER=${1:-2.0.7}
+case $VER in
+2.0.7) COMMIT=1dc77ac00fac0732731adbc7f0bae10aad17167d ;;   # master, tag rds-tools-2.0.7-1.18
+2.3.11) COMMIT=579f5c64b5990eec5288881701043b7babd1a5de ;;  # tag rdma-vos/rds-tools-2.3.11-1
+*) echo "usage: $0 [2.0.7|2.3.11]" >&2; exit 2 ;;
+esac
+VENDOR=$LAB_DIR/c-rds-stress/$VER
 FILES="rds-stress.c pfhack.c pfhack.h kernel-list.h include/rds.h"
-CFLAGS="-O2 -static -w -DRDS_VERSION=\"$VERSION\""
+CFLAGS="-O2 -static -w -DDEBUG_EXE -DDYNAMIC_PF_RDS -DRDS_VERSION=\"2.0.7\""
 
 log() { echo "build-c-rds-stress: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -40,15 +49,37 @@ else
 	done
 fi
 
-key=$( (cd "$src" && cat $FILES; echo "$CFLAGS") | sha256sum | cut -c1-16)
-out=$CACHE/c-rds-stress
+LIBS=
+if [ "$VER" = 2.3.11 ]; then
+	jc=/usr/lib/x86_64-linux-gnu/libjson-c.a
+	inc=/usr/include
+	if [ ! -f "$jc" ] || [ ! -f "$inc/json-c/json.h" ]; then
+		jroot=$CACHE/json-c-dev
+		if [ ! -f "$jroot/usr/lib/x86_64-linux-gnu/libjson-c.a" ]; then
+			log "fetching libjson-c-dev (apt-get download)"
+			rm -rf "$jroot.tmp" && mkdir -p "$jroot.tmp"
+			(cd "$jroot.tmp" && apt-get download libjson-c-dev >/dev/null 2>&1) ||
+				{ apt-get update >/dev/null 2>&1 && (cd "$jroot.tmp" && apt-get download libjson-c-dev >/dev/null 2>&1); } ||
+				die "apt-get download libjson-c-dev failed"
+			dpkg-deb -x "$jroot.tmp"/libjson-c-dev_*.deb "$jroot.tmp/root"
+			rm -rf "$jroot" && mv "$jroot.tmp/root" "$jroot" && rm -rf "$jroot.tmp"
+		fi
+		jc=$jroot/usr/lib/x86_64-linux-gnu/libjson-c.a
+		inc=$jroot/usr/include
+	fi
+	CFLAGS="$CFLAGS -I$inc -I$inc/json-c"
+	LIBS=$jc
+fi
+
+key=$( (cd "$src" && cat $FILES; echo "$CFLAGS"; [ -z "$LIBS" ] || sha256sum <"$LIBS") | sha256sum | cut -c1-16)
+out=$CACHE/c-rds-stress-$VER
 if [ -x "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
 	echo "$out"
 	exit 0
 fi
-log "building from $origin (gcc $CFLAGS)"
-# shellcheck disable=SC2086 # CFLAGS is a word list
-gcc $CFLAGS -I"$src/include" -I"$src" -o "$out.tmp" "$src/rds-stress.c" "$src/pfhack.c" 2>"$src/gcc.log" ||
+log "building $VER from $origin"
+# shellcheck disable=SC2086 # CFLAGS/LIBS are word lists
+gcc $CFLAGS -I"$src/include" -I"$src" -o "$out.tmp" "$src/rds-stress.c" "$src/pfhack.c" $LIBS 2>"$src/gcc.log" ||
 	{ cat "$src/gcc.log" >&2; die "gcc failed"; }
 mv "$out.tmp" "$out"
 echo "$key" >"$out.key"
