@@ -4,9 +4,9 @@
 # Cached under tests/lab/cache/ (LAB_CACHE overrides), keyed by the sources and the build
 # command, so a second run only hashes.
 #
-# Sources: a git mirror of oracle/rds-tools at the pinned commit when one exists
-# (RDS_TOOLS_GIT = its git dir, default /work/.mirror/oracle+rds-tools/repo), else the
-# vendored copy in tests/lab/c-rds-stress/VERSION/ (CI has no GitHub access).
+# Sources: a git clone or mirror of oracle/rds-tools holding the pinned commit
+# (RDS_TOOLS_GIT = its git dir, default /work/.mirror/oracle+rds-tools/repo). The project
+# keeps no copy of the original's code, so without one this fails.
 # 2.3.11 links json-c statically: the host's libjson-c-dev if installed, else its .deb
 # fetched with `apt-get download` and extracted into the cache (never installed).
 # Both are built as the real packages are: RDS_VERSION "2.0.7" (the pre-generated configure
@@ -21,7 +21,6 @@ case $VER in
 2.3.11) COMMIT=579f5c64b5990eec5288881701043b7babd1a5de ;;  # tag rdma-vos/rds-tools-2.3.11-1
 *) echo "usage: $0 [2.0.7|2.3.11]" >&2; exit 2 ;;
 esac
-VENDOR=$LAB_DIR/c-rds-stress/$VER
 FILES="rds-stress.c pfhack.c pfhack.h kernel-list.h include/rds.h"
 CFLAGS="-O2 -static -w -DDEBUG_EXE -DDYNAMIC_PF_RDS -DRDS_VERSION=\"2.0.7\""
 
@@ -35,19 +34,12 @@ trap 'rm -rf "$src"' EXIT
 mkdir -p "$src/include"
 
 git_dir=${RDS_TOOLS_GIT:-/work/.mirror/oracle+rds-tools/repo}
-origin=vendored
-if [ -d "$git_dir" ] && git --git-dir="$git_dir" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
-	for f in $FILES; do
-		git --git-dir="$git_dir" show "$COMMIT:$f" >"$src/$f" || die "$f missing in $git_dir"
-	done
-	origin="git $git_dir@$COMMIT"
-else
-	for f in $FILES; do
-		b=$(basename "$f")
-		[ -f "$VENDOR/$b" ] || die "vendored $VENDOR/$b missing"
-		cp "$VENDOR/$b" "$src/$f"
-	done
-fi
+git --git-dir="$git_dir" cat-file -e "$COMMIT^{commit}" 2>/dev/null ||
+	die "no oracle/rds-tools git dir with commit $COMMIT at $git_dir (set RDS_TOOLS_GIT; e.g. git clone --bare https://github.com/oracle/rds-tools)"
+for f in $FILES; do
+	git --git-dir="$git_dir" show "$COMMIT:$f" >"$src/$f" || die "$f missing in $git_dir"
+done
+origin="git $git_dir@$COMMIT"
 
 LIBS=
 if [ "$VER" = 2.3.11 ]; then

@@ -4,9 +4,13 @@
 //! negotiation, version string), the data path with payload verification (`-v`), and both
 //! sides' per-second and `(average)` lines.
 //!
-//! Needs root and our release binary `target/release/rds-stress` next to this test's
+//! Needs root, our release binary `target/release/rds-stress` next to this test's
 //! executable (`cargo test --workspace --release` builds it; alone:
-//! `cargo build --release -p rds-stress`). Fails, never skips, when the lab cannot run.
+//! `cargo build --release -p rds-stress`), and a git clone of oracle/rds-tools for the C
+//! program (`RDS_TOOLS_GIT`, see the build script). The project keeps no copy of the
+//! original's code, and CI has no GitHub access, so the test is `#[ignore]`d there; run it
+//! with `RDS_TOOLS_GIT=/path/to/rds-tools.git cargo test -p rds-tests --release --test
+//! interop_stress -- --ignored --nocapture`. It fails, never skips, when the lab cannot run.
 
 use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1};
 use std::io::Read;
@@ -254,6 +258,7 @@ fn show(who: &str, out: &str, err: &str) {
 const VERSIONS: [(&str, &str); 2] = [("2.0.7", ""), ("2.3.11", " --disable-inq")];
 
 #[test]
+#[ignore = "needs a git clone of oracle/rds-tools (RDS_TOOLS_GIT) for the C rds-stress"]
 fn stress_interop_with_c_rds_stress() {
     let ours_bin = our_rds_stress();
     let c_bins: Vec<Vec<u8>> = VERSIONS.iter().map(|(v, _)| c_rds_stress(v)).collect();
