@@ -7,7 +7,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -22,7 +22,22 @@ use crate::time::Instant;
 struct Fds {
     rx: Option<(OwnedFd, bool)>,
     tx: Option<(OwnedFd, bool)>,
-    watching: bool,
+    watching_rx: bool,
+    watching_tx: bool,
+}
+
+/// The readiness descriptors and a condition the watcher waits on while nothing is to be
+/// watched (both descriptors signalled): a receive or send that clears one wakes it at once.
+#[derive(Debug, Default)]
+struct FdState {
+    fds: Mutex<Fds>,
+    cleared: Condvar,
+}
+
+impl FdState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Fds> {
+        self.fds.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A socket served by the daemon.
@@ -31,7 +46,7 @@ pub(crate) struct Remote {
     client: Mutex<CtlClient>,
     endpoint: NodeEndpoint,
     token: u64,
-    fds: Arc<Mutex<Fds>>,
+    fds: Arc<FdState>,
     stop: Arc<AtomicBool>,
 }
 
@@ -39,9 +54,26 @@ fn io(e: CtlError) -> io::Error {
     e.into_io()
 }
 
-fn update(fds: &Mutex<Fds>, readable: bool, writable: bool) {
-    let mut guard = fds.lock().unwrap_or_else(|p| p.into_inner());
+/// [`update`] for one direction only.
+fn update_one(st: &FdState, rx: bool, ready: bool) {
+    let mut guard = st.lock();
+    let slot = if rx { &mut guard.rx } else { &mut guard.tx };
+    if let Some((fd, sig)) = slot.as_mut() {
+        if ready && !*sig {
+            sys::eventfd_signal(fd.as_raw_fd());
+            *sig = true;
+        } else if !ready && *sig {
+            sys::eventfd_clear(fd.as_raw_fd());
+            *sig = false;
+            st.cleared.notify_all();
+        }
+    }
+}
+
+fn update(st: &FdState, readable: bool, writable: bool) {
+    let mut guard = st.lock();
     let f = &mut *guard;
+    let mut cleared = false;
     for (slot, want) in [(&mut f.rx, readable), (&mut f.tx, writable)] {
         if let Some((fd, sig)) = slot.as_mut() {
             if want && !*sig {
@@ -50,8 +82,12 @@ fn update(fds: &Mutex<Fds>, readable: bool, writable: bool) {
             } else if !want && *sig {
                 sys::eventfd_clear(fd.as_raw_fd());
                 *sig = false;
+                cleared = true;
             }
         }
+    }
+    if cleared {
+        st.cleared.notify_all();
     }
 }
 
@@ -105,7 +141,7 @@ impl Remote {
                 client: Mutex::new(client),
                 endpoint: endpoint.clone(),
                 token,
-                fds: Arc::new(Mutex::new(Fds::default())),
+                fds: Arc::new(FdState::default()),
                 stop: Arc::new(AtomicBool::new(false)),
             },
             bound,
@@ -295,15 +331,20 @@ impl Remote {
     /// A readiness descriptor (POLLIN when `rx`, POLLOUT otherwise).
     pub(crate) fn fd(&self, rx: bool) -> io::Result<RawFd> {
         let fd = {
-            let mut f = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+            let mut f = self.fds.lock();
             let slot = if rx { &mut f.rx } else { &mut f.tx };
             if slot.is_none() {
                 *slot = Some((sys::eventfd()?, false));
             }
             let fd = slot.as_ref().map(|(f, _)| f.as_raw_fd()).expect("just set");
-            if !f.watching {
-                f.watching = true;
-                self.start_watcher()?;
+            let watching = if rx {
+                &mut f.watching_rx
+            } else {
+                &mut f.watching_tx
+            };
+            if !*watching {
+                *watching = true;
+                self.start_watcher(rx)?;
             }
             fd
         };
@@ -312,34 +353,47 @@ impl Remote {
         Ok(fd)
     }
 
-    fn start_watcher(&self) -> io::Result<()> {
+    /// Starts the thread that keeps one readiness descriptor (`rx`: POLLIN, else POLLOUT)
+    /// signalled: while it is clear, it waits on the daemon for the socket to become ready;
+    /// while it is signalled, it waits for the application to clear it (a receive or send
+    /// that found nothing to do). One thread per direction, so that clearing one never waits
+    /// behind a wait for the other.
+    fn start_watcher(&self, rx: bool) -> io::Result<()> {
         let mut client = CtlClient::connect(&self.endpoint.path).map_err(io)?;
         let fds = self.fds.clone();
         let stop = self.stop.clone();
         let token = self.token;
+        let signalled = move |f: &Fds| {
+            let slot = if rx { &f.rx } else { &f.tx };
+            slot.as_ref().is_some_and(|x| x.1)
+        };
         std::thread::Builder::new()
             .name("rds-sock-watch".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let (want_rx, want_tx) = {
-                        let f = fds.lock().unwrap_or_else(|p| p.into_inner());
-                        (
-                            f.rx.as_ref().is_some_and(|x| !x.1),
-                            f.tx.as_ref().is_some_and(|x| !x.1),
-                        )
-                    };
+                    {
+                        // Signalled: wait until the application clears it (bounded, to
+                        // notice a stop).
+                        let g = fds.lock();
+                        let (g, _) = fds
+                            .cleared
+                            .wait_timeout_while(g, Duration::from_millis(200), |f| {
+                                !stop.load(Ordering::Relaxed) && signalled(f)
+                            })
+                            .unwrap_or_else(|p| p.into_inner());
+                        if signalled(&g) {
+                            continue;
+                        }
+                    }
                     let req = Request::SockWait {
                         sock: token,
-                        rx: want_rx,
-                        tx: want_tx,
+                        rx,
+                        tx: !rx,
                         timeout_ms: 200,
                     };
                     match client.call(&req, &[]) {
                         Ok((Reply::Ready { readable, writable }, _)) => {
-                            update(&fds, readable, writable);
-                            if !want_rx && !want_tx {
-                                std::thread::sleep(Duration::from_millis(20));
-                            }
+                            update_one(&fds, rx, if rx { readable } else { writable });
                         }
                         _ => break,
                     }
