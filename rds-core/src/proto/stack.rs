@@ -704,11 +704,15 @@ impl Stack {
         let ci = cid.0 as usize;
         if kind == TransportKind::Tcp && self.conns[ci].is_smaller() {
             // A larger peer's connection only asks us to connect (it never carries data).
-            // With lanes agreed we reconnect on our own, except after an operator's kill:
-            // then the peer's attempt is the new traffic that brings the connection back.
-            if self.conns[ci].npaths <= 1 || self.conns[ci].killed {
-                self.connect_if_down(cid, 0);
+            // The peer is there now, so a reconnect waiting out its backoff (after the
+            // peer restarted, say) goes at once; after an operator's kill the attempt is the
+            // new traffic that brings the connection back.
+            let p = &mut self.conns[ci].paths[0];
+            if p.state == PathState::Down && p.drain_epoch.is_none() && p.reconnect_at.is_some() {
+                p.reconnect_at = None;
+                p.reconnect_delay = Duration::ZERO;
             }
+            self.connect_if_down(cid, 0);
             return Err(AcceptError::ConnectBack);
         }
         if kind == TransportKind::Ib && self.conns[ci].paths[0].state == PathState::Connecting {
