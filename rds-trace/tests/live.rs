@@ -178,6 +178,7 @@ fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
     // congest it (B sends a map with 5001), reading them uncongests it (a map without it).
     let rc = sock(&b, B, 5001);
     rc.set_recv_buffer_size(4000);
+    let maps_before = a.counter(rds_core::stats::Counter::CongUpdateReceived);
     for i in 0..2 {
         let p = pattern(3000, 500 + i);
         senders[0].send_to(&p, sa(B, 5001)).unwrap();
@@ -187,6 +188,11 @@ fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
         b.sockets()
             .iter()
             .any(|s| s.bound == Some(sa(B, 5001)) && s.congested)
+    });
+    // B sends its map when it gets to it, with the state of that moment (updates coalesce,
+    // as in the kernel): read only once A has the map that says 5001 is congested.
+    wait_until("A received B's map with 5001", || {
+        a.counter(rds_core::stats::Counter::CongUpdateReceived) > maps_before
     });
     for _ in 0..2 {
         let (m, from) = recv(&rc);
