@@ -5,4 +5,5 @@ pub mod faultnet;
 pub mod ib;
 pub mod interop;
 pub mod lab;
+pub mod manpage;
 pub mod peer;
