@@ -20,13 +20,27 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rds_core::ctl::DAEMON_NAME;
 use rds_core::tunables::Tunables;
-use rds_core::{CtlMode, Node, NodeConfig};
+use rds_core::{CtlMode, Node, NodeConfig, Transports};
 
 use crate::config::{self, Config};
-use crate::util;
+use crate::util::{self, Negative};
+use crate::Transport;
 
 /// The RDS/TCP port.
 pub const RDS_TCP_PORT: u16 = 16385;
+
+/// The start of the message for an unavailable IB transport (the reason follows).
+pub const IB_UNAVAILABLE: &str = "the IB transport is unavailable";
+
+/// The transports a node runs, as `load` and the log say it: `tcp`, `ib` or `tcp+ib`.
+pub fn transport_names(node: &Node) -> &'static str {
+    match (node.tcp_running(), node.ib_running()) {
+        (true, true) => "tcp+ib",
+        (false, true) => "ib",
+        (true, false) => "tcp",
+        (false, false) => "none",
+    }
+}
 
 /// Writes one log line (UTC time, pid) to stderr.
 pub fn log(msg: &str) {
@@ -101,11 +115,31 @@ pub fn persistent_tunables() -> Tunables {
 ///
 /// # Errors
 /// The node cannot start: an address is not configured here, port 16385 is taken (for
-/// example by the kernel's `rds_tcp`), or a daemon already runs.
-pub fn run(addrs: &[IpAddr], detach: bool) -> anyhow::Result<u8> {
+/// example by the kernel's `rds_tcp`), or a daemon already runs; [`Negative`] when `ib` was
+/// asked for and the IB transport is unavailable here.
+pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Result<u8> {
     if detach {
         let _ = nix::unistd::setsid();
     }
+    let transports = match transport {
+        Transport::Tcp => Transports {
+            tcp: true,
+            ib: false,
+        },
+        Transport::Ib => {
+            if let Err(e) = rds_core::ib::availability() {
+                return Err(Negative(format!("{IB_UNAVAILABLE}: {e}")).into());
+            }
+            Transports {
+                tcp: false,
+                ib: true,
+            }
+        }
+        Transport::All => Transports {
+            tcp: true,
+            ib: true,
+        },
+    };
     // Signals are taken through a signalfd: block them before any thread starts.
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGTERM);
@@ -115,7 +149,9 @@ pub fn run(addrs: &[IpAddr], detach: bool) -> anyhow::Result<u8> {
         .context("signalfd")?;
 
     let tunables = persistent_tunables();
-    let addrs: Vec<IpAddr> = if addrs.is_empty() {
+    let addrs: Vec<IpAddr> = if addrs.is_empty() && !transports.tcp {
+        host_addrs()
+    } else if addrs.is_empty() {
         let mut usable = Vec::new();
         for ip in host_addrs() {
             match TcpListener::bind((ip, RDS_TCP_PORT)) {
@@ -136,7 +172,7 @@ pub fn run(addrs: &[IpAddr], detach: bool) -> anyhow::Result<u8> {
         seed: None,
         name: DAEMON_NAME.into(),
         ctl: CtlMode::Named(DAEMON_NAME.into()),
-        transports: Default::default(),
+        transports,
     };
     let node = Node::start(cfg).with_context(|| {
         format!(
@@ -148,8 +184,17 @@ pub fn run(addrs: &[IpAddr], detach: bool) -> anyhow::Result<u8> {
                 .join(", ")
         )
     })?;
+    if let Some(why) = node.ib_unavailable() {
+        if transport == Transport::Ib {
+            return Err(Negative(format!("{IB_UNAVAILABLE}: {why}")).into());
+        }
+        log(&format!(
+            "warning: {IB_UNAVAILABLE}: {why}; running TCP only"
+        ));
+    }
     log(&format!(
-        "started: transport tcp on {} (port {RDS_TCP_PORT}), control socket {}",
+        "started: transport {} on {} (port {RDS_TCP_PORT}), control socket {}",
+        transport_names(&node),
         addrs
             .iter()
             .map(ToString::to_string)

@@ -66,9 +66,9 @@ pub enum Transport {
     /// RDS over TCP.
     #[default]
     Tcp,
-    /// RDS over InfiniBand (not available yet).
+    /// RDS over InfiniBand/RoCE verbs only (needs rdma-core and an RDMA device)
     Ib,
-    /// Every transport this build has.
+    /// TCP, and IB where available
     All,
 }
 
@@ -260,15 +260,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             transport,
             addrs,
             detach,
-        } => {
-            if transport == Transport::Ib {
-                bail!("cannot start the daemon: {}", load::IB_UNAVAILABLE);
-            }
-            if transport == Transport::All {
-                daemon::log(&format!("note: {}; running TCP only", load::IB_UNAVAILABLE));
-            }
-            daemon::run(&addrs, detach)
-        }
+        } => daemon::run(&addrs, detach, transport),
         Cmd::Ras => ras::report(out, &mut connect(node)?),
         Cmd::Info { mut args } => {
             if let Some(n) = node {

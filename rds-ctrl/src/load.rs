@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{find_daemon, runtime_dir, Request, DAEMON_NAME};
 
+use crate::daemon::IB_UNAVAILABLE;
 use crate::util::{self, Negative};
 use crate::Transport;
 
@@ -18,23 +19,25 @@ pub fn log_path() -> PathBuf {
     runtime_dir().join("daemon.log")
 }
 
-/// The message for the IB transport, which this build does not have yet.
-pub const IB_UNAVAILABLE: &str =
-    "the IB transport is not available yet (this build of rds-tools has the TCP transport only)";
-
 /// `load`.
 ///
 /// # Errors
-/// IB asked for, the daemon cannot be started, or it did not answer in time (it is then
-/// stopped again).
+/// [`Negative`] when `ib` is asked for and the IB transport is unavailable here (nothing is
+/// started); the daemon cannot be started, or it did not answer in time (it is then stopped
+/// again).
 pub fn load(
     out: &mut dyn Write,
     transport: Transport,
     addrs: &[IpAddr],
     timeout: Duration,
 ) -> anyhow::Result<u8> {
-    if transport == Transport::Ib {
-        bail!("cannot load: {IB_UNAVAILABLE}");
+    // Why IB cannot run here, checked before anything starts.
+    let ib_missing = match transport {
+        Transport::Tcp => None,
+        Transport::Ib | Transport::All => rds_core::ib::availability().err(),
+    };
+    if let (Transport::Ib, Some(e)) = (transport, &ib_missing) {
+        return Err(Negative(format!("cannot load ib: {IB_UNAVAILABLE}: {e}")).into());
     }
     if let Some(ep) = find_daemon() {
         let pid = CtlClient::connect(&ep.path).map_or(0, |c| c.hello.pid);
@@ -49,7 +52,12 @@ pub fn load(
     let log = log_path();
     let log_from = util::file_len(&log);
     let me = std::env::current_exe().context("locating rds-ctrl")?;
-    let mut args: Vec<OsString> = vec!["daemon".into()];
+    let name = match transport {
+        Transport::Tcp => "tcp",
+        Transport::Ib => "ib",
+        Transport::All => "all",
+    };
+    let mut args: Vec<OsString> = vec!["daemon".into(), name.into()];
     for a in addrs {
         args.push("--addr".into());
         args.push(a.to_string().into());
@@ -67,7 +75,7 @@ pub fn load(
                 log.display()
             );
         }
-        if let Ok(c) = CtlClient::connect(&sock) {
+        if let Ok(mut c) = CtlClient::connect(&sock) {
             if c.hello.pid == pid {
                 let addrs = c
                     .hello
@@ -76,14 +84,26 @@ pub fn load(
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join(" ");
+                let running = match c.info() {
+                    Ok(snap) => {
+                        let ib = rds_info::format::has_ib(&snap);
+                        let tcp = snap.transports.iter().any(|t| t == "tcp");
+                        match (tcp, ib) {
+                            (true, true) => "tcp+ib",
+                            (false, true) => "ib",
+                            _ => "tcp",
+                        }
+                    }
+                    Err(_) => name,
+                };
                 writeln!(
                     out,
-                    "RDS daemon loaded (pid {pid}): transport tcp on {addrs}; control socket {}; log {}",
+                    "RDS daemon loaded (pid {pid}): transport {running} on {addrs}; control socket {}; log {}",
                     sock.display(),
                     log.display()
                 )?;
-                if transport == Transport::All {
-                    writeln!(out, "note: {IB_UNAVAILABLE}; loaded TCP only")?;
+                if let Some(e) = ib_missing {
+                    eprintln!("rds-ctrl: warning: {IB_UNAVAILABLE}: {e}; loaded TCP only");
                 }
                 return Ok(0);
             }

@@ -100,9 +100,11 @@ pub fn report(out: &mut dyn Write, client: &mut CtlClient) -> anyhow::Result<u8>
             .join(" ")
     )?;
     let ib = if rds_info::format::has_ib(&snap) {
-        ""
+        String::new()
+    } else if let Some(why) = &snap.ib_unavailable {
+        format!(" (IB: unavailable: {why})")
     } else {
-        " (IB: not available)"
+        " (IB: not available)".to_string()
     };
     writeln!(out, "  transports:  {}{ib}", snap.transports.join(", "))?;
     let congested = snap.sockets.iter().filter(|s| s.congested).count();

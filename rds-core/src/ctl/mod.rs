@@ -218,6 +218,9 @@ pub struct InfoSnapshot {
     pub counters: Vec<(String, u64)>,
     /// Transports this node runs ("tcp", "ib").
     pub transports: Vec<String>,
+    /// Why the IB transport does not run although the node was asked to run it.
+    #[serde(default)]
+    pub ib_unavailable: Option<String>,
 }
 
 /// A reply from the server.

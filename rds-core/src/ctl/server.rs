@@ -667,6 +667,14 @@ pub fn snapshot(node: &Node) -> InfoSnapshot {
         recv: node.recv_queue(),
         tcp: node.tcp_sockets(),
         counters: counters(node),
-        transports: vec![TransportKind::Tcp.name().to_string()],
+        transports: [
+            (node.tcp_running(), TransportKind::Tcp),
+            (node.ib_running(), TransportKind::Ib),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, k)| k.name().to_string())
+        .collect(),
+        ib_unavailable: node.ib_unavailable(),
     }
 }

@@ -361,6 +361,11 @@ impl Node {
         self.inner.ib_unavailable.clone()
     }
 
+    /// Whether the TCP transport runs (it was configured).
+    pub fn tcp_running(&self) -> bool {
+        self.inner.transports.tcp
+    }
+
     /// Whether the IB transport runs.
     pub fn ib_running(&self) -> bool {
         lock(&self.inner.ib).is_some()
