@@ -409,9 +409,10 @@ pub fn has_ib(snap: &InfoSnapshot) -> bool {
         .any(|t| t == "ib" || t == "infiniband")
 }
 
-/// The message printed (to stderr) for `-I` on a node without the IB transport.
+/// The message printed (to stderr) for `-I` on a node without the IB transport, with the
+/// reason when the node was asked to run IB and could not.
 pub fn ib_unavailable(snap: &InfoSnapshot) -> String {
-    format!(
+    let mut m = format!(
         "rds-info: IB transport connections: the IB transport is not available on this node \
          (it runs: {})",
         if snap.transports.is_empty() {
@@ -419,19 +420,57 @@ pub fn ib_unavailable(snap: &InfoSnapshot) -> String {
         } else {
             snap.transports.join(", ")
         }
-    )
+    );
+    if let Some(why) = &snap.ib_unavailable {
+        let _ = write!(m, ": {why}");
+    }
+    m
 }
 
-/// `-I` on a node with the IB transport: the title and header (the engine reports no IB
-/// connection records yet).
-pub fn ib(out: &mut String, l: Layout) {
+/// The GID of an address as the IB transport uses it: it listens and connects only on
+/// addresses a device's GID table holds as such (RoCE), IPv4 as IPv4-mapped IPv6.
+fn gid(ip: IpAddr) -> std::net::Ipv6Addr {
+    match canonical(ip) {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// `-I` on a node with the IB transport: one row per IB connection. `LocalDev`/`RemoteDev`
+/// are the GIDs of the two addresses (see [`gid`]); the node does not report the service
+/// level or QP numbers, so `SL` is 0 and, with `-a` (the rds-tools 2.3 columns), `SrcQPNo`
+/// and `DstQPNo` are 0, the values the kernel reports for a connection without a QP.
+pub fn ib(out: &mut String, snap: &InfoSnapshot, l: Layout) {
     title(out, "RDS IB Connections");
     let w = l.w();
-    let _ = writeln!(
+    let _ = write!(
         out,
         "{:>w$} {:>w$} {:>4} {:>3} {:>32} {:>32}",
         "LocalAddr", "RemoteAddr", "Tos", "SL", "LocalDev", "RemoteDev"
     );
+    if l.all_families {
+        let _ = write!(out, " {:>10} {:>10}", "SrcQPNo", "DstQPNo");
+    }
+    out.push('\n');
+    for c in &snap.connections {
+        if c.kind != rds_core::proto::TransportKind::Ib || !l.shows(&[c.laddr, c.faddr]) {
+            continue;
+        }
+        let _ = write!(
+            out,
+            "{:>w$} {:>w$} {:>4} {:>3} {:>32} {:>32}",
+            addr(c.laddr),
+            addr(c.faddr),
+            0,
+            0,
+            gid(c.laddr).to_string(),
+            gid(c.faddr).to_string()
+        );
+        if l.all_families {
+            let _ = write!(out, " {:>10} {:>10}", 0, 0);
+        }
+        out.push('\n');
+    }
 }
 
 /// Prints one category into `out`; returns an error line for stderr instead when the node
@@ -447,7 +486,7 @@ pub fn category(
             if !has_ib(snap) {
                 return Err(ib_unavailable(snap));
             }
-            ib(out, l);
+            ib(out, snap, l);
         }
         Category::Tcp => tcp(out, snap, l),
         Category::Counters => counters(out, snap, l),
@@ -623,6 +662,77 @@ mod tests {
             },
         );
         assert!(v.ends_with("90  path=0, state=UP\n"), "{v}");
+    }
+
+    /// `snap()` on a node that runs IB, with these IB connections added.
+    fn ib_snap(conns: &[(&str, &str)]) -> InfoSnapshot {
+        let mut s = snap();
+        s.transports.push("infiniband".into());
+        for (l, f) in conns {
+            let mut c = s.connections[0].clone();
+            c.laddr = l.parse().unwrap();
+            c.faddr = f.parse().unwrap();
+            c.kind = rds_core::proto::TransportKind::Ib;
+            s.connections.push(c);
+        }
+        s
+    }
+
+    const IB_HEAD: &str = concat!(
+        "      LocalAddr      RemoteAddr  Tos  SL                         LocalDev",
+        "                        RemoteDev\n"
+    );
+
+    #[test]
+    fn ib_empty_table() {
+        // TCP connections are not listed; the header is the original's %15s ... %32s.
+        let mut s = String::new();
+        category(&mut s, Category::Ib, &ib_snap(&[]), V4).unwrap();
+        assert_eq!(s, format!("\nRDS IB Connections:\n{IB_HEAD}"));
+    }
+
+    #[test]
+    fn ib_rows_2_0_7_and_2_3() {
+        let snap = ib_snap(&[("10.0.0.1", "10.0.0.3"), ("fd00::1", "fd00::3")]);
+        let mut s = String::new();
+        category(&mut s, Category::Ib, &snap, V4).unwrap();
+        assert_eq!(
+            s,
+            format!(
+                "\nRDS IB Connections:\n{IB_HEAD}{}{}",
+                "       10.0.0.1        10.0.0.3    0   0                  ::ffff:10.0.0.1",
+                "                  ::ffff:10.0.0.3\n"
+            )
+        );
+        let mut s = String::new();
+        category(&mut s, Category::Ib, &snap, V6).unwrap();
+        let w = " ".repeat(28);
+        assert_eq!(
+            s,
+            [
+                "\nRDS IB Connections:\n".to_string(),
+                format!("{w}LocalAddr{w}RemoteAddr  Tos  SL                         LocalDev"),
+                "                        RemoteDev    SrcQPNo    DstQPNo\n".into(),
+                format!("{w} 10.0.0.1{w}  10.0.0.3    0   0                  ::ffff:10.0.0.1"),
+                "                  ::ffff:10.0.0.3          0          0\n".into(),
+                format!("{w}  fd00::1{w}   fd00::3    0   0                          fd00::1"),
+                "                          fd00::3          0          0\n".into(),
+            ]
+            .concat()
+        );
+    }
+
+    #[test]
+    fn ib_unavailable_says_why() {
+        let mut snap = snap();
+        snap.ib_unavailable = Some("no RDMA devices".into());
+        let mut s = String::new();
+        let e = category(&mut s, Category::Ib, &snap, V4).unwrap_err();
+        assert!(s.is_empty());
+        assert_eq!(
+            e,
+            "rds-info: IB transport connections: the IB transport is not available on this node (it runs: tcp): no RDMA devices"
+        );
     }
 
     #[test]
