@@ -192,8 +192,13 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
             "warning: {IB_UNAVAILABLE}: {why}; running TCP only"
         ));
     }
+    let ports = match (node.tcp_running(), node.ib_running()) {
+        (true, false) => format!("port {RDS_TCP_PORT}"),
+        (false, true) => "RDMA CM port 18634 for IPv4, 16385 for IPv6".to_string(),
+        _ => format!("port {RDS_TCP_PORT}; RDMA CM port 18634 for IPv4, 16385 for IPv6"),
+    };
     log(&format!(
-        "started: transport {} on {} (port {RDS_TCP_PORT}), control socket {}",
+        "started: transport {} on {} ({ports}), control socket {}",
         transport_names(&node),
         addrs
             .iter()

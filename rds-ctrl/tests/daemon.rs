@@ -375,6 +375,10 @@ fn load_failures_and_usage_errors() {
             )),
             "{log}"
         );
+        assert!(
+            log.contains("started: transport tcp on 127.8.3.1 (port 16385), control socket "),
+            "{log}"
+        );
     }
     d.unload();
     // Usage errors.
