@@ -176,18 +176,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                     Err(e) => {
                         let n = e.raw_os_error().unwrap_or(0);
                         sum.errors += 1;
-                        let seq = s.sent_id;
-                        emit(
-                            &mut sum,
-                            Reply {
-                                seq,
-                                rtt_us: None,
-                                from: None,
-                                dup: false,
-                                error: Some(strerror(n)),
-                            },
-                            io,
-                        );
+                        emit(&mut sum, Reply::error(s.sent_id, n), io);
                         if n == libc::EINVAL && !hinted && !opts.json {
                             hinted = true;
                             let _ = writeln!(io.out, "{}", report::EINVAL_HINT);
@@ -252,16 +241,9 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         sum.errors += 1;
-                        let seq = s.sent_id;
                         emit(
                             &mut sum,
-                            Reply {
-                                seq,
-                                rtt_us: None,
-                                from: None,
-                                dup: false,
-                                error: Some(strerror(e.raw_os_error().unwrap_or(0))),
-                            },
+                            Reply::error(s.sent_id, e.raw_os_error().unwrap_or(0)),
                             io,
                         );
                         break;

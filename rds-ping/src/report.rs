@@ -21,6 +21,19 @@ pub struct Reply {
     pub error: Option<String>,
 }
 
+impl Reply {
+    /// A failed send or receive of ping `seq` (the `strerror` text of `errno`).
+    pub fn error(seq: u64, errno: i32) -> Reply {
+        Reply {
+            seq,
+            rtt_us: None,
+            from: None,
+            dup: false,
+            error: Some(rds_core::errno::strerror(errno)),
+        }
+    }
+}
+
 /// The original's line: `" %3u:"`, `" %ld usec"`, `" (%s)"`, `" DUP!"`, `" ERROR: %s"`.
 pub fn line(r: &Reply) -> String {
     let mut s = format!(" {:>3}:", r.seq);
