@@ -332,26 +332,6 @@ fn lua_script() -> PathBuf {
         .expect("wireshark/rds.lua exists")
 }
 
-/// tshark on `PATH`. Without it the tests fail with a message that says how to install it,
-/// unless `RDS_SKIP_TSHARK=1`, which turns each tshark test into a printed SKIP.
-fn tshark_path() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .map(|d| d.join("tshark"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        if std::env::var_os("RDS_SKIP_TSHARK").is_some_and(|v| v == "1") {
-            eprintln!("SKIP: tshark is not installed and RDS_SKIP_TSHARK=1");
-        } else {
-            panic!(
-                "tshark is not installed: run .ci/deps.d/tshark.sh as root (Debian: apt-get \
-                 install tshark), or set RDS_SKIP_TSHARK=1 to skip the tshark tests"
-            );
-        }
-    }
-    found
-}
-
 struct Tshark {
     exe: PathBuf,
     home: tempfile::TempDir,
@@ -361,7 +341,7 @@ impl Tshark {
     /// `None` (the test returns early) only when tshark is missing and `RDS_SKIP_TSHARK=1`.
     fn new() -> Option<Self> {
         Some(Tshark {
-            exe: tshark_path()?,
+            exe: rds_tests::tshark()?,
             home: tempfile::tempdir().unwrap(),
         })
     }

@@ -18,25 +18,7 @@ pub fn lua_script() -> PathBuf {
         .expect("wireshark/rds.lua exists")
 }
 
-/// tshark, or `None` when it is missing and `RDS_SKIP_TSHARK=1` (the caller then skips its
-/// tshark checks). Without it and without that variable this fails, saying how to install it.
-pub fn tshark() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .map(|d| d.join("tshark"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        if std::env::var_os("RDS_SKIP_TSHARK").is_some_and(|v| v == "1") {
-            eprintln!("SKIP: tshark is not installed and RDS_SKIP_TSHARK=1: tshark checks skipped");
-        } else {
-            panic!(
-                "tshark is not installed: run .ci/deps.d/tshark.sh as root (Debian: apt-get \
-                 install tshark), or set RDS_SKIP_TSHARK=1 to skip the tshark checks"
-            );
-        }
-    }
-    found
-}
+pub use rds_tests::tshark;
 
 /// A tshark command with a private HOME (no personal plugins or preferences) and the
 /// dissector loaded from the source tree.
