@@ -9,7 +9,7 @@ use crate::proto::{AcceptError, BindError, RecvError, SendError};
 pub fn send_errno(e: SendError) -> i32 {
     match e {
         SendError::NotConn => libc::ENOTCONN,
-        SendError::InvalidDest => libc::EINVAL,
+        SendError::InvalidDest | SendError::InvalidCtl => libc::EINVAL,
         SendError::NotSupported => libc::EOPNOTSUPP,
         SendError::MsgSize => libc::EMSGSIZE,
         SendError::Congested | SendError::CongestedWait => libc::ENOBUFS,

@@ -22,6 +22,7 @@ pub mod errno;
 pub mod ib;
 pub mod node;
 pub mod proto;
+pub mod rdma;
 pub mod sim;
 pub mod socket;
 pub mod stats;

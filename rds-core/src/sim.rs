@@ -300,6 +300,8 @@ impl Sim {
                 Event::Transmit { conn, path } => self.transmit(n, conn, path),
                 Event::Wake(s) => self.nodes[n].woken.push(s),
                 Event::CongChanged => self.nodes[n].cong_changed = true,
+                // The simulated network has no RDMA regions.
+                Event::RdmaUnuse { .. } => {}
             }
         }
     }

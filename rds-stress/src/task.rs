@@ -544,6 +544,8 @@ impl Task {
                 // A zero-length message (a ping's pong) carries nothing for us, as in the
                 // original, which skips empty receives.
                 Ok(Received::Data { full_len: 0, .. }) => {}
+                // No RDMA operations are started here, so no notification is expected.
+                Ok(Received::RdmaStatus(_)) => {}
                 Ok(Received::Data { msg, full_len, .. }) => {
                     let now = Instant::now();
                     self.handle(&msg.payload, full_len, msg.from, now);

@@ -580,6 +580,11 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
             let (readable, writable) = ready(&s);
             let node = s.node().cloned();
             match got {
+                // Daemon sockets cannot start RDMA operations (EOPNOTSUPP), so they never
+                // get their notifications.
+                Received::RdmaStatus(_) => Err(failed(&io::Error::from_raw_os_error(
+                    libc::EOPNOTSUPP,
+                ))),
                 Received::CongUpdate(mask) => ok(Reply::Recv {
                     full_len: 0,
                     from: None,

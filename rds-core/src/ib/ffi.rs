@@ -815,6 +815,15 @@ pub struct VerbsFns {
         access: c_int,
     ) -> *mut ibv_mr,
     pub ibv_dereg_mr: unsafe extern "C" fn(mr: *mut ibv_mr) -> c_int,
+    /// `ibv_reg_mr_iova@@IBVERBS_1.7`: registers memory at `addr` that the adapter addresses
+    /// as `iova` (zero-based regions, as the kernel's RDS registers them).
+    pub ibv_reg_mr_iova: unsafe extern "C" fn(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_int,
+    ) -> *mut ibv_mr,
     pub ibv_create_comp_channel:
         unsafe extern "C" fn(context: *mut ibv_context) -> *mut ibv_comp_channel,
     pub ibv_destroy_comp_channel: unsafe extern "C" fn(channel: *mut ibv_comp_channel) -> c_int,
@@ -982,6 +991,7 @@ impl IbLib {
                 ibv_dealloc_pd,
                 ibv_reg_mr,
                 ibv_dereg_mr,
+                ibv_reg_mr_iova,
                 ibv_create_comp_channel,
                 ibv_destroy_comp_channel,
                 ibv_create_cq,

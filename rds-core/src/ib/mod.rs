@@ -22,6 +22,7 @@
 
 pub mod cm;
 pub mod ffi;
+pub mod mem;
 pub mod verbs;
 
 use std::fmt;
@@ -29,9 +30,9 @@ use std::sync::OnceLock;
 
 pub use ffi::IbLib;
 pub use verbs::{
-    Access, Context, Cq, Device, DeviceAttr, DeviceList, Gid, LinkLayer, Mr, NodeType, OutOfRange,
-    Pd, PortAttr, PortState, PostError, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge, Transport,
-    VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    Access, Context, Cq, Device, DeviceAttr, DeviceList, Gid, LinkLayer, MemMr, Mr, NodeType,
+    OutOfRange, Pd, PortAttr, PortState, PostError, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge,
+    Transport, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Why the IB transport is not available on this host.

@@ -31,6 +31,7 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use super::ffi;
+use super::mem::DmaMem;
 use super::IbLib;
 
 /// A failed verbs call.
@@ -849,6 +850,151 @@ impl Pd {
         let qp = unsafe { (self.inner.ctx.lib().verbs.ibv_create_qp)(self.as_ptr(), &mut attr) };
         let ptr = NonNull::new(qp).ok_or_else(|| VerbsError::errno("ibv_create_qp"))?;
         Ok(Qp::new(ptr, self, init, attr.cap, QpOwner::Verbs))
+    }
+}
+
+/// A registration of (part of) a shared [`DmaMem`] buffer, which it keeps alive.
+///
+/// The adapter addresses byte `k` of the registered range as `iova + k`: either the virtual
+/// address (for local scatter/gather use) or a zero-based address (the kernel RDS convention
+/// for regions peers target: the page offset of the range's first byte).
+pub struct MemMr {
+    pd: Pd,
+    ptr: NonNull<ffi::ibv_mr>,
+    mem: Arc<DmaMem>,
+    off: usize,
+    len: usize,
+    iova: u64,
+}
+
+// SAFETY: verbs are thread-safe; the memory is only touched through `DmaMem`'s copies.
+unsafe impl Send for MemMr {}
+// SAFETY: as above.
+unsafe impl Sync for MemMr {}
+
+impl Pd {
+    /// Registers `[off, off+len)` of `mem` with `access`. With `zero_based` the adapter
+    /// addresses the range from its page offset (`(address of byte off) & 4095`); otherwise
+    /// from its virtual address.
+    ///
+    /// # Errors
+    /// The range is empty or outside `mem`, or `ibv_reg_mr_iova` failed.
+    pub fn reg_mem(
+        &self,
+        mem: &Arc<DmaMem>,
+        off: usize,
+        len: usize,
+        access: Access,
+        zero_based: bool,
+    ) -> Result<MemMr, VerbsError> {
+        if len == 0 || mem.check(off, len).is_err() {
+            return Err(VerbsError::invalid("ibv_reg_mr_iova", "bad range"));
+        }
+        let start = mem.addr() + off as u64;
+        let iova = if zero_based { start & 4095 } else { start };
+        // SAFETY: a valid PD; the range is inside `mem`'s allocation, which the returned MemMr
+        // keeps alive (and leaks if deregistration fails).
+        let mr = unsafe {
+            (self.inner.ctx.lib().verbs.ibv_reg_mr_iova)(
+                self.as_ptr(),
+                mem.as_ptr().add(off).cast::<c_void>(),
+                len,
+                iova,
+                access.0,
+            )
+        };
+        let ptr = NonNull::new(mr).ok_or_else(|| VerbsError::errno("ibv_reg_mr_iova"))?;
+        Ok(MemMr {
+            pd: self.clone(),
+            ptr,
+            mem: mem.clone(),
+            off,
+            len,
+            iova,
+        })
+    }
+}
+
+impl MemMr {
+    fn raw(&self) -> &ffi::ibv_mr {
+        // SAFETY: registered while `self` lives.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.raw().lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.raw().rkey
+    }
+
+    /// The adapter address of the range's first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The registered range of the buffer: (offset, length).
+    pub fn range(&self) -> (usize, usize) {
+        (self.off, self.len)
+    }
+
+    /// The buffer.
+    pub fn mem(&self) -> &Arc<DmaMem> {
+        &self.mem
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// A scatter/gather element for `len` bytes at buffer offset `off` (inside the range).
+    ///
+    /// # Errors
+    /// The bytes are not inside the registered range, or `len` exceeds `u32::MAX`.
+    pub fn sge(&self, off: usize, len: usize) -> Result<Sge<'_>, OutOfRange> {
+        let bad = OutOfRange {
+            offset: off,
+            len,
+            size: self.len,
+        };
+        let end = off.checked_add(len).ok_or(bad)?;
+        if off < self.off || end > self.off + self.len {
+            return Err(bad);
+        }
+        let length = u32::try_from(len).map_err(|_| bad)?;
+        Ok(Sge {
+            raw: ffi::ibv_sge {
+                addr: self.iova + (off - self.off) as u64,
+                length,
+                lkey: self.lkey(),
+            },
+            _mr: PhantomData,
+        })
+    }
+}
+
+impl Drop for MemMr {
+    fn drop(&mut self) {
+        // SAFETY: registered by ibv_reg_mr_iova, deregistered once.
+        let rc = unsafe { (self.pd.inner.ctx.lib().verbs.ibv_dereg_mr)(self.ptr.as_ptr()) };
+        if rc != 0 {
+            // The adapter might still access the memory: never free it.
+            std::mem::forget(self.mem.clone());
+        }
+    }
+}
+
+impl fmt::Debug for MemMr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemMr")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
+            .finish()
     }
 }
 

@@ -15,15 +15,18 @@
 //! is in the node's epoll set; the queue is re-armed and drained on each wakeup, so an idle
 //! connection costs no CPU. Runs on the node's I/O thread, like the TCP transport.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ib::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, IdHandle};
 use crate::ib::{
-    self, Access, Cq, Mr, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, VerbsError, WorkCompletion,
+    self, Access, Cq, MemMr, Mr, Pd, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge, VerbsError,
+    WcStatus, WorkCompletion,
 };
-use crate::proto::{canonical, ConnId, FrameKind, Stack, TransportKind};
+use crate::proto::{canonical, ConnId, FrameKind, SockId, Stack, Transmit, TransportKind};
+use crate::rdma::{make_cookie, MrFlags, RdmaBuffer, RdmaOp, RdmaStatus};
 use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
@@ -47,6 +50,14 @@ const RECV_WRS: usize = 256;
 const SEND_WRS: usize = 128;
 const ACK_WR_ID: u64 = u64::MAX;
 const RECV_WR_BIT: u64 = 1 << 32;
+/// Work request ids of RDMA operations (`| slot`).
+const RDMA_WR_BIT: u64 = 1 << 33;
+/// RDMA operations in flight per connection.
+const RDMA_SLOTS: usize = 16;
+/// Send queue entries reserved for RDMA work requests.
+const RDMA_WRS: usize = 128;
+/// Most scatter/gather elements per RDMA work request.
+const MAX_SGE: i32 = 16;
 /// `RDS_RDMA_RESOLVE_TIMEOUT_MS`.
 const RESOLVE_TIMEOUT: Duration = Duration::from_millis(5000);
 /// Protocol versions we take part in (`RDS_IB_SUPPORTED_PROTOCOLS`: 3.1 and 4.1).
@@ -209,6 +220,14 @@ enum St {
     Up,
 }
 
+/// An RDMA operation posted on a connection: the local registrations stay until its last
+/// work request completed (or the queue pair is gone).
+struct Inflight {
+    op: Arc<RdmaOp>,
+    _mrs: Vec<MemMr>,
+    wrs: usize,
+}
+
 /// Verbs resources of one connection. Field order is drop order: the queue pair first.
 struct Res {
     qp: Qp,
@@ -218,6 +237,19 @@ struct Res {
     ack: Mr,
     free: Vec<usize>,
     ack_busy: bool,
+    /// RDMA operations in flight, by slot.
+    rdma: Vec<Option<Inflight>>,
+    /// Send queue entries used by them.
+    rdma_wrs: usize,
+    /// Scatter/gather elements per RDMA work request.
+    max_sge: usize,
+}
+
+/// A region registered for peers (`RDS_GET_MR`).
+struct RegMr {
+    sock: SockId,
+    use_once: bool,
+    _mr: MemMr,
 }
 
 struct IbConn {
@@ -230,6 +262,8 @@ struct IbConn {
     res: Option<Res>,
     /// The engine may hold more frames (pulling stopped for lack of send slots).
     more: bool,
+    /// A frame taken from the engine that waits for send queue room (RDMA resources).
+    held: Option<Transmit>,
 }
 
 /// The IB transport of a node.
@@ -242,6 +276,10 @@ pub(crate) struct Ib {
     buf: Vec<u8>,
     /// Connect requests refused (`ib_connect_raced` and incompatible versions).
     pub(crate) rejected: u64,
+    /// One protection domain per device (by name), shared by its connections and regions.
+    pds: Vec<(String, Pd)>,
+    /// Regions registered for peers, by remote key.
+    mrs: HashMap<u32, RegMr>,
 }
 
 impl std::fmt::Debug for Ib {
@@ -279,7 +317,118 @@ impl Ib {
             wcs: vec![WorkCompletion::default(); 64],
             buf: vec![0; SLOT],
             rejected: 0,
+            pds: Vec::new(),
+            mrs: HashMap::new(),
         })
+    }
+
+    /// The protection domain of a device, allocated on first use.
+    fn pd_for(&mut self, ctx: &ib::Context) -> Result<Pd, VerbsError> {
+        let name = ctx.device_name();
+        if let Some((_, pd)) = self.pds.iter().find(|(n, _)| *n == name) {
+            return Ok(pd.clone());
+        }
+        let pd = ctx.alloc_pd()?;
+        self.pds.push((name, pd.clone()));
+        Ok(pd)
+    }
+
+    /// `RDS_GET_MR` for a socket bound to `ip`: registers the range for remote read and
+    /// write, zero-based, and returns its cookie.
+    ///
+    /// # Errors
+    /// `EADDRNOTAVAIL`-like `InvalidInput` when no device holds `ip`; the registration's error.
+    pub(crate) fn get_mr(
+        &mut self,
+        ip: IpAddr,
+        sock: SockId,
+        buf: &RdmaBuffer,
+        off: usize,
+        len: usize,
+        flags: MrFlags,
+    ) -> std::io::Result<u64> {
+        let ctx = self.ctx_for(ip)?;
+        let pd = self.pd_for(&ctx).map_err(to_io)?;
+        let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let mr = pd
+            .reg_mem(buf.mem(), off, len, access, true)
+            .map_err(to_io)?;
+        let rkey = mr.rkey();
+        let cookie = make_cookie(rkey, buf.page_offset(off));
+        self.mrs.insert(
+            rkey,
+            RegMr {
+                sock,
+                use_once: flags.use_once,
+                _mr: mr,
+            },
+        );
+        Ok(cookie)
+    }
+
+    /// Registers the local memory of an RDMA operation (for the adapter's own access) on the
+    /// device of `ip`, one registration per range.
+    ///
+    /// # Errors
+    /// No device holds `ip` (`ENODEV`), or a registration failed.
+    pub(crate) fn register_local(
+        &mut self,
+        ip: IpAddr,
+        local: &[crate::rdma::LocalVec],
+    ) -> std::io::Result<Vec<MemMr>> {
+        let ctx = self.ctx_for(ip)?;
+        let pd = self.pd_for(&ctx).map_err(to_io)?;
+        local
+            .iter()
+            .map(|v| {
+                pd.reg_mem(v.buf.mem(), v.off, v.len, Access::LOCAL_WRITE, false)
+                    .map_err(to_io)
+            })
+            .collect()
+    }
+
+    fn ctx_for(&self, ip: IpAddr) -> std::io::Result<ib::Context> {
+        let ip = canonical(ip);
+        self.listeners
+            .iter()
+            .find(|(a, _)| *a == ip)
+            .and_then(|(_, id)| id.context())
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))
+    }
+
+    /// `RDS_FREE_MR`. Returns whether the socket had the region.
+    pub(crate) fn free_mr(&mut self, sock: SockId, rkey: u32) -> bool {
+        if self.mrs.get(&rkey).is_some_and(|m| m.sock == sock) {
+            self.mrs.remove(&rkey);
+            return true;
+        }
+        false
+    }
+
+    /// Whether `sock` has the region `rkey` (an `RDMA_DEST` cookie must name one).
+    pub(crate) fn has_mr(&self, sock: SockId, rkey: u32) -> bool {
+        self.mrs.get(&rkey).is_some_and(|m| m.sock == sock)
+    }
+
+    /// A message with an RDMA operation on `rkey` reached `sock` (`rds_rdma_unuse`).
+    pub(crate) fn unuse(&mut self, sock: SockId, rkey: u32) {
+        if self
+            .mrs
+            .get(&rkey)
+            .is_some_and(|m| m.sock == sock && m.use_once)
+        {
+            self.mrs.remove(&rkey);
+        }
+    }
+
+    /// A socket closed: its regions go.
+    pub(crate) fn free_sock(&mut self, sock: SockId) {
+        self.mrs.retain(|_, m| m.sock != sock);
+    }
+
+    /// Regions registered for peers.
+    pub(crate) fn mr_count(&self) -> usize {
+        self.mrs.len()
     }
 
     /// Whether a token is one of ours.
@@ -383,6 +532,7 @@ impl Ib {
                     v6: matches!(canonical(faddr), IpAddr::V6(_)),
                     res: None,
                     more: false,
+                    held: None,
                 });
             }
             Err(e) => {
@@ -580,6 +730,7 @@ impl Ib {
             v6,
             res: None,
             more: false,
+            held: None,
         });
         let r = self.make_res(i).and_then(|rd| {
             let cn = self.conns[i].as_mut().expect("live");
@@ -624,25 +775,29 @@ impl Ib {
     /// Returns the RDMA read depth to offer.
     fn make_res(&mut self, i: usize) -> Result<u8, VerbsError> {
         let epoll = self.epoll.clone();
+        let ctx = self.conns[i]
+            .as_ref()
+            .expect("live")
+            .id
+            .context()
+            .ok_or_else(|| VerbsError::invalid("rdma_cm", "the id has no device"))?;
+        let attr = ctx.query_device().ok();
+        let rd = attr
+            .as_ref()
+            .map_or(1, |a| a.max_qp_rd_atom.clamp(0, MAX_RD_ATOM) as u8);
+        let max_sge = attr.as_ref().map_or(1, |a| a.max_sge.clamp(1, MAX_SGE)) as usize;
+        let pd = self.pd_for(&ctx)?;
         let c = self.conns[i].as_mut().expect("live");
-        let ctx =
-            c.id.context()
-                .ok_or_else(|| VerbsError::invalid("rdma_cm", "the id has no device"))?;
-        let rd = ctx
-            .query_device()
-            .map(|a| a.max_qp_rd_atom.clamp(0, MAX_RD_ATOM) as u8)
-            .unwrap_or(1);
-        let pd = ctx.alloc_pd()?;
-        let cq = ctx.create_cq((RECV_WRS + SEND_WRS + 2) as u32, true, 0)?;
+        let cq = ctx.create_cq((RECV_WRS + SEND_WRS + RDMA_WRS + 2) as u32, true, 0)?;
         let qp = c.id.create_qp(
             &pd,
             &QpInit {
                 send_cq: &cq,
                 recv_cq: &cq,
                 cap: QpCap {
-                    max_send_wr: (SEND_WRS + 1) as u32,
+                    max_send_wr: (SEND_WRS + RDMA_WRS + 1) as u32,
                     max_recv_wr: RECV_WRS as u32,
-                    max_send_sge: 1,
+                    max_send_sge: max_sge as u32,
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
@@ -674,6 +829,9 @@ impl Ib {
             ack,
             free: (0..SEND_WRS).rev().collect(),
             ack_busy: false,
+            rdma: (0..RDMA_SLOTS).map(|_| None).collect(),
+            rdma_wrs: 0,
+            max_sge,
         });
         Ok(rd)
     }
@@ -694,10 +852,36 @@ impl Ib {
                 c.more = true;
                 break;
             }
-            let Some(t) = stack.poll_transmit(now, conn, path) else {
-                c.more = false;
-                break;
+            let t = match c.held.take() {
+                Some(t) => t,
+                None => match stack.poll_transmit(now, conn, path) {
+                    Some(t) => t,
+                    None => {
+                        c.more = false;
+                        break;
+                    }
+                },
             };
+            let mut fence = false;
+            if let Some(op) = &t.rdma {
+                match post_rdma(r, &op.0) {
+                    Rdma::Posted => fence = op.0.fence,
+                    Rdma::NoRoom => {
+                        // Waits for an RDMA completion to free send queue entries.
+                        c.held = Some(t);
+                        c.more = true;
+                        break;
+                    }
+                    Rdma::Failed(status) => {
+                        // The message still goes; its operation is reported failed.
+                        stack.rdma_complete(&op.0, status);
+                    }
+                    Rdma::PostFailed => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
             let posted = if t.kind == FrameKind::AckOnly {
                 if r.ack_busy {
                     // The engine keeps one ACK in flight; a second is not expected.
@@ -740,7 +924,7 @@ impl Ib {
                     sges: &[s],
                     signaled: true,
                     solicited: t.solicited,
-                    fence: false,
+                    fence,
                 }])
             };
             if let Err(e) = posted {
@@ -779,6 +963,25 @@ impl Ib {
                 }
             };
             for wc in &self.wcs[..n] {
+                let id = wc.wr_id();
+                if id & RDMA_WR_BIT != 0 && id != ACK_WR_ID {
+                    let slot = (id & TOKEN_MASK) as usize;
+                    if let Some(f) = r.rdma.get_mut(slot).and_then(Option::take) {
+                        r.rdma_wrs -= f.wrs;
+                        want_pull = true;
+                        // `rds_ib_send_complete`: a flushed operation is reported when its
+                        // message is dropped instead (never retransmitted).
+                        let status = match wc.status() {
+                            WcStatus::Success => Some(RdmaStatus::Success),
+                            WcStatus::WrFlushErr => None,
+                            WcStatus::RemAccessErr => Some(RdmaStatus::RemoteError),
+                            _ => Some(RdmaStatus::OtherError),
+                        };
+                        if let Some(st) = status {
+                            stack.rdma_complete(&f.op, st);
+                        }
+                    }
+                }
                 if !wc.is_success() {
                     log(&format!(
                         "completion wr {:#x}: {} (vendor {:#x})",
@@ -789,7 +992,6 @@ impl Ib {
                     dead = true;
                     break 'outer;
                 }
-                let id = wc.wr_id();
                 if id == ACK_WR_ID {
                     r.ack_busy = false;
                     stack.handle_ack_sent(conn, path, epoch);
@@ -825,6 +1027,8 @@ impl Ib {
                         dead = true;
                         break 'outer;
                     }
+                } else if id & RDMA_WR_BIT != 0 {
+                    // handled above
                 } else if (id as usize) < SEND_WRS {
                     r.free.push(id as usize);
                     want_pull = true;
@@ -844,6 +1048,78 @@ impl Ib {
             self.pull(stack, now, conn, path);
         }
     }
+}
+
+/// What became of a message's RDMA operation at transmit time.
+enum Rdma {
+    Posted,
+    /// No free slot or send queue room: try again after a completion.
+    NoRoom,
+    /// It cannot run (its memory was not registered, or it needs more work requests than a
+    /// connection has): report this status, send the message anyway.
+    Failed(RdmaStatus),
+    /// `ibv_post_send` failed: the connection is broken.
+    PostFailed,
+}
+
+/// Posts an RDMA operation's work requests (up to `max_sge` elements each; only the last
+/// one signaled), ahead of its message's SEND.
+fn post_rdma(r: &mut Res, op: &Arc<RdmaOp>) -> Rdma {
+    let regs = op.take_regs();
+    if regs.len() != op.local.len() || regs.is_empty() {
+        return Rdma::Failed(RdmaStatus::OtherError);
+    }
+    let nwr = regs.len().div_ceil(r.max_sge);
+    if nwr > RDMA_WRS {
+        return Rdma::Failed(RdmaStatus::OtherError);
+    }
+    let slot = r.rdma.iter().position(Option::is_none);
+    let Some(slot) = slot.filter(|_| r.rdma_wrs + nwr <= RDMA_WRS) else {
+        *op.regs.lock().unwrap_or_else(|p| p.into_inner()) = regs;
+        return Rdma::NoRoom;
+    };
+    let sges: Result<Vec<Sge<'_>>, _> = op
+        .local
+        .iter()
+        .zip(&regs)
+        .map(|(v, mr)| mr.sge(v.off, v.len))
+        .collect();
+    let Ok(sges) = sges else {
+        return Rdma::Failed(RdmaStatus::OtherError);
+    };
+    let mut wrs = Vec::with_capacity(nwr);
+    let mut remote = op.remote_addr;
+    let chunks: Vec<&[Sge<'_>]> = sges.chunks(r.max_sge).collect();
+    for (k, ch) in chunks.iter().enumerate() {
+        let last = k + 1 == chunks.len();
+        let (remote_addr, rkey) = (remote, op.rkey);
+        wrs.push(SendWr {
+            wr_id: if last { RDMA_WR_BIT | slot as u64 } else { 0 },
+            op: if op.write {
+                SendOp::RdmaWrite { remote_addr, rkey }
+            } else {
+                SendOp::RdmaRead { remote_addr, rkey }
+            },
+            sges: ch,
+            signaled: last,
+            solicited: false,
+            fence: false,
+        });
+        remote = remote.wrapping_add(ch.iter().map(|s| u64::from(s.length())).sum::<u64>());
+    }
+    if let Err(e) = r.qp.post_send(&wrs) {
+        log(&format!("post_send (rdma): {e}"));
+        return Rdma::PostFailed;
+    }
+    drop(wrs);
+    drop(sges);
+    r.rdma_wrs += nwr;
+    r.rdma[slot] = Some(Inflight {
+        op: op.clone(),
+        _mrs: regs,
+        wrs: nwr,
+    });
+    Rdma::Posted
 }
 
 fn reject(id: &CmId) {

@@ -7,7 +7,7 @@
 //! message). Blocking socket calls wait on a per-socket condition variable tied to the engine
 //! lock. The I/O thread is woken through an eventfd only when it sleeps.
 
-mod ib;
+pub(crate) mod ib;
 pub mod tap;
 mod tcp;
 
@@ -376,6 +376,11 @@ impl Node {
         lock(&self.inner.ib).as_ref().map_or(0, Ib::len)
     }
 
+    /// RDMA regions registered for peers (`RDS_GET_MR`) and not yet released.
+    pub fn rdma_region_count(&self) -> usize {
+        lock(&self.inner.ib).as_ref().map_or(0, |t| t.mr_count())
+    }
+
     /// Whether the node runs.
     pub fn is_running(&self) -> bool {
         self.inner.running.load(Ordering::Relaxed)
@@ -538,6 +543,15 @@ impl Inner {
         drop(core);
         if io {
             self.wake_io();
+        }
+    }
+
+    /// Runs `f` on the IB transport (`EOPNOTSUPP` without one). Takes the transport lock:
+    /// never call with the engine lock held.
+    pub(crate) fn with_ib<R>(&self, f: impl FnOnce(&mut Ib) -> io::Result<R>) -> io::Result<R> {
+        match lock(&self.ib).as_mut() {
+            Some(t) => f(t),
+            None => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
         }
     }
 
@@ -814,6 +828,12 @@ impl Inner {
                 Event::Connect { conn, .. }
                 | Event::Disconnect { conn, .. }
                 | Event::Transmit { conn, .. } => Some(conn),
+                Event::RdmaUnuse { sock, rkey } => {
+                    if let Some(t) = ib.as_mut() {
+                        t.unuse(sock, rkey);
+                    }
+                    continue;
+                }
                 Event::Wake(_) | Event::CongChanged => None,
             };
             if let Some(conn) = conn.filter(|&c| core.stack.conn_addrs(c).2 == TransportKind::Ib) {
@@ -863,7 +883,7 @@ impl Inner {
                 Event::Transmit { conn, path } => {
                     tcp.pull(&mut core.stack, conn, path, now, &self.tap);
                 }
-                Event::Wake(_) | Event::CongChanged => {}
+                Event::Wake(_) | Event::CongChanged | Event::RdmaUnuse { .. } => {}
             }
             drain_events(core, self, false);
         }

@@ -61,6 +61,8 @@ pub(crate) struct OutMsg {
     pub ack_off: u64,
     /// When it was first transmitted.
     pub first_tx: Option<Instant>,
+    /// An RDMA operation the transport performs before the message's first SEND.
+    pub rdma: Option<std::sync::Arc<crate::rdma::RdmaOp>>,
 }
 
 /// An IB message being fragmented.

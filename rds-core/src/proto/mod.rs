@@ -162,6 +162,14 @@ pub enum Event {
     Wake(SockId),
     /// A congestion map changed: senders blocked on congestion may retry.
     CongChanged,
+    /// A message with an RDMA operation on region `rkey` reached socket `sock`: release the
+    /// region if it is use-once (`rds_rdma_unuse`).
+    RdmaUnuse {
+        /// The receiving socket.
+        sock: SockId,
+        /// The region's remote key (from the `RDMA` extension header).
+        rkey: u32,
+    },
 }
 
 /// Why the engine dropped a path.
@@ -218,6 +226,8 @@ pub struct Transmit {
     pub kind: FrameKind,
     /// IB: set the solicited-event bit (last fragment of a message, ACK-only frames).
     pub solicited: bool,
+    /// IB, first fragment only: an RDMA operation to post before this SEND.
+    pub rdma: Option<crate::rdma::RdmaRef>,
 }
 
 impl Transmit {
@@ -225,6 +235,15 @@ impl Transmit {
     pub fn wire_len(&self) -> usize {
         self.hdr.len() + self.payload.len()
     }
+}
+
+/// Control data of a send beyond the payload (see [`crate::rdma`]).
+#[derive(Debug, Clone, Default)]
+pub struct SendExtras {
+    /// An RDMA operation (IB only).
+    pub rdma: Option<std::sync::Arc<crate::rdma::RdmaOp>>,
+    /// A cookie for the `RDMA_DEST` extension header (IB only).
+    pub rdma_dest: Option<u64>,
 }
 
 /// Why a bind failed (errno in parentheses).
@@ -257,6 +276,10 @@ pub enum SendError {
     /// Source and destination families differ, or the op is not supported (EOPNOTSUPP).
     #[error("operation not supported")]
     NotSupported,
+    /// Bad control data: an RDMA operation with no local memory, or combined with an
+    /// RDMA destination (EINVAL).
+    #[error("invalid control data")]
+    InvalidCtl,
     /// Over 1 MiB or over the send buffer (EMSGSIZE).
     #[error("message too long")]
     MsgSize,

@@ -40,6 +40,9 @@ pub enum Received {
     /// A congestion-monitor notification (`RDS_CMSG_CONG_UPDATE`): bit `k` set means some
     /// monitored port `≡ k (mod 64)` became uncongested. Delivered as a 0-byte receive.
     CongUpdate(u64),
+    /// An RDMA completion notification (`RDS_CMSG_RDMA_STATUS`), delivered as a 0-byte
+    /// receive before anything else.
+    RdmaStatus(crate::rdma::RdmaNotify),
 }
 
 #[derive(Debug)]
@@ -61,6 +64,8 @@ pub(crate) struct Sock {
     pub cong_mask: u64,
     pub cong_notify: u64,
     pub recverr: bool,
+    /// RDMA notifications waiting for `recv` (`rs_notify_queue`).
+    pub notify_q: VecDeque<crate::rdma::RdmaNotify>,
     /// `jhash_1word(port, initval)`, fixed at bind.
     pub lane_hash: u32,
 }
@@ -81,12 +86,15 @@ impl Sock {
             cong_mask: 0,
             cong_notify: 0,
             recverr: false,
+            notify_q: VecDeque::new(),
             lane_hash: 0,
         }
     }
 
     pub(crate) fn readable(&self) -> bool {
-        !self.rcv_q.is_empty() || (self.cong_monitor && self.cong_notify != 0)
+        !self.rcv_q.is_empty()
+            || !self.notify_q.is_empty()
+            || (self.cong_monitor && self.cong_notify != 0)
     }
 
     pub(crate) fn writable(&self) -> bool {

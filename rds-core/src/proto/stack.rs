@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use bytes::Bytes;
 use core::time::Duration;
 
+use crate::rdma::{RdmaNotify, RdmaOp, RdmaRef, RdmaStatus};
 use crate::stats::{Counter, Stats};
 use crate::time::Instant;
 use crate::tunables::Tunables;
@@ -20,7 +21,7 @@ use super::sock::{InMsg, QueuedMsgInfo, Received, Sock, SockInfo};
 use super::stream::{Frame, StreamError};
 use super::{
     canonical, AcceptError, BindError, ConnId, DropReason, Event, FrameKind, RecvError, SendError,
-    SockId, Transmit, TransportKind,
+    SendExtras, SockId, Transmit, TransportKind,
 };
 
 /// How long a multipath connection waits for the peer's handshake pong before it settles on a
@@ -424,6 +425,35 @@ impl Stack {
         nonblock: bool,
         retry: bool,
     ) -> Result<usize, SendError> {
+        self.send_full(
+            now,
+            sock,
+            dest,
+            payload,
+            nonblock,
+            retry,
+            &SendExtras::default(),
+        )
+    }
+
+    /// [`Stack::send_ext`] with control data: an RDMA operation or an `RDMA_DEST` cookie
+    /// (`RDS_CMSG_RDMA_ARGS` / `RDS_CMSG_RDMA_DEST`). Both need the IB transport
+    /// (EOPNOTSUPP otherwise, as the kernel's TCP and loopback transports have no RDMA);
+    /// they cannot be combined, and an operation needs local memory (EINVAL).
+    ///
+    /// # Errors
+    /// See [`Stack::send`], plus [`SendError::InvalidCtl`] and [`SendError::NotSupported`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_full(
+        &mut self,
+        now: Instant,
+        sock: SockId,
+        dest: Option<SocketAddr>,
+        payload: Bytes,
+        nonblock: bool,
+        retry: bool,
+        extras: &SendExtras,
+    ) -> Result<usize, SendError> {
         let s = self.socks.get(&sock).ok_or(SendError::BadSocket)?;
         let bound = s.bound.ok_or(SendError::NotConn)?;
         let dest = dest.or(s.connected).ok_or(SendError::NotConn)?;
@@ -435,7 +465,13 @@ impl Stack {
             return Err(SendError::NotSupported);
         }
         let len = payload.len();
-        if len > MAX_MSG_SIZE || len > s.sndbuf {
+        if let Some(op) = &extras.rdma {
+            if extras.rdma_dest.is_some() || op.local.is_empty() {
+                return Err(SendError::InvalidCtl);
+            }
+        }
+        let rdma_bytes = extras.rdma.as_ref().map_or(0, |op| op.bytes);
+        if len > MAX_MSG_SIZE || rdma_bytes > MAX_MSG_SIZE as u64 || len > s.sndbuf {
             return Err(SendError::MsgSize);
         }
         let kind = if self.locals.contains_key(&dip) {
@@ -443,6 +479,9 @@ impl Stack {
         } else {
             s.transport.unwrap_or(TransportKind::Tcp)
         };
+        if (extras.rdma.is_some() || extras.rdma_dest.is_some()) && kind != TransportKind::Ib {
+            return Err(SendError::NotSupported);
+        }
         let lane_hash = s.lane_hash;
         let cid = self.conn_get_or_create(now, bound.ip(), dip, kind);
         let lane = self.lane_for(cid, lane_hash);
@@ -473,9 +512,23 @@ impl Stack {
         s.snd_bytes += len;
         let ack_required = s.snd_bytes >= s.sndbuf / 2;
         self.stats.add(Counter::CopyFromUser, len as u64);
+        let mut hdr = HeaderRepr::data(0, bound.port(), dport, len as u32);
+        // `rds_ib_xmit`: the RDMA key tells the target which region was used (for use-once
+        // regions); RDMA_DEST hands it a cookie. Neither can fail on an empty area.
+        if let Some(op) = &extras.rdma {
+            let _ = hdr.push_ext(ExtHeader::Rdma { rkey: op.rkey });
+            self.stats.inc(Counter::SendRdma);
+            self.stats.add(Counter::SendRdmaBytes, op.bytes);
+        }
+        if let Some(c) = extras.rdma_dest {
+            let _ = hdr.push_ext(ExtHeader::RdmaDest {
+                rkey: c as u32,
+                offset: (c >> 32) as u32,
+            });
+        }
         let msg = OutMsg {
             id: self.take_msg_id(),
-            hdr: HeaderRepr::data(0, bound.port(), dport, len as u32),
+            hdr,
             payload,
             sock: Some(sock),
             seq: 0,
@@ -483,6 +536,7 @@ impl Stack {
             ack_required,
             ack_off: 0,
             first_tx: None,
+            rdma: extras.rdma.clone(),
         };
         self.queue_msg(now, cid, lane, msg);
         Ok(len)
@@ -501,6 +555,12 @@ impl Stack {
         peek: bool,
     ) -> Result<Received, RecvError> {
         let s = self.socks.get_mut(&sock).ok_or(RecvError::BadSocket)?;
+        if let Some(n) = s.notify_q.front().copied() {
+            if !peek {
+                s.notify_q.pop_front();
+            }
+            return Ok(Received::RdmaStatus(n));
+        }
         if s.cong_monitor && s.cong_notify != 0 {
             let n = s.cong_notify;
             s.cong_notify = 0;
@@ -534,9 +594,27 @@ impl Stack {
     /// retransmit queues. Returns how many were dropped.
     pub fn cancel_sent_to(&mut self, sock: SockId, dest: SocketAddr) -> usize {
         let dest = SocketAddr::new(canonical(dest.ip()), dest.port());
-        self.drop_msgs(|m, faddr| {
-            m.sock == Some(sock) && faddr == dest.ip() && m.hdr.dport == dest.port()
-        })
+        self.drop_msgs(
+            |m, faddr| m.sock == Some(sock) && faddr == dest.ip() && m.hdr.dport == dest.port(),
+            Some(RdmaStatus::Canceled),
+        )
+    }
+
+    /// The transport finished (or failed) a message's RDMA operation: queue its notification
+    /// if the socket asked for one (`RDS_RDMA_NOTIFY_ME`, or `RDS_RECVERR` for a failure).
+    /// An operation is notified at most once.
+    pub fn rdma_complete(&mut self, op: &RdmaOp, status: RdmaStatus) {
+        let Some(s) = self.socks.get_mut(&op.sock) else {
+            return;
+        };
+        let wanted = op.notify || (status != RdmaStatus::Success && s.recverr);
+        if wanted && op.take_notify() {
+            s.notify_q.push_back(RdmaNotify {
+                user_token: op.user_token,
+                status,
+            });
+            self.wakes.insert(op.sock);
+        }
     }
 
     /// Closes a socket: unbinds it, drops its queued messages and clears its congestion bit.
@@ -551,7 +629,7 @@ impl Stack {
                 self.local_cong_changed(b.ip(), b.port(), false);
             }
         }
-        self.drop_msgs(|m, _| m.sock == Some(sock));
+        self.drop_msgs(|m, _| m.sock == Some(sock), None);
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1323,8 +1401,14 @@ impl Stack {
         // generation). Our own probe ping is resent first, as the kernel does: it carries our
         // generation ahead of the retransmissions behind it.
         let stale_pong = |m: &OutMsg| m.sock.is_none() && m.hdr.is_probe_pong();
+        let mut rdma_dropped = Vec::new();
         while let Some(mut m) = p.retrans.pop_back() {
             if stale_pong(&m) {
+                continue;
+            }
+            if m.rdma.is_some() {
+                // RDMA operations are never retransmitted (`rds_send_xmit`).
+                rdma_dropped.push(m);
                 continue;
             }
             m.retransmitted = true;
@@ -1363,6 +1447,12 @@ impl Stack {
         if reprobe && !self.conns[ci].ping_triggered && self.conns[ci].paths[0].is_up() {
             self.queue_probe_ping(cid);
             self.want_transmit(cid, 0);
+        }
+        for m in rdma_dropped {
+            self.release(&m);
+            if let Some(op) = &m.rdma {
+                self.rdma_complete(op, RdmaStatus::Dropped);
+            }
         }
         if !drain && !self.shutting_down && reason != Some(DropReason::Kill) {
             self.queue_reconnect(now, cid, path);
@@ -1404,6 +1494,7 @@ impl Stack {
             ack_required: false,
             ack_off: 0,
             first_tx: None,
+            rdma: None,
         };
         // Ahead of fresh messages, behind the ones being retransmitted (they carry older
         // sequence numbers, which must reach the wire first).
@@ -1515,7 +1606,11 @@ impl Stack {
     }
 
     /// Removes messages matching `pred` from every queue, releasing their buffer space.
-    fn drop_msgs(&mut self, pred: impl Fn(&OutMsg, IpAddr) -> bool) -> usize {
+    fn drop_msgs(
+        &mut self,
+        pred: impl Fn(&OutMsg, IpAddr) -> bool,
+        rdma: Option<RdmaStatus>,
+    ) -> usize {
         let mut dropped = Vec::new();
         for c in &mut self.conns {
             let faddr = c.faddr;
@@ -1538,6 +1633,9 @@ impl Stack {
         let n = dropped.len();
         for m in dropped {
             self.release(&m);
+            if let (Some(op), Some(st)) = (&m.rdma, rdma) {
+                self.rdma_complete(op, st);
+            }
         }
         n
     }
@@ -1630,7 +1728,8 @@ impl Stack {
             hdr.flags |= flags::ACK_REQUIRED;
         }
         let payload = m.payload.clone();
-        let t = self.frame_out(ci, path, &mut hdr, payload, false);
+        let mut t = self.frame_out(ci, path, &mut hdr, payload, false);
+        t.rdma = m.rdma.clone().map(RdmaRef);
         let p = &mut self.conns[ci].paths[path];
         m.ack_off = p.tx_off;
         p.retrans.push_back(m);
@@ -1673,6 +1772,7 @@ impl Stack {
                 FrameKind::Data
             },
             solicited: false,
+            rdma: None,
         }
     }
 
@@ -1691,6 +1791,7 @@ impl Stack {
                 FrameKind::Data
             },
             solicited: last,
+            rdma: None,
         };
         cur.next_off = off + len;
         if last {
@@ -1717,6 +1818,7 @@ impl Stack {
             payload: Bytes::new(),
             kind: FrameKind::AckOnly,
             solicited: true,
+            rdma: None,
         })
     }
 
@@ -1841,6 +1943,12 @@ impl Stack {
             }
             _ => None,
         });
+        if let Some(rkey) = hdr.exts().find_map(|e| match e {
+            ExtHeader::Rdma { rkey } => Some(rkey),
+            _ => None,
+        }) {
+            self.events.push_back(Event::RdmaUnuse { sock: sid, rkey });
+        }
         let len = payload.len();
         let s = self.socks.get_mut(&sid).expect("bound sockets exist");
         s.rcv_q.push_back(InMsg {
@@ -1891,6 +1999,7 @@ impl Stack {
             ack_required: false,
             ack_off: 0,
             first_tx: None,
+            rdma: None,
         };
         self.stats.inc(Counter::SendPong);
         self.queue_msg(now, cid, path, msg);

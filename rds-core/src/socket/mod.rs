@@ -28,7 +28,12 @@ mod remote;
 use crate::ctl::SockOpt;
 use crate::errno::err;
 use crate::node::{Node, NodeConfig, Waiter};
-use crate::proto::{canonical, Received, SendError, SockId, TransportKind};
+use crate::proto::{canonical, Received, SendError, SendExtras, SockId, TransportKind};
+use crate::rdma::{cookie_rkey, MrFlags, RdmaBuffer, RdmaOp, SendCtl, Sent};
+
+/// Most local ranges an RDMA operation may have (`UIO_MAXIOV`/2, enough for rds-stress's
+/// 512).
+const MAX_RDMA_IOVECS: usize = 512;
 use crate::sys;
 
 /// Flags of a receive.
@@ -58,6 +63,8 @@ pub struct RecvMsg {
     pub cong_update: Option<u64>,
     /// `RDS_CMSG_RDMA_DEST` cookie carried by the message.
     pub rdma_dest: Option<u64>,
+    /// An RDMA completion notification (`RDS_CMSG_RDMA_STATUS`) instead of data.
+    pub rdma_status: Option<crate::rdma::RdmaNotify>,
     /// Receive timestamp (when enabled with [`Socket::set_timestamps`]).
     pub timestamp: Option<SystemTime>,
 }
@@ -351,6 +358,150 @@ impl Socket {
         if let Some(r) = self.remote.get() {
             return r.send(&msg, dest, nonblock, tmo);
         }
+        self.send_local(msg, dest, nonblock, &SendExtras::default())
+    }
+
+    /// `sendmsg` with RDMA control data ([`crate::rdma`]): an RDMA read or write performed
+    /// before the message's first SEND (`RDS_CMSG_RDMA_ARGS`), or a region cookie handed to
+    /// the peer (`RDS_CMSG_RDMA_DEST`, or `RDS_CMSG_RDMA_MAP`, which registers it first).
+    ///
+    /// # Errors
+    /// As [`Socket::send_to`], and: `EOPNOTSUPP` when the socket is not on the IB transport
+    /// (or is served by the daemon); `EINVAL` for an operation combined with a cookie, an
+    /// operation without local memory or with ranges outside their buffers, or an
+    /// `RDMA_DEST` cookie that is not one of this socket's regions; `EMSGSIZE` for an
+    /// operation over 1 MiB.
+    pub fn send_ctl(
+        &self,
+        payload: &[u8],
+        dest: Option<SocketAddr>,
+        ctl: &SendCtl,
+    ) -> io::Result<Sent> {
+        if ctl.rdma.is_none() && ctl.rdma_dest.is_none() && ctl.rdma_map.is_none() {
+            let len = self.send_bytes(Bytes::copy_from_slice(payload), dest, false)?;
+            return Ok(Sent {
+                len,
+                map_cookie: None,
+            });
+        }
+        let (b, ip) = self.rdma_socket()?;
+        let cookies = usize::from(ctl.rdma_dest.is_some()) + usize::from(ctl.rdma_map.is_some());
+        if cookies > 1 || (cookies == 1 && ctl.rdma.is_some()) {
+            return Err(err(libc::EINVAL));
+        }
+        let inner = &b.node.inner;
+        let mut extras = SendExtras::default();
+        if let Some(c) = ctl.rdma_dest {
+            if !inner.with_ib(|t| Ok(t.has_mr(b.id, cookie_rkey(c))))? {
+                return Err(err(libc::EINVAL));
+            }
+            extras.rdma_dest = Some(c);
+        }
+        if let Some(a) = &ctl.rdma {
+            let ok_ranges = a
+                .local
+                .iter()
+                .all(|v| v.len > 0 && v.buf.contains(v.off, v.len));
+            if a.local.is_empty() || a.local.len() > MAX_RDMA_IOVECS || !ok_ranges {
+                return Err(err(libc::EINVAL));
+            }
+            let op = RdmaOp::new(b.id, a);
+            if op.bytes > crate::wire::MAX_MSG_SIZE as u64 {
+                return Err(err(libc::EMSGSIZE));
+            }
+            let regs = inner.with_ib(|t| t.register_local(ip, &a.local))?;
+            *op.regs.lock().unwrap_or_else(|p| p.into_inner()) = regs;
+            extras.rdma = Some(Arc::new(op));
+        }
+        let mut map_cookie = None;
+        if let Some(m) = &ctl.rdma_map {
+            let c = self.get_mr(&m.buf, m.off, m.len, m.flags)?;
+            map_cookie = Some(c);
+            extras.rdma_dest = Some(c);
+        }
+        let nonblock = self.nonblocking.load(Ordering::Relaxed);
+        match self.send_local(Bytes::copy_from_slice(payload), dest, nonblock, &extras) {
+            Ok(len) => Ok(Sent { len, map_cookie }),
+            Err(e) => {
+                if let Some(c) = map_cookie {
+                    let _ = self.free_mr(c, false);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `RDS_GET_MR`: registers `len` bytes of `buf` at `off` so that peers holding the
+    /// returned cookie may read and write them (zero-based, see [`crate::rdma`]). The region
+    /// lives until [`Socket::free_mr`], the socket's close, or (use-once) the first message
+    /// whose RDMA operation used it.
+    ///
+    /// # Errors
+    /// `ENOTCONN` when unbound; `EOPNOTSUPP` when not on the IB transport (or served by the
+    /// daemon); `EINVAL` for an empty range or one outside the buffer; the registration's
+    /// error.
+    pub fn get_mr(
+        &self,
+        buf: &RdmaBuffer,
+        off: usize,
+        len: usize,
+        flags: MrFlags,
+    ) -> io::Result<u64> {
+        let (b, ip) = self.rdma_socket()?;
+        if len == 0 || !buf.contains(off, len) {
+            return Err(err(libc::EINVAL));
+        }
+        b.node
+            .inner
+            .with_ib(|t| t.get_mr(ip, b.id, buf, off, len, flags))
+    }
+
+    /// `RDS_FREE_MR`: releases one of this socket's regions. Cookie 0 does nothing (the
+    /// kernel's "flush" form).
+    ///
+    /// # Errors
+    /// `ENOTCONN` when unbound; `EOPNOTSUPP` when not on the IB transport; `EINVAL` when the
+    /// socket has no such region.
+    pub fn free_mr(&self, cookie: u64, _invalidate: bool) -> io::Result<()> {
+        let (b, _) = self.rdma_socket()?;
+        if cookie == 0 {
+            return Ok(());
+        }
+        if b.node
+            .inner
+            .with_ib(|t| Ok(t.free_mr(b.id, cookie_rkey(cookie))))?
+        {
+            Ok(())
+        } else {
+            Err(err(libc::EINVAL))
+        }
+    }
+
+    /// The bound socket and its address, if it may use RDMA (embedded node, IB transport).
+    fn rdma_socket(&self) -> io::Result<(&Bound, std::net::IpAddr)> {
+        if self.remote.get().is_some() {
+            return Err(err(libc::EOPNOTSUPP));
+        }
+        let b = self.bound.get().ok_or_else(|| err(libc::ENOTCONN))?;
+        let (name, kind) = {
+            let core = b.node.inner.lock_core();
+            (core.stack.sock_name(b.id), core.stack.sock_transport(b.id))
+        };
+        let name = name.ok_or_else(|| err(libc::ENOTCONN))?;
+        if kind != Some(TransportKind::Ib) {
+            return Err(err(libc::EOPNOTSUPP));
+        }
+        Ok((b, name.ip()))
+    }
+
+    fn send_local(
+        &self,
+        msg: Bytes,
+        dest: Option<SocketAddr>,
+        nonblock: bool,
+        extras: &SendExtras,
+    ) -> io::Result<usize> {
+        let tmo = timeout(self.sndtimeo_ns.load(Ordering::Relaxed));
         let b = self.b()?;
         let deadline = tmo.map(|t| std::time::Instant::now() + t);
         let inner = &b.node.inner;
@@ -363,7 +514,7 @@ impl Socket {
             let now = inner.now();
             match core
                 .stack
-                .send_ext(now, b.id, dest, msg.clone(), nonblock, retry)
+                .send_full(now, b.id, dest, msg.clone(), nonblock, retry, extras)
             {
                 Ok(n) => {
                     let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
@@ -430,6 +581,17 @@ impl Socket {
                 truncated: false,
                 cong_update: Some(mask),
                 rdma_dest: None,
+                rdma_status: None,
+                timestamp: None,
+            },
+            Received::RdmaStatus(n) => RecvMsg {
+                len: 0,
+                full_len: 0,
+                from: None,
+                truncated: false,
+                cong_update: None,
+                rdma_dest: None,
+                rdma_status: Some(n),
                 timestamp: None,
             },
             Received::Data { msg, .. } => {
@@ -448,6 +610,7 @@ impl Socket {
                         truncated,
                         cong_update: None,
                         rdma_dest: msg.rdma_dest,
+                        rdma_status: None,
                         timestamp: ts,
                     });
                 }
@@ -459,6 +622,7 @@ impl Socket {
                     truncated,
                     cong_update: None,
                     rdma_dest: msg.rdma_dest,
+                    rdma_status: None,
                     timestamp: self
                         .timestamps
                         .load(Ordering::Relaxed)
@@ -487,7 +651,7 @@ impl Socket {
                     truncated,
                     ..
                 } => (*full_len, *truncated),
-                Received::CongUpdate(_) => (0, false),
+                Received::CongUpdate(_) | Received::RdmaStatus(_) => (0, false),
             };
             *self
                 .last_remote_ts
@@ -515,7 +679,7 @@ impl Socket {
                             truncated,
                             ..
                         } => (*full_len, *truncated),
-                        Received::CongUpdate(_) => (0, false),
+                        Received::CongUpdate(_) | Received::RdmaStatus(_) => (0, false),
                     };
                     return Ok((r, full, trunc));
                 }
@@ -763,9 +927,17 @@ impl Drop for Socket {
         }
         if let Some(b) = self.bound.get() {
             let mut core = b.node.inner.lock_core();
+            let ib = core.stack.sock_transport(b.id) == Some(TransportKind::Ib);
             core.waiters.remove(&b.id);
             core.stack.close(b.id);
             b.node.inner.after_app_call(core);
+            if ib {
+                // Its regions go with it (the transport lock is taken without the engine's).
+                let _ = b.node.inner.with_ib(|t| {
+                    t.free_sock(b.id);
+                    Ok(())
+                });
+            }
         }
     }
 }
