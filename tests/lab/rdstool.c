@@ -139,6 +139,10 @@ static const char *errname(int e)
 	case EPERM: return "EPERM";
 	case EACCES: return "EACCES";
 	case ENOENT: return "ENOENT";
+	case ENODEV: return "ENODEV";
+	case EFAULT: return "EFAULT";
+	case ENOMEM: return "ENOMEM";
+	case EBUSY: return "EBUSY";
 	default: return "E?";
 	}
 }
@@ -148,7 +152,8 @@ static int errno_from_name(const char *s)
 	static const int all[] = { EAGAIN, ENOBUFS, EINVAL, EADDRINUSE, EADDRNOTAVAIL, ENOPROTOOPT,
 				   EOPNOTSUPP, ENOTCONN, EMSGSIZE, ETIMEDOUT, ECONNRESET, EPIPE,
 				   ENOSPC, EAFNOSUPPORT, ESOCKTNOSUPPORT, EPROTOTYPE, EDESTADDRREQ,
-				   ENETUNREACH, EINTR, EPERM, EACCES, ENOENT };
+				   ENETUNREACH, EINTR, EPERM, EACCES, ENOENT, ENODEV, EFAULT, ENOMEM,
+				   EBUSY };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (strcmp(s, errname(all[i])) == 0)
 			return all[i];
@@ -2259,6 +2264,641 @@ static int cmd_selftest_peer(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------------ */
+/* RDMA over kernel RDS/IB: rdma-target and rdma-initiator                   */
+
+/* values from include/uapi/linux/rds.h (ABI facts) */
+#define RDS_GET_MR_OPT 2
+#define RDS_FREE_MR_OPT 3
+#define RDS_CMSG_RDMA_ARGS 1
+#define RDS_CMSG_RDMA_DEST 2
+#define RDS_CMSG_RDMA_MAP 3
+#define RDS_CMSG_RDMA_STATUS 4
+#define RDS_RDMA_READWRITE 0x0001
+#define RDS_RDMA_USE_ONCE 0x0008
+#define RDS_RDMA_NOTIFY_ME 0x0020
+#define RDMA_MAX_LEN (16u * 1024 * 1024)
+
+/* the kernel's struct layouts, with fixed-width fields */
+struct rt_iovec {
+	uint64_t addr;
+	uint64_t bytes;
+};
+struct rt_get_mr_args {
+	struct rt_iovec vec;
+	uint64_t cookie_addr;
+	uint64_t flags;
+};
+struct rt_free_mr_args {
+	uint64_t cookie;
+	uint64_t flags;
+};
+struct rt_rdma_args {
+	uint64_t cookie;
+	struct rt_iovec remote_vec;
+	uint64_t local_vec_addr;
+	uint64_t nr_local;
+	uint64_t flags;
+	uint64_t user_token;
+};
+struct rt_rdma_notify {
+	uint64_t user_token;
+	int32_t status;
+};
+
+/* pattern(seed)[i] = (i*131 + seed*7 + (i>>8)) & 0xff */
+static unsigned char rdma_pat(uint64_t seed, uint64_t i)
+{
+	return (unsigned char)((i * 131u + seed * 7u + (i >> 8)) & 0xff);
+}
+
+static void rdma_fill(unsigned char *buf, size_t len, uint64_t seed)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = rdma_pat(seed, i);
+}
+
+/* offset of the first byte that differs from pattern(seed), or -1 if none */
+static long rdma_mismatch(const unsigned char *buf, size_t len, uint64_t seed)
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != rdma_pat(seed, i))
+			return (long)i;
+	return -1;
+}
+
+/* page-aligned, zeroed memory (like an application's buffer handed to the adapter) */
+static unsigned char *rdma_alloc(size_t len)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t alloc = (len + pg - 1) / pg * pg;
+	void *p = NULL;
+	if (posix_memalign(&p, pg, alloc) != 0 || !p)
+		die(2, "cannot allocate %zu page-aligned bytes", len);
+	memset(p, 0, alloc);
+	return p;
+}
+
+/* sendmsg of a text message with one SOL_RDS cmsg; returns 0 or the errno */
+static int rdma_send(int fd, const struct sockaddr_in *to, const char *text, int ctype,
+		     const void *cdata, size_t clen, uint64_t deadline)
+{
+	union {
+		struct cmsghdr h;
+		unsigned char b[CMSG_SPACE(sizeof(struct rt_rdma_args))];
+	} cbuf;
+	struct iovec iov = { (void *)text, strlen(text) };
+	struct msghdr mh;
+	memset(&mh, 0, sizeof(mh));
+	memset(&cbuf, 0, sizeof(cbuf));
+	mh.msg_name = (void *)to;
+	mh.msg_namelen = sizeof(*to);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (ctype) {
+		if (clen > sizeof(struct rt_rdma_args))
+			die(2, "internal: cmsg too large");
+		mh.msg_control = cbuf.b;
+		mh.msg_controllen = CMSG_SPACE(clen);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_RDS_LEVEL;
+		c->cmsg_type = ctype;
+		c->cmsg_len = CMSG_LEN(clen);
+		memcpy(CMSG_DATA(c), cdata, clen);
+	}
+	set_timeo(fd, SO_SNDTIMEO, ms_left(deadline, 1 << 30));
+	ssize_t r = sendmsg(fd, &mh, 0);
+	if (r < 0)
+		return errno;
+	if ((size_t)r != iov.iov_len)
+		return EMSGSIZE;
+	return 0;
+}
+
+/* one thing read from the socket: an RDMA notification or a message */
+struct rdma_ev {
+	int notify;              /* 1: RDS_CMSG_RDMA_STATUS */
+	uint64_t token;
+	int32_t status;
+	struct sockaddr_in from; /* message source */
+	int have_dest;           /* message carried RDS_CMSG_RDMA_DEST */
+	uint64_t dest;
+	size_t len;
+	char text[256];          /* the message, NUL-terminated, cut at 255 bytes */
+};
+
+/* 0 = got one, -1 = deadline passed; exits 2 on a socket error */
+static int rdma_recv(int fd, uint64_t deadline, struct rdma_ev *ev)
+{
+	for (int iter = 0; iter < 1000000; iter++) {
+		int left = ms_left(deadline, 500);
+		if (left <= 0)
+			return -1;
+		union {
+			struct cmsghdr h;
+			unsigned char b[512];
+		} cbuf;
+		unsigned char data[256];
+		struct iovec iov = { data, sizeof(data) - 1 };
+		struct msghdr mh;
+		memset(ev, 0, sizeof(*ev));
+		memset(&mh, 0, sizeof(mh));
+		mh.msg_name = &ev->from;
+		mh.msg_namelen = sizeof(ev->from);
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = cbuf.b;
+		mh.msg_controllen = sizeof(cbuf.b);
+		set_timeo(fd, SO_RCVTIMEO, left);
+		ssize_t r = recvmsg(fd, &mh, 0);
+		if (r < 0) {
+			if (errno == EAGAIN || errno == ETIMEDOUT || errno == EINTR)
+				continue;
+			die(2, "recvmsg: %s (%s)", strerror(errno), errname(errno));
+		}
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_RDS_LEVEL)
+				continue;
+			size_t dl = c->cmsg_len - CMSG_LEN(0);
+			if (c->cmsg_type == RDS_CMSG_RDMA_STATUS && dl >= 12) {
+				ev->notify = 1;
+				memcpy(&ev->token, CMSG_DATA(c), 8);
+				memcpy(&ev->status, CMSG_DATA(c) + 8, 4);
+			} else if (c->cmsg_type == RDS_CMSG_RDMA_DEST && dl >= 8) {
+				ev->have_dest = 1;
+				memcpy(&ev->dest, CMSG_DATA(c), 8);
+			}
+		}
+		if (ev->notify)
+			return 0;
+		ev->len = (size_t)r;
+		memcpy(ev->text, data, (size_t)r);
+		ev->text[r] = 0;
+		return 0;
+	}
+	return -1;
+}
+
+/* pings peer's address (zero-length message to port 0) once a second until the pong (zero
+ * length, from port 0) arrives: 0, or -1 at the deadline. With `map`, the first ping carries
+ * RDS_CMSG_RDMA_MAP with those arguments. */
+static int rdma_ping(int fd, const struct sockaddr_in *peer, const struct rt_get_mr_args *map,
+		     uint64_t deadline)
+{
+	struct sockaddr_in dst = *peer;
+	dst.sin_port = 0;
+	for (int i = 0; i < 100000; i++) {
+		if (ms_left(deadline, 1) <= 0)
+			return -1;
+		int e = rdma_send(fd, &dst, "", map ? RDS_CMSG_RDMA_MAP : 0, map, map ? sizeof(*map) : 0,
+				  deadline);
+		if (e && map)
+			die(2, "sendmsg(ping with RDS_CMSG_RDMA_MAP): %s (%s)", strerror(e), errname(e));
+		if (e)
+			sleep_ms(100);
+		map = NULL; /* registered once */
+		uint64_t until = now_ns() + 1000000000ull;
+		if (until > deadline)
+			until = deadline;
+		struct rdma_ev ev;
+		while (rdma_recv(fd, until, &ev) == 0) {
+			if (!ev.notify && ev.len == 0 && ev.from.sin_port == 0 &&
+			    ev.from.sin_addr.s_addr == dst.sin_addr.s_addr)
+				return 0;
+			note("rdstool: ignoring %zu bytes while waiting for the pong\n", ev.len);
+		}
+	}
+	return -1;
+}
+
+static int same_sin(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+static void usage_rdma_target(void)
+{
+	puts("rdstool rdma-target -b ADDR:PORT -p PEER:PORT --len N --seed K [-t ib|auto]\n"
+	     "                    [--use-once] [-T|--timeout SEC]\n"
+	     "  Registers N page-aligned bytes filled with pattern(K) with RDS_GET_MR (flag\n"
+	     "  USE_ONCE if asked), sends 'OFFER cookie=0x<hex16> len=N seed=K' with an\n"
+	     "  RDS_CMSG_RDMA_DEST cmsg carrying the cookie to PEER:PORT (start the initiator\n"
+	     "  first), then expects 'READ' (the peer read the region) and\n"
+	     "  'WROTE seed=K2' (the region must now hold pattern(K2)), answered with\n"
+	     "  'CHECKED ok' or 'CHECKED bad at <offset>'. pattern(s)[i] =\n"
+	     "  (i*131 + s*7 + (i>>8)) & 0xff. Exit 0 iff all good, 1 on a failed check or the\n"
+	     "  time limit, 2 on setup errors.");
+}
+
+static int cmd_rdma_target(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "bind", 1, 0, 'b' }, { "peer", 1, 0, 'p' }, { "transport", 1, 0, 't' },
+		{ "len", 1, 0, 'L' }, { "seed", 1, 0, 'K' }, { "use-once", 0, 0, 'U' },
+		{ "timeout", 1, 0, 'T' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 } };
+	struct sockaddr_in bindaddr, peer;
+	int have_bind = 0, have_peer = 0, have_len = 0, have_seed = 0, use_once = 0, c;
+	uint64_t len = 0, seed = 0, timeout_s = 60;
+	struct sockopts so = { RDS_TRANS_IB, 0, 0, 0 };
+	while ((c = getopt_long(argc, argv, "b:p:t:T:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'b': parse_sin(optarg, &bindaddr, 1, "--bind"); have_bind = 1; break;
+		case 'p': parse_sin(optarg, &peer, 1, "--peer"); have_peer = 1; break;
+		case 't': so.transport = parse_transport(optarg); break;
+		case 'L': len = parse_u64(optarg, "--len"); have_len = 1; break;
+		case 'K': seed = parse_u64(optarg, "--seed"); have_seed = 1; break;
+		case 'U': use_once = 1; break;
+		case 'T': timeout_s = parse_u64(optarg, "--timeout"); break;
+		case 'q': g_quiet = 1; break;
+		case 'h': usage_rdma_target(); return 0;
+		default: usage_rdma_target(); return 2;
+		}
+	}
+	if (optind < argc)
+		die(2, "unexpected argument '%s'", argv[optind]);
+	if (!have_bind || !have_peer || !have_len || !have_seed)
+		die(2, "--bind, --peer, --len and --seed are required");
+	if (len == 0 || len > RDMA_MAX_LEN)
+		die(2, "--len must be 1..%u", RDMA_MAX_LEN);
+	if (timeout_s == 0 || timeout_s > 86400)
+		die(2, "bad --timeout");
+	arm_watchdog((unsigned)timeout_s + 15);
+	uint64_t t0 = now_ns(), deadline = t0 + timeout_s * 1000000000ull;
+	char b[64], pb[64];
+	sin_str(&peer, pb, sizeof(pb));
+	int fd = rds_socket(&bindaddr, &so);
+	printf("rdma-target: bound %s transport=%s\n", sin_str(&bindaddr, b, sizeof(b)),
+	       transport_name(get_transport(fd)));
+
+	unsigned char *region = rdma_alloc((size_t)len);
+	rdma_fill(region, (size_t)len, seed);
+	uint64_t cookie = 0;
+	struct rt_get_mr_args mr;
+	memset(&mr, 0, sizeof(mr));
+	mr.vec.addr = (uint64_t)(uintptr_t)region;
+	mr.vec.bytes = len;
+	mr.cookie_addr = (uint64_t)(uintptr_t)&cookie;
+	mr.flags = use_once ? RDS_RDMA_USE_ONCE : 0;
+	char ab[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &peer.sin_addr, ab, sizeof(ab));
+	const char *via = "get_mr";
+	int gr = setsockopt(fd, SOL_RDS_LEVEL, RDS_GET_MR_OPT, &mr, sizeof(mr));
+	if (gr != 0 && errno == ENODEV) {
+		/*
+		 * The kernel finds the IB device for an MR by the socket's bound address in the
+		 * device's address list, which it fills when an RDS/IB connection from that address
+		 * comes up. Before the first connection: ENODEV. Bring one up with a ping.
+		 */
+		printf("rdma-target: RDS_GET_MR ENODEV (no IB connection from this address yet); ping %s\n",
+		       ab);
+		if (rdma_ping(fd, &peer, NULL, deadline) != 0) {
+			printf("rdma-target: FAIL reason=no-pong-from-peer\n");
+			return 1;
+		}
+		gr = setsockopt(fd, SOL_RDS_LEVEL, RDS_GET_MR_OPT, &mr, sizeof(mr));
+	}
+	if (gr != 0 && errno == EOPNOTSUPP) {
+		/*
+		 * On fast-registration (FRMR) devices the kernel registers an MR with a work request
+		 * on a connection's queue pair; RDS_GET_MR has no connection and fails. The MR is
+		 * registered by RDS_CMSG_RDMA_MAP on a message instead: a ping to the peer (after a
+		 * plain ping, so the connection is up when the registration is posted). The MR then
+		 * stays in the socket's key table like one from RDS_GET_MR.
+		 */
+		printf("rdma-target: RDS_GET_MR EOPNOTSUPP; RDS_CMSG_RDMA_MAP on a ping to %s\n", ab);
+		if (rdma_ping(fd, &peer, NULL, deadline) != 0 || rdma_ping(fd, &peer, &mr, deadline) != 0) {
+			printf("rdma-target: FAIL reason=no-pong-from-peer\n");
+			return 1;
+		}
+		via = "rdma_map";
+		gr = 0;
+	}
+	if (gr != 0)
+		die(2, "setsockopt(RDS_GET_MR, %" PRIu64 " bytes): %s (%s)", len, strerror(errno),
+		    errname(errno));
+	printf("rdma-target: mr cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64 " use_once=%d via=%s\n",
+	       cookie, len, seed, use_once, via);
+
+	char msg[160];
+	snprintf(msg, sizeof(msg), "OFFER cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64, cookie,
+		 len, seed);
+	int e = rdma_send(fd, &peer, msg, RDS_CMSG_RDMA_DEST, &cookie, sizeof(cookie), deadline);
+	if (e)
+		die(2, "sendmsg(OFFER with RDS_CMSG_RDMA_DEST to %s): %s (%s)", pb, strerror(e),
+		    errname(e));
+	printf("rdma-target: sent OFFER cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64 " to %s\n",
+	       cookie, len, seed, pb);
+
+	int got_read = 0, done = 0, fail = 0;
+	uint64_t seed2 = 0;
+	const char *why = "time-limit";
+	while (!done) {
+		struct rdma_ev ev;
+		if (rdma_recv(fd, deadline, &ev) != 0) {
+			fail = 1;
+			why = got_read ? "time-limit-waiting-for-WROTE" : "time-limit-waiting-for-READ";
+			break;
+		}
+		if (ev.notify) {
+			printf("rdma-target: unexpected notification token=%" PRIu64 " status=%d\n", ev.token,
+			       ev.status);
+			continue;
+		}
+		if (!same_sin(&ev.from, &peer)) {
+			note("rdma-target: ignoring %zu bytes from %s\n", ev.len,
+			     sin_str(&ev.from, b, sizeof(b)));
+			continue;
+		}
+		if (strcmp(ev.text, "READ") == 0 && !got_read) {
+			/*
+			 * Not checked here: the peer's RDMA write may already have landed by the time
+			 * this process runs (the peer writes as soon as its read completed).
+			 */
+			got_read = 1;
+			printf("rdma-target: got READ from %s\n", pb);
+			continue;
+		}
+		if (strncmp(ev.text, "WROTE seed=", 11) == 0 && got_read) {
+			char *end;
+			errno = 0;
+			seed2 = strtoull(ev.text + 11, &end, 10);
+			if (errno || end == ev.text + 11 || *end) {
+				printf("rdma-target: bad message '%s'\n", ev.text);
+				fail = 1;
+				why = "bad-WROTE";
+				break;
+			}
+			long bad = rdma_mismatch(region, (size_t)len, seed2);
+			if (bad < 0) {
+				snprintf(msg, sizeof(msg), "CHECKED ok");
+				printf("rdma-target: got WROTE seed=%" PRIu64 " from %s check=ok\n", seed2, pb);
+			} else {
+				snprintf(msg, sizeof(msg), "CHECKED bad at %ld", bad);
+				printf("rdma-target: got WROTE seed=%" PRIu64 " from %s check=bad at %ld "
+				       "(got 0x%02x want 0x%02x)\n",
+				       seed2, pb, bad, region[bad], rdma_pat(seed2, (uint64_t)bad));
+				fail = 1;
+				why = "region-mismatch";
+			}
+			e = rdma_send(fd, &peer, msg, 0, NULL, 0, deadline);
+			if (e)
+				die(2, "sendmsg(%s to %s): %s (%s)", msg, pb, strerror(e), errname(e));
+			printf("rdma-target: sent %s\n", msg);
+			done = 1;
+			continue;
+		}
+		printf("rdma-target: unexpected message '%s' from %s\n", ev.text, pb);
+		fail = 1;
+		why = "unexpected-message";
+		break;
+	}
+	double dms = 0;
+	if (done && drain_wait(&bindaddr, 1, get_transport(fd), deadline + 5000000000ull, &dms) != 0 &&
+	    !fail) {
+		fail = 1;
+		why = "not-drained";
+	}
+	struct rt_free_mr_args fr = { cookie, 0 };
+	int fe = setsockopt(fd, SOL_RDS_LEVEL, RDS_FREE_MR_OPT, &fr, sizeof(fr)) == 0 ? 0 : errno;
+	printf("rdma-target: %s len=%" PRIu64 " seed=%" PRIu64 " seed2=%" PRIu64 " free_mr=%s elapsed_ms=%.1f%s%s\n",
+	       fail ? "FAIL" : "ok", len, seed, seed2, fe ? errname(fe) : "ok", elapsed_ms(t0),
+	       fail ? " reason=" : "", fail ? why : "");
+	close(fd);
+	free(region);
+	return fail ? 1 : 0;
+}
+
+static void usage_rdma_initiator(void)
+{
+	puts("rdstool rdma-initiator -b ADDR:PORT --seed2 K2 [-t ib|auto] [-T|--timeout SEC]\n"
+	     "  Waits for an 'OFFER cookie=0x.. len=N seed=K' from rdma-target (checks that its\n"
+	     "  RDS_CMSG_RDMA_DEST cookie equals the text's: 'dest-cookie=0x.. match=yes'), RDMA-\n"
+	     "  reads the N bytes into a local buffer with the message 'READ' (RDMA_ARGS, flag\n"
+	     "  NOTIFY_ME, token 1), expects the notification {1, 0} and pattern(K):\n"
+	     "  'rdma read status=0 token=1 ok'; then RDMA-writes pattern(K2) with 'WROTE seed=K2'\n"
+	     "  (READWRITE|NOTIFY_ME, token 2): 'rdma write status=0 token=2'; then expects\n"
+	     "  'CHECKED ok' from the target. Exit 0 iff all good, 1 on a failed check or the time\n"
+	     "  limit, 2 on setup errors.");
+}
+
+/* waits for the notification with `token`; prints it; returns its status, or -1000 on the
+ * deadline. Messages arriving meanwhile are failures (returned through *stray). */
+static int rdma_wait_notify(int fd, uint64_t token, uint64_t deadline, const struct sockaddr_in *peer,
+			    int *stray)
+{
+	char b[64];
+	for (int iter = 0; iter < 1000; iter++) {
+		struct rdma_ev ev;
+		if (rdma_recv(fd, deadline, &ev) != 0)
+			return -1000;
+		if (ev.notify) {
+			if (ev.token != token) {
+				printf("rdma-initiator: unexpected notification token=%" PRIu64 " status=%d\n",
+				       ev.token, ev.status);
+				*stray = 1;
+				continue;
+			}
+			return ev.status;
+		}
+		printf("rdma-initiator: unexpected message '%s' from %s%s while waiting for token %" PRIu64 "\n",
+		       ev.text, sin_str(&ev.from, b, sizeof(b)), same_sin(&ev.from, peer) ? "" : " (not the peer)",
+		       token);
+		*stray = 1;
+	}
+	return -1000;
+}
+
+static int cmd_rdma_initiator(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "bind", 1, 0, 'b' }, { "transport", 1, 0, 't' }, { "seed2", 1, 0, 'K' },
+		{ "timeout", 1, 0, 'T' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 } };
+	struct sockaddr_in bindaddr;
+	int have_bind = 0, have_seed2 = 0, c;
+	uint64_t seed2 = 0, timeout_s = 60;
+	struct sockopts so = { RDS_TRANS_IB, 0, 0, 0 };
+	while ((c = getopt_long(argc, argv, "b:t:T:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'b': parse_sin(optarg, &bindaddr, 1, "--bind"); have_bind = 1; break;
+		case 't': so.transport = parse_transport(optarg); break;
+		case 'K': seed2 = parse_u64(optarg, "--seed2"); have_seed2 = 1; break;
+		case 'T': timeout_s = parse_u64(optarg, "--timeout"); break;
+		case 'q': g_quiet = 1; break;
+		case 'h': usage_rdma_initiator(); return 0;
+		default: usage_rdma_initiator(); return 2;
+		}
+	}
+	if (optind < argc)
+		die(2, "unexpected argument '%s'", argv[optind]);
+	if (!have_bind || !have_seed2)
+		die(2, "--bind and --seed2 are required");
+	if (timeout_s == 0 || timeout_s > 86400)
+		die(2, "bad --timeout");
+	arm_watchdog((unsigned)timeout_s + 15);
+	uint64_t t0 = now_ns(), deadline = t0 + timeout_s * 1000000000ull;
+	char b[64], pb[64];
+	int fd = rds_socket(&bindaddr, &so);
+	printf("rdma-initiator: bound %s transport=%s\n", sin_str(&bindaddr, b, sizeof(b)),
+	       transport_name(get_transport(fd)));
+
+	/* 1. the offer */
+	struct rdma_ev ev;
+	struct sockaddr_in peer;
+	uint64_t cookie = 0, len = 0, seed = 0;
+	int fail = 0, stray = 0;
+	const char *why = "";
+	for (;;) {
+		if (rdma_recv(fd, deadline, &ev) != 0) {
+			printf("rdma-initiator: FAIL reason=time-limit-waiting-for-OFFER\n");
+			return 1;
+		}
+		if (ev.notify) {
+			printf("rdma-initiator: unexpected notification token=%" PRIu64 " status=%d\n", ev.token,
+			       ev.status);
+			continue;
+		}
+		char *p = ev.text, *end;
+		if (strncmp(p, "OFFER cookie=0x", 15) != 0) {
+			printf("rdma-initiator: ignoring '%s' from %s\n", ev.text, sin_str(&ev.from, b, sizeof(b)));
+			continue;
+		}
+		errno = 0;
+		cookie = strtoull(p + 15, &end, 16);
+		int ok = !errno && end == p + 31;
+		if (ok && strncmp(end, " len=", 5) == 0) {
+			p = end + 5;
+			len = strtoull(p, &end, 10);
+			ok = !errno && end != p;
+		} else {
+			ok = 0;
+		}
+		if (ok && strncmp(end, " seed=", 6) == 0) {
+			p = end + 6;
+			seed = strtoull(p, &end, 10);
+			ok = !errno && end != p && !*end;
+		} else {
+			ok = 0;
+		}
+		if (!ok || len == 0 || len > RDMA_MAX_LEN) {
+			printf("rdma-initiator: FAIL reason=bad-offer '%s'\n", ev.text);
+			return 1;
+		}
+		peer = ev.from;
+		break;
+	}
+	sin_str(&peer, pb, sizeof(pb));
+	printf("rdma-initiator: got OFFER cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64 " from %s\n",
+	       cookie, len, seed, pb);
+	if (!ev.have_dest) {
+		printf("dest-cookie=none\n");
+		fail = 1;
+		why = "no-RDMA_DEST-cmsg";
+	} else {
+		printf("dest-cookie=0x%016" PRIx64 " match=%s\n", ev.dest, ev.dest == cookie ? "yes" : "no");
+		if (ev.dest != cookie) {
+			fail = 1;
+			why = "RDMA_DEST-cookie-differs";
+		}
+	}
+
+	/* 2. RDMA READ of the whole region */
+	unsigned char *local = rdma_alloc((size_t)len);
+	struct rt_iovec lv = { (uint64_t)(uintptr_t)local, len };
+	struct rt_rdma_args a;
+	memset(&a, 0, sizeof(a));
+	a.cookie = cookie;
+	a.remote_vec.addr = 0;
+	a.remote_vec.bytes = len;
+	a.local_vec_addr = (uint64_t)(uintptr_t)&lv;
+	a.nr_local = 1;
+	a.flags = RDS_RDMA_NOTIFY_ME;
+	a.user_token = 1;
+	int e = rdma_send(fd, &peer, "READ", RDS_CMSG_RDMA_ARGS, &a, sizeof(a), deadline);
+	if (e)
+		die(2, "sendmsg(READ with RDS_CMSG_RDMA_ARGS to %s): %s (%s)", pb, strerror(e), errname(e));
+	int st = rdma_wait_notify(fd, 1, deadline, &peer, &stray);
+	if (st == -1000) {
+		printf("rdma read timeout token=1\n");
+		printf("rdma-initiator: FAIL reason=time-limit-waiting-for-read-status\n");
+		return 1;
+	}
+	if (st != 0) {
+		printf("rdma read status=%d token=1\n", st);
+		printf("rdma-initiator: FAIL reason=read-status-%d\n", st);
+		return 1;
+	}
+	long bad = rdma_mismatch(local, (size_t)len, seed);
+	if (bad < 0) {
+		printf("rdma read status=0 token=1 ok\n");
+	} else {
+		printf("rdma read status=0 token=1 bad at %ld (got 0x%02x want 0x%02x)\n", bad, local[bad],
+		       rdma_pat(seed, (uint64_t)bad));
+		fail = 1;
+		why = "read-data-mismatch";
+	}
+
+	/* 3. RDMA WRITE of pattern(seed2) */
+	rdma_fill(local, (size_t)len, seed2);
+	a.flags = RDS_RDMA_READWRITE | RDS_RDMA_NOTIFY_ME;
+	a.user_token = 2;
+	char msg[64];
+	snprintf(msg, sizeof(msg), "WROTE seed=%" PRIu64, seed2);
+	e = rdma_send(fd, &peer, msg, RDS_CMSG_RDMA_ARGS, &a, sizeof(a), deadline);
+	if (e)
+		die(2, "sendmsg(%s with RDS_CMSG_RDMA_ARGS to %s): %s (%s)", msg, pb, strerror(e), errname(e));
+	st = rdma_wait_notify(fd, 2, deadline, &peer, &stray);
+	if (st == -1000) {
+		printf("rdma write timeout token=2\n");
+		printf("rdma-initiator: FAIL reason=time-limit-waiting-for-write-status\n");
+		return 1;
+	}
+	printf("rdma write status=%d token=2\n", st);
+	if (st != 0) {
+		printf("rdma-initiator: FAIL reason=write-status-%d\n", st);
+		return 1;
+	}
+
+	/* 4. the target's verdict */
+	int verdict = 0;
+	for (int iter = 0; iter < 1000 && !verdict; iter++) {
+		if (rdma_recv(fd, deadline, &ev) != 0)
+			break;
+		if (ev.notify) {
+			printf("rdma-initiator: unexpected notification token=%" PRIu64 " status=%d\n", ev.token,
+			       ev.status);
+			stray = 1;
+			continue;
+		}
+		if (!same_sin(&ev.from, &peer) || strncmp(ev.text, "CHECKED ", 8) != 0) {
+			printf("rdma-initiator: unexpected message '%s' from %s\n", ev.text,
+			       sin_str(&ev.from, b, sizeof(b)));
+			stray = 1;
+			continue;
+		}
+		printf("%s\n", ev.text);
+		verdict = strcmp(ev.text, "CHECKED ok") == 0 ? 1 : 2;
+	}
+	if (!verdict) {
+		fail = 1;
+		why = "time-limit-waiting-for-CHECKED";
+	} else if (verdict == 2 && !fail) {
+		fail = 1;
+		why = "target-check-failed";
+	}
+	if (stray && !fail) {
+		fail = 1;
+		why = "unexpected-events";
+	}
+	printf("rdma-initiator: %s len=%" PRIu64 " seed=%" PRIu64 " seed2=%" PRIu64 " elapsed_ms=%.1f%s%s\n",
+	       fail ? "FAIL" : "ok", len, seed, seed2, elapsed_ms(t0), fail ? " reason=" : "",
+	       fail ? why : "");
+	close(fd);
+	free(local);
+	return fail ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* sha256: hash stdin or a string (self-check of the SHA-256 code)           */
 
 static int cmd_sha256(int argc, char **argv)
@@ -2520,6 +3160,8 @@ static void usage(void)
 	     "  wait-conn      wait until a connection shows up as connected\n"
 	     "  bind           check what bind() returns\n"
 	     "  selftest-peer  one endpoint of the kernel selftest (test.py) traffic\n"
+	     "  rdma-target    register a patterned region, offer it, check the peer's RDMA\n"
+	     "  rdma-initiator RDMA-read and -write an offered region, with notifications\n"
 	     "  pattern        print the payload for (index, size) as hex\n"
 	     "  sha256         SHA-256 of an argument or of stdin\n"
 	     "  agent          guest side of the lab job spool");
@@ -2545,6 +3187,8 @@ int main(int argc, char **argv)
 	if (strcmp(c, "wait-conn") == 0) return cmd_wait_conn(argc, argv);
 	if (strcmp(c, "bind") == 0) return cmd_bind(argc, argv);
 	if (strcmp(c, "selftest-peer") == 0) return cmd_selftest_peer(argc, argv);
+	if (strcmp(c, "rdma-target") == 0) return cmd_rdma_target(argc, argv);
+	if (strcmp(c, "rdma-initiator") == 0) return cmd_rdma_initiator(argc, argv);
 	if (strcmp(c, "pattern") == 0) return cmd_pattern(argc, argv);
 	if (strcmp(c, "sha256") == 0) return cmd_sha256(argc, argv);
 	if (strcmp(c, "agent") == 0) return cmd_agent(argc, argv);
