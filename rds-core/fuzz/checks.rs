@@ -480,6 +480,8 @@ pub fn engine(data: &[u8]) {
                         assert_eq!(truncated, full_len > max);
                     }
                     Ok(Received::CongUpdate(m)) => assert_ne!(m, 0),
+                    // No RDMA operations are started here.
+                    Ok(Received::RdmaStatus(n)) => panic!("unexpected notification {n:?}"),
                     Err(_) => {}
                 }
             }
@@ -653,7 +655,10 @@ impl Engine {
                         self.st.handle_disconnected(self.now, conn, path, epoch);
                     }
                 }
-                Event::Transmit { .. } | Event::Wake(_) | Event::CongChanged => {}
+                Event::Transmit { .. }
+                | Event::Wake(_)
+                | Event::CongChanged
+                | Event::RdmaUnuse { .. } => {}
             }
         }
     }

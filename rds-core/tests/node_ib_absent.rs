@@ -69,3 +69,68 @@ fn ib_unavailable_is_reported_and_tcp_still_works() {
     a.shutdown();
     b.shutdown();
 }
+
+/// The RDMA calls on sockets that cannot do RDMA, with the kernel's errno values: an unbound
+/// socket gets ENOTCONN; a TCP (or loopback) socket gets EOPNOTSUPP, as the kernel's rds_tcp
+/// has no `get_mr` and no RDMA transmit; bad arguments are checked after that.
+#[test]
+fn rdma_calls_need_an_ib_socket() {
+    use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaBuffer, SendCtl};
+    let a = node("127.77.1.1");
+    let buf = RdmaBuffer::new(8192).unwrap();
+    fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> Option<i32> {
+        r.unwrap_err().raw_os_error()
+    }
+
+    let unbound = Socket::with_node(&a);
+    assert_eq!(
+        errno(unbound.get_mr(&buf, 0, 4096, MrFlags::default())),
+        Some(libc::ENOTCONN)
+    );
+    assert_eq!(errno(unbound.free_mr(1, false)), Some(libc::ENOTCONN));
+
+    let s = Socket::with_node(&a);
+    s.bind("127.77.1.1:4000".parse().unwrap()).unwrap();
+    assert_eq!(s.transport(), Some(TransportKind::Tcp));
+    assert_eq!(
+        errno(s.get_mr(&buf, 0, 4096, MrFlags::default())),
+        Some(libc::EOPNOTSUPP)
+    );
+    assert_eq!(errno(s.free_mr(1, false)), Some(libc::EOPNOTSUPP));
+    let dest: SocketAddr = "127.77.1.2:4000".parse().unwrap();
+    let op = SendCtl {
+        rdma: Some(RdmaArgs {
+            cookie: 1,
+            local: vec![LocalVec {
+                buf: buf.clone(),
+                off: 0,
+                len: 4096,
+            }],
+            ..RdmaArgs::default()
+        }),
+        ..SendCtl::default()
+    };
+    assert_eq!(
+        errno(s.send_ctl(b"x", Some(dest), &op)),
+        Some(libc::EOPNOTSUPP)
+    );
+    let d = SendCtl {
+        rdma_dest: Some(1),
+        ..SendCtl::default()
+    };
+    assert_eq!(
+        errno(s.send_ctl(b"x", Some(dest), &d)),
+        Some(libc::EOPNOTSUPP)
+    );
+    // Without control data it is a plain send.
+    let sent = s.send_ctl(b"x", Some(dest), &SendCtl::default()).unwrap();
+    assert_eq!((sent.len, sent.map_cookie), (1, None));
+    assert_eq!(a.rdma_region_count(), 0);
+    // Buffers: bounds are checked, reads and writes are copies.
+    assert_eq!(buf.len(), 8192);
+    buf.write_at(8190, b"ok").unwrap();
+    assert_eq!(buf.to_vec(8190, 2).unwrap(), b"ok");
+    assert!(buf.write_at(8191, b"ok").is_err());
+    assert!(RdmaBuffer::new(0).is_err());
+    assert!(buf.contains(0, 8192) && !buf.contains(1, 8192));
+}

@@ -165,7 +165,7 @@ impl World {
                     assert!(!truncated);
                     msg
                 }
-                Ok(Received::CongUpdate(_)) => continue,
+                Ok(Received::CongUpdate(_) | Received::RdmaStatus(_)) => continue,
                 Err(_) => return,
             };
             let p = &msg.payload;

@@ -27,6 +27,7 @@ use crate::ib::{
 };
 use crate::proto::{canonical, ConnId, FrameKind, SockId, Stack, Transmit, TransportKind};
 use crate::rdma::{make_cookie, MrFlags, RdmaBuffer, RdmaOp, RdmaStatus};
+use crate::stats::{IbCounter, IbStats};
 use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
@@ -243,13 +244,33 @@ struct Res {
     rdma_wrs: usize,
     /// Scatter/gather elements per RDMA work request.
     max_sge: usize,
+    /// Payload bytes still expected of the message being received.
+    rx_left: usize,
 }
 
 /// A region registered for peers (`RDS_GET_MR`).
 struct RegMr {
     sock: SockId,
     use_once: bool,
+    len: usize,
     _mr: MemMr,
+}
+
+/// The kernel's two MR pools: up to 8 KiB, and up to 1 MiB.
+fn mr_class(len: usize) -> (IbCounter, IbCounter) {
+    if len <= 8192 {
+        (IbCounter::IbRdmaMr8kAlloc, IbCounter::IbRdmaMr8kUsed)
+    } else {
+        (IbCounter::IbRdmaMr1mAlloc, IbCounter::IbRdmaMr1mUsed)
+    }
+}
+
+fn mr_free_class(len: usize) -> IbCounter {
+    if len <= 8192 {
+        IbCounter::IbRdmaMr8kFree
+    } else {
+        IbCounter::IbRdmaMr1mFree
+    }
 }
 
 struct IbConn {
@@ -274,12 +295,12 @@ pub(crate) struct Ib {
     conns: Vec<Option<IbConn>>,
     wcs: Vec<WorkCompletion>,
     buf: Vec<u8>,
-    /// Connect requests refused (`ib_connect_raced` and incompatible versions).
-    pub(crate) rejected: u64,
     /// One protection domain per device (by name), shared by its connections and regions.
     pds: Vec<(String, Pd)>,
     /// Regions registered for peers, by remote key.
     mrs: HashMap<u32, RegMr>,
+    /// The `ib_*` counters.
+    stats: Arc<IbStats>,
 }
 
 impl std::fmt::Debug for Ib {
@@ -302,7 +323,7 @@ impl Ib {
     ///
     /// # Errors
     /// The reason the transport is unavailable here.
-    pub(crate) fn new(epoll: Arc<Epoll>) -> Result<Ib, String> {
+    pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<IbStats>) -> Result<Ib, String> {
         let lib = ib::lib().map_err(|e| e.to_string())?;
         ib::availability().map_err(|e| e.to_string())?;
         let chan = EventChannel::new(lib).map_err(|e| e.to_string())?;
@@ -316,9 +337,9 @@ impl Ib {
             conns: Vec::new(),
             wcs: vec![WorkCompletion::default(); 64],
             buf: vec![0; SLOT],
-            rejected: 0,
             pds: Vec::new(),
             mrs: HashMap::new(),
+            stats,
         })
     }
 
@@ -355,11 +376,15 @@ impl Ib {
             .map_err(to_io)?;
         let rkey = mr.rkey();
         let cookie = make_cookie(rkey, buf.page_offset(off));
+        let (alloc, used) = mr_class(len);
+        self.stats.inc(alloc);
+        self.stats.inc(used);
         self.mrs.insert(
             rkey,
             RegMr {
                 sock,
                 use_once: flags.use_once,
+                len,
                 _mr: mr,
             },
         );
@@ -399,10 +424,16 @@ impl Ib {
     /// `RDS_FREE_MR`. Returns whether the socket had the region.
     pub(crate) fn free_mr(&mut self, sock: SockId, rkey: u32) -> bool {
         if self.mrs.get(&rkey).is_some_and(|m| m.sock == sock) {
-            self.mrs.remove(&rkey);
+            self.release_mr(rkey);
             return true;
         }
         false
+    }
+
+    fn release_mr(&mut self, rkey: u32) {
+        if let Some(m) = self.mrs.remove(&rkey) {
+            self.stats.inc(mr_free_class(m.len));
+        }
     }
 
     /// Whether `sock` has the region `rkey` (an `RDMA_DEST` cookie must name one).
@@ -417,13 +448,21 @@ impl Ib {
             .get(&rkey)
             .is_some_and(|m| m.sock == sock && m.use_once)
         {
-            self.mrs.remove(&rkey);
+            self.release_mr(rkey);
         }
     }
 
     /// A socket closed: its regions go.
     pub(crate) fn free_sock(&mut self, sock: SockId) {
-        self.mrs.retain(|_, m| m.sock != sock);
+        let keys: Vec<u32> = self
+            .mrs
+            .iter()
+            .filter(|(_, m)| m.sock == sock)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            self.release_mr(k);
+        }
     }
 
     /// Regions registered for peers.
@@ -582,6 +621,7 @@ impl Ib {
     }
 
     fn cm_event(&mut self, mut ev: CmEvent, stack: &mut Stack, now: Instant) {
+        self.stats.inc(IbCounter::IbEvtHandlerCall);
         log(&format!("cm event {:?} status {}", ev.kind, ev.status));
         if ev.kind == CmEventType::ConnectRequest {
             if let Some(id) = ev.new_id.take() {
@@ -697,13 +737,13 @@ impl Ib {
 
     fn on_request(&mut self, id: CmId, ev: &CmEvent, stack: &mut Stack, now: Instant) {
         let (Some(local), Some(peer)) = (id.local_addr(), id.peer_addr()) else {
-            self.reject(&id);
+            reject(&id);
             return;
         };
         let v6 = matches!(canonical(local.ip()), IpAddr::V6(_));
         let Some((major, minor)) = negotiate(&ev.private_data, v6) else {
             log(&format!("reject {peer}: incompatible private data"));
-            self.reject(&id);
+            reject(&id);
             return;
         };
         let (c, p, epoch) = match stack.handle_accept(
@@ -717,7 +757,10 @@ impl Ib {
             Ok(x) => x,
             Err(e) => {
                 log(&format!("reject {peer}: {e:?}"));
-                self.reject(&id);
+                if e == crate::proto::AcceptError::Raced {
+                    self.stats.inc(IbCounter::IbConnectRaced);
+                }
+                reject(&id);
                 return;
             }
         };
@@ -764,11 +807,6 @@ impl Ib {
             self.remove(i);
             stack.handle_disconnected(now, c, p, epoch);
         }
-    }
-
-    fn reject(&mut self, id: &CmId) {
-        self.rejected += 1;
-        reject(id);
     }
 
     /// Creates the queue pair and buffers of connection `i` and posts its receive ring.
@@ -832,6 +870,7 @@ impl Ib {
             rdma: (0..RDMA_SLOTS).map(|_| None).collect(),
             rdma_wrs: 0,
             max_sge,
+            rx_left: 0,
         });
         Ok(rd)
     }
@@ -849,6 +888,7 @@ impl Ib {
         let mut failed = false;
         loop {
             if r.free.is_empty() {
+                self.stats.inc(IbCounter::IbTxRingFull);
                 c.more = true;
                 break;
             }
@@ -867,6 +907,7 @@ impl Ib {
                 match post_rdma(r, &op.0) {
                     Rdma::Posted => fence = op.0.fence,
                     Rdma::NoRoom => {
+                        self.stats.inc(IbCounter::IbTxStalled);
                         // Waits for an RDMA completion to free send queue entries.
                         c.held = Some(t);
                         c.more = true;
@@ -885,8 +926,10 @@ impl Ib {
             let posted = if t.kind == FrameKind::AckOnly {
                 if r.ack_busy {
                     // The engine keeps one ACK in flight; a second is not expected.
+                    self.stats.inc(IbCounter::IbAckSendDelayed);
                     continue;
                 }
+                self.stats.inc(IbCounter::IbAckSent);
                 r.ack_busy = true;
                 let _ = r.ack.write_at(0, &t.hdr);
                 let Ok(s) = r.ack.sge(0, HEADER_LEN) else {
@@ -910,6 +953,9 @@ impl Ib {
                     failed = true;
                     break;
                 }
+                if t.hdr[8..16] != [0; 8] {
+                    self.stats.inc(IbCounter::IbAckSendPiggybacked);
+                }
                 let slot = r.free.pop().expect("checked");
                 let off = slot * SLOT;
                 let _ = r.send.write_at(off, &t.hdr);
@@ -928,6 +974,9 @@ impl Ib {
                 }])
             };
             if let Err(e) = posted {
+                if t.kind == FrameKind::AckOnly {
+                    self.stats.inc(IbCounter::IbAckSendFailure);
+                }
                 log(&format!("post_send: {e}"));
                 failed = true;
                 break;
@@ -950,9 +999,11 @@ impl Ib {
             return;
         };
         while let Ok(true) = r.cq.get_event() {}
+        self.stats.inc(IbCounter::IbTaskletCall);
         let mut dead = r.cq.req_notify(false).is_err();
         let mut engine_dropped = false;
         let mut want_pull = false;
+        let (mut tx_seen, mut rx_seen) = (false, false);
         'outer: while !dead {
             let n = match r.cq.poll(&mut self.wcs) {
                 Ok(0) => break,
@@ -993,10 +1044,12 @@ impl Ib {
                     break 'outer;
                 }
                 if id == ACK_WR_ID {
+                    tx_seen = true;
                     r.ack_busy = false;
                     stack.handle_ack_sent(conn, path, epoch);
                     want_pull = true;
                 } else if id & RECV_WR_BIT != 0 {
+                    rx_seen = true;
                     let slot = (id & TOKEN_MASK) as usize;
                     let len = (wc.byte_len() as usize).min(SLOT);
                     if slot >= RECV_WRS
@@ -1005,6 +1058,7 @@ impl Ib {
                         dead = true;
                         break 'outer;
                     }
+                    count_rx(&self.stats, &mut r.rx_left, &self.buf[..len]);
                     if stack
                         .handle_fragment(now, conn, path, epoch, &self.buf[..len])
                         .is_err()
@@ -1027,13 +1081,21 @@ impl Ib {
                         dead = true;
                         break 'outer;
                     }
+                    self.stats.inc(IbCounter::IbRxRefillFromCq);
                 } else if id & RDMA_WR_BIT != 0 {
                     // handled above
                 } else if (id as usize) < SEND_WRS {
+                    tx_seen = true;
                     r.free.push(id as usize);
                     want_pull = true;
                 }
             }
+        }
+        if tx_seen {
+            self.stats.inc(IbCounter::IbTxCqEvent);
+        }
+        if rx_seen {
+            self.stats.inc(IbCounter::IbRxCqEvent);
         }
         if engine_dropped {
             return;
@@ -1047,6 +1109,29 @@ impl Ib {
         if want_pull && c.more {
             self.pull(stack, now, conn, path);
         }
+    }
+}
+
+/// Counts a received frame: fragments, ACK-only frames, and whole messages (the fragment
+/// that completes a message's `h_len`).
+fn count_rx(stats: &IbStats, left: &mut usize, frame: &[u8]) {
+    if frame.len() < HEADER_LEN {
+        return;
+    }
+    stats.inc(IbCounter::IbRxTotalFrags);
+    let be32 = |o: usize| u32::from_be_bytes([frame[o], frame[o + 1], frame[o + 2], frame[o + 3]]);
+    let (seq_zero, len) = (frame[..8] == [0; 8], be32(16) as usize);
+    let ports_zero = frame[20..24] == [0; 4];
+    if seq_zero && len == 0 && ports_zero {
+        stats.inc(IbCounter::IbAckReceived);
+        return;
+    }
+    if *left == 0 {
+        *left = len;
+    }
+    *left = left.saturating_sub(frame.len() - HEADER_LEN);
+    if *left == 0 {
+        stats.inc(IbCounter::IbRxTotalIncs);
     }
 }
 

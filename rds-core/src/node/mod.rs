@@ -24,7 +24,7 @@ use crate::proto::{
     ConnId, ConnInfo, DropReason, Event, PathState, QueuedMsgInfo, SockId, SockInfo, Stack,
     TransportKind,
 };
-use crate::stats::{Counter, TcpStats};
+use crate::stats::{Counter, IbStats, TcpStats};
 use crate::sys;
 use crate::time::Instant;
 use crate::tunables::Tunables;
@@ -154,6 +154,8 @@ pub(crate) struct Inner {
     origin: std::time::Instant,
     origin_wall_ns: u64,
     pub tcp_stats: Arc<TcpStats>,
+    /// The `ib_*` counters (listed when the IB transport runs).
+    pub ib_stats: Arc<IbStats>,
     pub tap: Tap,
     pub addrs: Mutex<Vec<IpAddr>>,
     pub frames_in: AtomicU64,
@@ -193,10 +195,11 @@ impl Node {
         let seed = cfg.seed.unwrap_or_else(random_seed);
         let mut stack = Stack::new(cfg.tunables.clone(), seed);
         let tcp_stats = Arc::new(TcpStats::new());
+        let ib_stats = Arc::new(IbStats::new());
         let epoll = Arc::new(sys::Epoll::new()?);
         let mut tcp = Tcp::new(epoll.clone(), tcp_stats.clone(), seed.rotate_left(17))?;
         let (mut ib, ib_unavailable) = if cfg.transports.ib {
-            match Ib::new(epoll.clone()) {
+            match Ib::new(epoll.clone(), ib_stats.clone()) {
                 Ok(t) => (Some(t), None),
                 Err(e) => (None, Some(e)),
             }
@@ -238,6 +241,7 @@ impl Node {
             origin,
             origin_wall_ns,
             tcp_stats,
+            ib_stats,
             tap: Tap::default(),
             addrs: Mutex::new(cfg.addrs),
             frames_in: AtomicU64::new(0),
@@ -390,6 +394,9 @@ impl Node {
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<_> = lock(&self.inner.core).stack.stats().iter().collect();
         v.extend(self.inner.tcp_stats.snapshot());
+        if self.ib_running() {
+            v.extend(self.inner.ib_stats.snapshot());
+        }
         v
     }
 
@@ -402,6 +409,7 @@ impl Node {
     pub fn reset_stats(&self) {
         lock(&self.inner.core).stack.reset_stats();
         self.inner.tcp_stats.reset();
+        self.inner.ib_stats.reset();
     }
 
     /// The tunables in force.
