@@ -16,6 +16,7 @@ pub mod control;
 pub mod msg;
 pub mod opts;
 pub mod output;
+pub mod rdma;
 mod run;
 pub mod stats;
 mod sys;

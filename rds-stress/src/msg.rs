@@ -122,6 +122,73 @@ impl Header {
     }
 }
 
+/// `rdma_op` of a request that asks the peer to read our region.
+pub const RDMA_OP_READ: u8 = 1;
+/// `rdma_op` of a request that asks the peer to write our region.
+pub const RDMA_OP_WRITE: u8 = 2;
+
+/// The RDMA fields of a header (bytes 19..62): what a request offers and what its ack echoes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RdmaFields {
+    /// [`RDMA_OP_READ`], [`RDMA_OP_WRITE`] or 0 (no RDMA).
+    pub op: u8,
+    /// The requester's own name for its buffer (echoed back in the ack).
+    pub addr: u64,
+    /// The address the responder targets in the region (0: zero-based regions).
+    pub phyaddr: u64,
+    /// The u64 word the buffer is filled with (`send_seq << 32 | pid`).
+    pub pattern: u64,
+    /// The region's cookie (0 in a request that registers it with `RDMA_MAP`).
+    pub key: u64,
+    /// Bytes per iovec (`-D`).
+    pub size: u32,
+    /// Number of iovecs (`-I`).
+    pub vector: u32,
+    /// `rdma_remote_err` (async mode of the original).
+    pub remote_err: u8,
+}
+
+impl RdmaFields {
+    /// Writes the fields into a header emitted by [`Header::emit`] (`buf` at least
+    /// [`HEADER_SIZE`] long).
+    pub fn emit(&self, buf: &mut [u8]) {
+        if buf.len() < HEADER_SIZE {
+            return;
+        }
+        buf[19] = self.op;
+        buf[20..28].copy_from_slice(&self.addr.to_be_bytes());
+        buf[28..36].copy_from_slice(&self.phyaddr.to_be_bytes());
+        buf[36..44].copy_from_slice(&self.pattern.to_be_bytes());
+        buf[44..52].copy_from_slice(&self.key.to_be_bytes());
+        buf[52..56].copy_from_slice(&self.size.to_be_bytes());
+        buf[56..60].copy_from_slice(&self.vector.to_be_bytes());
+        buf[61] = self.remote_err;
+    }
+
+    /// Reads the fields; all zero when `buf` is shorter than a header.
+    pub fn parse(buf: &[u8]) -> RdmaFields {
+        if buf.len() < HEADER_SIZE {
+            return RdmaFields::default();
+        }
+        let u64_at = |o: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[o..o + 8]);
+            u64::from_be_bytes(b)
+        };
+        let u32_at = |o: usize| u32::from_be_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
+        RdmaFields {
+            op: buf[19],
+            addr: u64_at(20),
+            phyaddr: u64_at(28),
+            pattern: u64_at(36),
+            key: u64_at(44),
+            size: u32_at(52),
+            vector: u32_at(56),
+            remote_err: buf[61],
+        }
+    }
+}
+
 /// The `-v` payload pattern: `k = 11`, then `k = 41 * (k + 3) + (i >> 8)` with the already
 /// incremented index `i`; each byte is `k mod 256`.
 pub fn pattern(len: usize) -> Vec<u8> {
@@ -280,6 +347,34 @@ mod tests {
         h6.emit(&mut b6, true);
         assert!(b6[4..12].iter().all(|&x| x == 0));
         assert_eq!(Header::parse(&b6, true), Some(h6));
+    }
+
+    #[test]
+    fn rdma_fields_bytes() {
+        let f = RdmaFields {
+            op: RDMA_OP_WRITE,
+            addr: 0x0102_0304_0506_0708,
+            phyaddr: 0,
+            pattern: 0x0000_000b_0000_04d2,
+            key: 0x0000_0a00_1234_5678,
+            size: 8192,
+            vector: 4,
+            remote_err: 0,
+        };
+        let mut b = [0xa5u8; HEADER_SIZE];
+        h().emit(&mut b, false);
+        f.emit(&mut b);
+        assert_eq!(b[19], 2);
+        assert_eq!(&b[20..28], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[28..36], &[0; 8]);
+        assert_eq!(&b[36..44], &[0, 0, 0, 0x0b, 0, 0, 0x04, 0xd2]);
+        assert_eq!(&b[44..52], &[0, 0, 0x0a, 0, 0x12, 0x34, 0x56, 0x78]);
+        assert_eq!(&b[52..56], &[0, 0, 0x20, 0]);
+        assert_eq!(&b[56..60], &[0, 0, 0, 4]);
+        assert_eq!((b[60], b[61], b[62]), (0, 0, 0));
+        assert_eq!(RdmaFields::parse(&b), f);
+        assert_eq!(Header::parse(&b, false), Some(h()));
+        assert_eq!(RdmaFields::parse(&b[..62]), RdmaFields::default());
     }
 
     #[test]

@@ -165,6 +165,11 @@ pub struct Args {
     /// Print the summary as one JSON document on stdout (progress goes to stderr)
     #[arg(long = "json", help_heading = EXT)]
     pub json: bool,
+    /// RDS transport of the tasks: tcp (the daemon's node or an embedded RDS/TCP node) or ib
+    /// (an embedded node running RDS/IB on the local address); default ib with -D when the
+    /// address is on an RDMA device, else tcp
+    #[arg(long = "transport", value_name = "tcp|ib", help_heading = EXT)]
+    pub transport: Option<String>,
     /// Print version
     #[arg(long = "version", action = ArgAction::Version, help_heading = EXT)]
     pub version: Option<bool>,
@@ -313,6 +318,8 @@ pub struct Resolved {
     pub loopback: bool,
     /// `--json`.
     pub json: bool,
+    /// `--transport`: `Some(true)` = ib, `Some(false)` = tcp, `None` = chosen by `-D`.
+    pub transport_ib: Option<bool>,
 }
 
 fn flag(b: bool) -> u8 {
@@ -391,6 +398,16 @@ impl Args {
             w.connect_retries = v as u32;
         }
         let abort_after = num(&self.abort_after, u32max)?.unwrap_or(0) as u32;
+        let transport_ib = match self.transport.as_deref() {
+            None => None,
+            Some("tcp") => Some(false),
+            Some("ib") => Some(true),
+            Some(other) => {
+                return Err(Fatal::new(format!(
+                    "invalid transport '{other}' (tcp or ib)\n"
+                )))
+            }
+        };
         w.summary_only = flag(self.report_summary);
         w.rtprio = flag(self.rtprio);
         w.tracing = flag(self.trace);
@@ -478,6 +495,7 @@ impl Args {
             use_json,
             loopback: self.loopback,
             json: self.json,
+            transport_ib,
         })
     }
 }
@@ -523,6 +541,13 @@ pub fn check_limits(w: &WireOptions) -> Result<(), Fatal> {
         return Err(Fatal::new(format!(
             "ack size {} is larger than the largest RDS message ({MAX_MSG_SIZE} bytes)\n",
             w.ack_size
+        )));
+    }
+    let rdma = u64::from(w.rdma_size) * u64::from(w.rdma_vector);
+    if rdma > crate::rdma::MAX_RDMA_BYTES {
+        return Err(Fatal::new(format!(
+            "RDMA size * vector = {rdma} is larger than the largest RDMA operation ({} bytes)\n",
+            crate::rdma::MAX_RDMA_BYTES
         )));
     }
     let slots = u64::from(w.nr_tasks) * u64::from(w.nr_tasks) * u64::from(w.req_depth);

@@ -18,6 +18,7 @@ use crate::control::{
 use crate::msg::header_size;
 use crate::opts::{check_limits, set_addr, Args, Fatal, Resolved};
 use crate::output::{self, JsonInterval, JsonSummary, ProcStat};
+use crate::rdma;
 use crate::stats::{self, Counter, Snapshotter, Soakers, Stat, NR_STATS};
 use crate::task::{Control, Env, Tasks};
 
@@ -88,23 +89,6 @@ fn interrupt(code: i32) -> ! {
     std::process::exit(code);
 }
 
-fn rdma_requested(a: &Args) -> bool {
-    a.rdma_bytes
-        .as_deref()
-        .is_some_and(|s| crate::opts::parse_ull(s, u64::MAX) != Ok(0))
-        || a.rdma_buffers.is_some()
-        || a.rdma_mode.is_some()
-        || a.rdma_use_once.is_some()
-        || a.rdma_use_get_mr.is_some()
-        || a.rdma_use_fence.is_some()
-        || a.rdma_use_notify.is_some()
-        || a.rdma_cache_mrs.is_some()
-        || a.rdma_alignment.is_some()
-        || a.rdma_key_o_meter
-}
-
-const NO_RDMA: &str = "RDMA not supported by this kernel: the RDS/TCP transport in use has no \
-RDMA (-D, -I, -M and the --rdma-* options need the InfiniBand transport)\n";
 const NO_ASYNC: &str = "option --async needs UEK's RDS_CMSG_ASYNC_SEND, which this RDS stack \
 does not have\n";
 const NO_TOS: &str = "ERROR: failed to set TOS: this RDS stack has no type of service support \
@@ -124,9 +108,6 @@ pub fn run(args: &Args) -> Result<i32, Fatal> {
         println!("started {} cycle soaking processes", s.len());
         s
     });
-    if rdma_requested(args) {
-        return Err(Fatal::new(NO_RDMA));
-    }
     if r.wire.async_send != 0 {
         return Err(Fatal::new(NO_ASYNC));
     }
@@ -300,6 +281,36 @@ fn env_for(
     }
 }
 
+/// The node for this side's tasks: an embedded node with the IB transport when RDMA (or
+/// `--transport ib`) asks for it and `ip` is on an RDMA device, else `None` (the daemon's node
+/// or the default embedded node, RDS/TCP). With `-D`, the original's RDMA check on a socket
+/// bound to `ip:port` (exit 1 with "RDMA not supported by this kernel" on RDS/TCP).
+fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Option<Node>, Fatal> {
+    let want_ib = r.transport_ib.unwrap_or(w.rdma_size != 0);
+    let node = if want_ib {
+        match rdma::not_on_rdma_device(ip) {
+            None => Some(rdma::start_ib_node(ip, name)?),
+            Some(why) if r.transport_ib == Some(true) => {
+                return Err(Fatal::new(format!(
+                    "--transport ib: {ip} is not on an RDMA device: {why}\n"
+                )))
+            }
+            Some(_) => None,
+        }
+    } else {
+        None
+    };
+    if w.rdma_size != 0 {
+        if let Err(e) = rdma::check_support(node.as_ref(), ip, w.starting_port) {
+            if let Some(n) = &node {
+                n.shutdown();
+            }
+            return Err(e);
+        }
+    }
+    Ok(node)
+}
+
 fn start_tasks(env: Env) -> Result<Tasks, Fatal> {
     let t = Tasks::start(env)?;
     register(&t);
@@ -318,6 +329,10 @@ fn run_active(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32, 
         )),
         _ => SocketAddr::new(peer_ip, w.starting_port),
     };
+    let mut node = match r.recv_addr {
+        Some(a) => task_node(r, &w, a.ip(), "rds-stress-active")?,
+        None => None,
+    };
     if w.show_params != 0 {
         p.out(&output::show_params(&w));
     }
@@ -328,6 +343,7 @@ fn run_active(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32, 
             .local_addr()
             .map_err(|e| Fatal::new(format!("getsockname failed{}", errno_suffix(&e))))?;
         set_addr(&mut w, l.ip(), false);
+        node = task_node(r, &w, l.ip(), "rds-stress-active")?;
         l.ip()
     } else {
         local
@@ -340,7 +356,7 @@ fn run_active(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32, 
     }
     let layout = w.layout(r.v6, r.use_json);
     send_all(&mut stream, &w.encode_layout(layout)).map_err(ctl_fatal)?;
-    let env = env_for(r, &w, local, peer_ip, true, None);
+    let env = env_for(r, &w, local, peer_ip, true, node.clone());
     let mut tasks = None;
     if !r.use_json {
         tasks = Some(start_tasks(env.clone())?);
@@ -368,9 +384,13 @@ fn run_active(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32, 
     let Some(tasks) = tasks else {
         return Err(Fatal::new("internal error: no tasks\n"));
     };
-    warm_up(None, local, peer_ip);
+    warm_up(node.as_ref(), local, peer_ip);
     p.out("negotiated options, tasks will start in 2 seconds\n");
-    release_and_wait(r, &w, p, soak, tasks, None, Some(stream), true)
+    let code = release_and_wait(r, &w, p, soak, tasks, None, Some(stream), true);
+    if let Some(n) = node {
+        n.shutdown();
+    }
+    code
 }
 
 fn check_peer_options(w: &WireOptions, v6: bool) -> Result<(), Fatal> {
@@ -387,9 +407,6 @@ fn check_peer_options(w: &WireOptions, v6: bool) -> Result<(), Fatal> {
         ))));
     }
     check_limits(w).map_err(wrap)?;
-    if w.rdma_size != 0 {
-        return Err(Fatal::new(NO_RDMA));
-    }
     if w.async_send != 0 {
         return Err(Fatal::new(NO_ASYNC));
     }
@@ -448,9 +465,11 @@ fn run_passive(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32,
     let peer_ip = peer_of(&w, v6);
     let ok = recv_byte(&mut stream).map_err(ctl_fatal)?;
     let json = peer_version[JSON_FLAG_OFFSET..JSON_FLAG_OFFSET + 5] == *b"json\0";
+    let node;
     let tasks = if !json {
         check_peer_options(&w, v6)?;
-        let env = env_for(r, &w, own, peer_ip, false, None);
+        node = task_node(r, &w, own, "rds-stress-passive")?;
+        let env = env_for(r, &w, own, peer_ip, false, node.clone());
         let t = start_tasks(env)?;
         send_all(&mut stream, &[ok]).map_err(ctl_fatal)?;
         t
@@ -466,14 +485,19 @@ fn run_passive(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32,
         send_json(&mut stream, &w.to_json()).map_err(ctl_fatal)?;
         check_peer_options(&w, v6)?;
         let peer_ip = peer_of(&w, v6);
-        let env = env_for(r, &w, own, peer_ip, false, None);
+        node = task_node(r, &w, own, "rds-stress-passive")?;
+        let env = env_for(r, &w, own, peer_ip, false, node.clone());
         let t = start_tasks(env)?;
         let ok = recv_byte(&mut stream).map_err(ctl_fatal)?;
         send_all(&mut stream, &[ok]).map_err(ctl_fatal)?;
         t
     };
     p.out("negotiated options, tasks will start in 2 seconds\n");
-    release_and_wait(r, &w, p, soak, tasks, None, Some(stream), false)
+    let code = release_and_wait(r, &w, p, soak, tasks, None, Some(stream), false);
+    if let Some(n) = node {
+        n.shutdown();
+    }
+    code
 }
 
 /// The passive side's view: send to the peer's receive address, receive on our own.
@@ -532,15 +556,28 @@ fn run_loopback(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32
     if w.show_params != 0 {
         p.out(&output::show_params(&w));
     }
-    let node_a = start_node(a, "rds-stress-active")?;
-    let node_b = start_node(b, "rds-stress-passive")?;
+    let (node_a, node_b) = match (
+        task_node(r, &w, a, "rds-stress-active")?,
+        task_node(r, &w, b, "rds-stress-passive")?,
+    ) {
+        (Some(x), Some(y)) => (x, y),
+        _ => (
+            start_node(a, "rds-stress-active")?,
+            start_node(b, "rds-stress-passive")?,
+        ),
+    };
     let mut wp = w.clone();
     swap_addrs(&mut wp, b);
     let passive = start_tasks(env_for(r, &wp, b, a, false, Some(node_b.clone())))?;
     let active = start_tasks(env_for(r, &w, a, b, true, Some(node_a.clone())))?;
     warm_up(Some(&node_a), a, b);
     p.out(&format!(
-        "loopback: active side on {a}, passive side on {b}, over RDS/TCP\n"
+        "loopback: active side on {a}, passive side on {b}, over {}\n",
+        if node_a.ib_running() {
+            "RDS/IB"
+        } else {
+            "RDS/TCP"
+        }
     ));
     p.out("negotiated options, tasks will start in 2 seconds\n");
     let code = release_and_wait(r, &w, p, soak, active, Some(passive), None, true);
@@ -754,6 +791,12 @@ fn release_and_wait(
     }
     std::thread::sleep(Duration::from_secs(1));
     let stats_list = tasks.stats.clone();
+    let mut rdma_failed = tasks.ctl.rdma_failures();
+    if let Some(o) = &other {
+        for (a, b) in rdma_failed.iter_mut().zip(o.ctl.rdma_failures()) {
+            *a += b;
+        }
+    }
     tasks.join();
     if let Some(o) = other {
         o.join();
@@ -777,6 +820,9 @@ fn release_and_wait(
     }
     let pct = stats::percentiles(&stats_list);
     p.out(&output::percentile_line(&pct));
+    if let Some(line) = rdma::failure_line(&rdma_failed) {
+        eprint!("{line}");
+    }
     if r.json {
         let tot = stats::total(&stats_list);
         let s = JsonSummary {

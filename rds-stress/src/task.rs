@@ -8,7 +8,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -16,11 +16,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rds_core::proto::Received;
+use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, RdmaNotify, RdmaStatus, SendCtl};
 use rds_core::{Node, RecvFlags, Socket};
 
 use crate::control::{errno_suffix, WireOptions};
-use crate::msg::{self, Bogus, Header, OP_ACK, OP_REQ};
+use crate::msg::{self, Bogus, Header, RdmaFields, OP_ACK, OP_REQ, RDMA_OP_READ, RDMA_OP_WRITE};
 use crate::opts::Fatal;
+use crate::rdma::{self, Area};
 use crate::stats::{Stat, TaskStats};
 
 /// Most messages handled per receive round (keeps sending and receiving fair).
@@ -73,6 +75,17 @@ pub struct Control {
     /// Task 0's socket goes through the daemon.
     pub via_daemon: AtomicBool,
     burst: [AtomicI64; 2],
+    /// RDMA notifications received, by status code (0 = success ... 4 = other error).
+    pub rdma_status: [AtomicU64; 5],
+}
+
+impl Control {
+    /// Notifications received with a status other than success, by status code.
+    pub fn rdma_failures(&self) -> [u64; 5] {
+        let mut v: [u64; 5] = std::array::from_fn(|i| self.rdma_status[i].load(Relaxed));
+        v[0] = 0;
+        v
+    }
 }
 
 impl Control {
@@ -193,6 +206,23 @@ struct Flow {
     unacked: u32,
     congested: bool,
     send_time: Vec<Instant>,
+    /// RDMA: the op of the next request (toggled in mode 0).
+    rdma_next_op: u8,
+    /// RDMA: per send slot, a cookie from `RDS_GET_MR` not yet sent (or cached).
+    req_key: Vec<u64>,
+    /// RDMA: per receive slot, what the ack of that request must do.
+    ack_rdma: Vec<Option<RdmaFields>>,
+    /// RDMA: per slot, the op of an ack whose notification has not come yet.
+    inflight: Vec<Option<Inflight>>,
+    /// RDMA: an ack waits for a notification of its slot (the original's `EBADSLT`).
+    drain_rdmas: bool,
+}
+
+/// An RDMA operation this side started with an ack.
+#[derive(Debug, Clone, Copy)]
+struct Inflight {
+    op: u8,
+    pattern: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +243,9 @@ struct Task {
     pattern: Option<Vec<u8>>,
     depth: u32,
     do_work: bool,
+    /// RDMA buffers (`-D`).
+    area: Option<Area>,
+    pid: u32,
 }
 
 fn os_err(e: &io::Error) -> i32 {
@@ -284,8 +317,22 @@ impl Task {
                 unacked: 0,
                 congested: false,
                 send_time: vec![now; w.req_depth as usize],
+                rdma_next_op: if j & 1 == 1 {
+                    RDMA_OP_READ
+                } else {
+                    RDMA_OP_WRITE
+                },
+                req_key: vec![0; w.req_depth as usize],
+                ack_rdma: vec![None; w.req_depth as usize],
+                inflight: vec![None; w.req_depth as usize],
+                drain_rdmas: false,
             })
             .collect();
+        let area = if w.rdma_size != 0 {
+            Some(Area::new(w)?)
+        } else {
+            None
+        };
         Ok(Task {
             env: env.clone(),
             ctl: ctl.clone(),
@@ -298,6 +345,8 @@ impl Task {
             depth: w.req_depth,
             do_work: w.simplex == 0 || env.active,
             sock,
+            area,
+            pid: std::process::id(),
         })
     }
 
@@ -365,10 +414,15 @@ impl Task {
                 if cong_monitor && self.flows[i].congested {
                     continue;
                 }
+                if self.flows[i].drain_rdmas {
+                    continue;
+                }
                 if let Err(errno) = self.send_anything(i, can_send, work) {
                     want_out = true;
                     if errno == libc::ENOBUFS {
                         self.flows[i].congested = true;
+                    } else if errno == libc::EBADSLT {
+                        self.flows[i].drain_rdmas = true;
                     }
                 }
             }
@@ -469,14 +523,23 @@ impl Task {
         }
     }
 
-    fn message(&self, tpl: &[u8], h: &Header) -> Bytes {
+    fn message(&self, tpl: &[u8], h: &Header, rdma: Option<&RdmaFields>) -> Vec<u8> {
         let mut v = tpl.to_vec();
         h.emit(&mut v, self.env.v6);
-        Bytes::from(v)
+        if let Some(r) = rdma {
+            r.emit(&mut v);
+        }
+        v
     }
 
-    fn send(&self, m: Bytes, dst: SocketAddr) -> Result<usize, i32> {
-        match self.sock.send_bytes(m, Some(dst), true) {
+    fn trace(&self, s: std::fmt::Arguments<'_>) {
+        if self.env.w.tracing != 0 {
+            eprintln!("{s}");
+        }
+    }
+
+    fn send_result<T>(&self, r: io::Result<T>) -> Result<T, i32> {
+        match r {
             Ok(n) => Ok(n),
             Err(e) => {
                 let errno = os_err(&e);
@@ -489,19 +552,114 @@ impl Task {
         }
     }
 
+    fn send(&self, m: Vec<u8>, dst: SocketAddr) -> Result<usize, i32> {
+        self.send_result(self.sock.send_bytes(Bytes::from(m), Some(dst), true))
+    }
+
+    fn send_ctl(&self, m: &[u8], dst: SocketAddr, ctl: &SendCtl) -> Result<usize, i32> {
+        self.send_result(self.sock.send_ctl(m, Some(dst), ctl))
+            .map(|s| s.len)
+    }
+
+    /// The RDMA part of request `slot` of flow `i` (the original's `rdma_build_req`): a
+    /// region cookie (`RDS_GET_MR` now, or `RDMA_MAP` at send), the op, the pattern, and the
+    /// region filled for `-v`.
+    fn build_rdma_req(&mut self, i: usize, slot: u32) -> (RdmaFields, SendCtl) {
+        let w = &self.env.w;
+        let Some(area) = self.area.as_ref() else {
+            die("", "internal error: RDMA request without RDMA buffers\n");
+        };
+        let off = area.region(i, slot as usize);
+        let flags = MrFlags {
+            use_once: w.rdma_use_once != 0,
+            invalidate: false,
+        };
+        let s = slot as usize;
+        if w.rdma_use_get_mr != 0 && self.flows[i].req_key[s] == 0 {
+            match self.sock.get_mr(&area.buf, off, area.len, flags) {
+                Ok(c) => {
+                    self.trace(format_args!("RDS get_rdma_key() = {c:x}"));
+                    self.flows[i].req_key[s] = c;
+                }
+                Err(e) => die(
+                    "",
+                    &format!("setsockopt(RDS_GET_MR) failed{}", errno_suffix(&e)),
+                ),
+            }
+        }
+        let f = &mut self.flows[i];
+        f.rdma_next_op = match w.rw_mode {
+            0 => 3 - f.rdma_next_op,
+            1 => RDMA_OP_READ,
+            _ => RDMA_OP_WRITE,
+        };
+        let r = RdmaFields {
+            op: f.rdma_next_op,
+            addr: off as u64,
+            phyaddr: 0,
+            pattern: (u64::from(f.send_seq) << 32) | u64::from(self.pid),
+            key: f.req_key[s],
+            size: w.rdma_size,
+            vector: w.rdma_vector,
+            remote_err: 0,
+        };
+        if w.verify != 0 {
+            let fill = if r.op == RDMA_OP_READ { r.pattern } else { 0 };
+            if let Err(e) = area.fill(off, fill) {
+                die("", &format!("filling the RDMA buffer failed: {e}\n"));
+            }
+        }
+        self.trace(format_args!(
+            "Requesting RDMA {} for pattern {:x} local offset {off}",
+            if r.op == RDMA_OP_READ {
+                "read"
+            } else {
+                "write"
+            },
+            r.pattern
+        ));
+        let ctl = if r.key != 0 {
+            SendCtl {
+                rdma_dest: Some(r.key),
+                ..SendCtl::default()
+            }
+        } else {
+            SendCtl {
+                rdma_map: Some(RdmaMap {
+                    buf: area.buf.clone(),
+                    off,
+                    len: area.len,
+                    flags,
+                }),
+                ..SendCtl::default()
+            }
+        };
+        (r, ctl)
+    }
+
     fn send_req(&mut self, i: usize) -> Result<(), i32> {
         let f = &self.flows[i];
         let idx = f.send_index;
+        let with_rdma = self.env.w.rdma_size != 0 && f.send_seq > 10;
         let h = self.header(f, OP_REQ, idx);
-        let m = self.message(&self.req_tpl, &h);
         let dst = f.dst;
+        let rdma = with_rdma.then(|| self.build_rdma_req(i, idx));
+        let m = self.message(&self.req_tpl, &h, rdma.as_ref().map(|r| &r.0));
         let t0 = Instant::now();
-        let n = self.send(m, dst)?;
+        let n = match &rdma {
+            None => self.send(m, dst)?,
+            Some((_, ctl)) => self.send_ctl(&m, dst, ctl)?,
+        };
         let us = t0.elapsed().as_micros() as u64;
         self.stats.inc(Stat::ReqTx, n as u64);
         self.stats.inc(Stat::SendmsgUsecs, us);
         let depth = self.depth;
+        let cache = self.env.w.rdma_cache_mrs != 0;
         let f = &mut self.flows[i];
+        if rdma.is_some() && !cache {
+            // The key went out with this request.
+            f.req_key[idx as usize] = 0;
+        }
         f.send_time[idx as usize] = t0;
         f.send_seq = f.send_seq.wrapping_add(1);
         f.send_index = (f.send_index + 1) % depth;
@@ -513,14 +671,84 @@ impl Task {
         let f = &self.flows[i];
         let depth = u64::from(self.depth);
         let q = ((u64::from(f.recv_index) + depth - u64::from(f.unacked) % depth) % depth) as u32;
+        let qs = q as usize;
+        let echo = f.ack_rdma[qs];
+        let op = echo.filter(|r| r.op != 0 && r.remote_err == 0);
+        if op.is_some() && f.inflight[qs].is_some() {
+            // The previous RDMA of this slot has not completed: drain first.
+            self.trace(format_args!(
+                "Drain RDMA 0x{:x}",
+                rdma::user_token(f.send_seq, u32::from(f.nr), self.depth, q, rdma::TOKEN_RDMA)
+            ));
+            return Err(libc::EBADSLT);
+        }
         let h = self.header(f, OP_ACK, q);
-        let m = self.message(&self.ack_tpl, &h);
-        let n = self.send(m, f.dst)?;
+        let m = self.message(&self.ack_tpl, &h, echo.as_ref());
+        let dst = f.dst;
+        let w = &self.env.w;
+        let n = match (op, self.area.as_ref()) {
+            (Some(r), Some(area)) => {
+                let token =
+                    rdma::user_token(h.seq, u32::from(f.nr), self.depth, q, rdma::TOKEN_RDMA);
+                let local = area.local(i, qs);
+                let write = r.op == RDMA_OP_WRITE;
+                if write && w.verify != 0 {
+                    if let Err(e) = area.fill(local, r.pattern) {
+                        die("", &format!("filling the RDMA buffer failed: {e}\n"));
+                    }
+                }
+                let size = w.rdma_size as usize;
+                let args = RdmaArgs {
+                    cookie: r.key,
+                    remote_addr: r.phyaddr,
+                    local: (0..w.rdma_vector as usize)
+                        .map(|v| LocalVec {
+                            buf: area.buf.clone(),
+                            off: local + v * size,
+                            len: size,
+                        })
+                        .collect(),
+                    write,
+                    fence: !write && w.rdma_use_fence != 0,
+                    notify: true,
+                    silent: false,
+                    user_token: token,
+                };
+                self.trace(format_args!(
+                    "RDS issuing rdma for token 0x{token:x} key 0x{:x} len {} vector {}",
+                    r.key, w.rdma_size, w.rdma_vector
+                ));
+                let ctl = SendCtl {
+                    rdma: Some(args),
+                    ..SendCtl::default()
+                };
+                let n = self.send_ctl(&m, dst, &ctl)?;
+                self.flows[i].inflight[qs] = Some(Inflight {
+                    op: r.op,
+                    pattern: r.pattern,
+                });
+                n
+            }
+            _ => self.send(m, dst)?,
+        };
         if self.env.w.tracing != 0 {
-            eprintln!("ACK: task {} seq {} index {}", f.nr, h.seq, h.index);
+            eprintln!(
+                "ACK: task {} seq {} index {}",
+                self.flows[i].nr, h.seq, h.index
+            );
         }
         self.stats.inc(Stat::AckTx, n as u64);
+        match op.map(|r| r.op) {
+            Some(RDMA_OP_WRITE) => self
+                .stats
+                .inc(Stat::MbusOut, u64::from(self.env.w.rdma_size)),
+            Some(RDMA_OP_READ) => self
+                .stats
+                .inc(Stat::MbusIn, u64::from(self.env.w.rdma_size)),
+            _ => {}
+        }
         let f = &mut self.flows[i];
+        f.ack_rdma[qs] = None;
         f.send_seq = f.send_seq.wrapping_add(1);
         f.unacked -= 1;
         Ok(())
@@ -541,21 +769,155 @@ impl Task {
                         }
                     }
                 }
+                Ok(Received::RdmaStatus(n)) => self.rdma_completed(n),
                 // A zero-length message (a ping's pong) carries nothing for us, as in the
                 // original, which skips empty receives.
                 Ok(Received::Data { full_len: 0, .. }) => {}
-                // No RDMA operations are started here, so no notification is expected.
-                Ok(Received::RdmaStatus(_)) => {}
                 Ok(Received::Data { msg, full_len, .. }) => {
                     let now = Instant::now();
-                    self.handle(&msg.payload, full_len, msg.from, now);
+                    self.handle(&msg.payload, full_len, msg.from, now, msg.rdma_dest);
                 }
                 Err(_) => return,
             }
         }
     }
 
-    fn handle(&mut self, payload: &[u8], len: usize, from: SocketAddr, now: Instant) {
+    /// An RDMA notification (the original's `rdma_mark_completed`): counts its status, frees
+    /// the slot, and with `-v` checks what an RDMA read brought.
+    fn rdma_completed(&mut self, n: RdmaNotify) {
+        let code = n.status.code() as usize;
+        if let Some(c) = self.ctl.rdma_status.get(code) {
+            c.fetch_add(1, Relaxed);
+        }
+        self.trace(format_args!(
+            "RDS rdma completion for token 0x{:x}",
+            n.user_token
+        ));
+        let Some((_seq, flow, slot, kind)) = rdma::parse_token(n.user_token, self.depth) else {
+            return;
+        };
+        let (flow, slot) = (flow as usize, slot as usize);
+        let Some(f) = self.flows.get_mut(flow) else {
+            return;
+        };
+        if n.status != RdmaStatus::Success && self.env.w.tracing != 0 {
+            eprintln!(
+                "{}:{}: {} failed: {}",
+                f.dst.ip(),
+                f.dst.port(),
+                if kind != 0 { "SEND" } else { "RDMA" },
+                rdma::status_text(n.status)
+            );
+        }
+        let done = f.inflight.get_mut(slot).and_then(Option::take);
+        f.drain_rdmas = false;
+        let dst = f.dst;
+        if n.status != RdmaStatus::Success || self.env.w.verify == 0 {
+            return;
+        }
+        if let (Some(d), Some(area)) = (done, self.area.as_ref()) {
+            if d.op == RDMA_OP_READ {
+                self.check_rdma(area, area.local(flow, slot), d.pattern, "read from", dst);
+            }
+        }
+    }
+
+    /// Dies when the RDMA buffer at `off` does not hold `pattern` in every word.
+    fn check_rdma(&self, area: &Area, off: usize, pattern: u64, what: &str, peer: SocketAddr) {
+        match area.compare(off, pattern) {
+            Ok(None) => {
+                self.trace(format_args!("compare pass pattern {pattern:x}"));
+            }
+            Ok(Some((first, bad, words))) => die(
+                &format!(
+                    "The RDMA {what} {}:{} has a corrupted pattern at offset {first}; {bad} out \
+                     of {words} words corrupted (pattern {pattern:x})\n",
+                    peer.ip(),
+                    peer.port()
+                ),
+                &format!(
+                    "RDMA data from {}:{} to id {} bogus\n",
+                    peer.ip(),
+                    peer.port(),
+                    self.local.port()
+                ),
+            ),
+            Err(e) => die("", &format!("reading the RDMA buffer failed: {e}\n")),
+        }
+    }
+
+    /// The requester's side of an ack with RDMA (the original's `rdma_process_ack`).
+    fn rdma_ack(&mut self, flow: usize, slot: u32, r: &RdmaFields, from: SocketAddr) {
+        let w = &self.env.w;
+        self.trace(format_args!(
+            "RDS rcvd rdma {} ACK for request key {:x} len {}",
+            if r.op == RDMA_OP_WRITE {
+                "write"
+            } else {
+                "read"
+            },
+            r.key,
+            r.size
+        ));
+        if w.rdma_use_once == 0 && w.rdma_cache_mrs == 0 {
+            self.trace(format_args!("RDS free_rdma_key({:x})", r.key));
+            let _ = self.sock.free_mr(r.key, false);
+        }
+        match r.op {
+            RDMA_OP_WRITE => {
+                self.stats.inc(Stat::MbusIn, u64::from(r.size));
+                if w.verify != 0 {
+                    if let Some(area) = self.area.as_ref() {
+                        let off = area.region(flow, slot as usize);
+                        self.check_rdma(area, off, r.pattern, "write by", from);
+                    }
+                }
+            }
+            RDMA_OP_READ => self.stats.inc(Stat::MbusOut, u64::from(r.size)),
+            _ => {}
+        }
+    }
+
+    /// The responder's checks of a request's RDMA fields (the original's `rdma_validate`).
+    fn rdma_validate(&self, r: &RdmaFields) {
+        let w = &self.env.w;
+        if r.size != w.rdma_size {
+            die("", &format!("Unexpected RDMA size {} in request\n", r.size));
+        }
+        if r.vector != w.rdma_vector {
+            die(
+                "",
+                &format!(
+                    "Unexpected RDMA vector {} in request {} \n",
+                    r.vector, w.rdma_vector
+                ),
+            );
+        }
+        if r.op != RDMA_OP_READ && r.op != RDMA_OP_WRITE {
+            die("", &format!("Unexpected RDMA op {} in request\n", r.op));
+        }
+        self.trace(format_args!(
+            "RDS received request to issue rdma {} len {} rva {:x} key {:x} pattern {:x}",
+            if r.op == RDMA_OP_WRITE {
+                "write to"
+            } else {
+                "read from"
+            },
+            r.size,
+            r.addr,
+            r.key,
+            r.pattern
+        ));
+    }
+
+    fn handle(
+        &mut self,
+        payload: &[u8],
+        len: usize,
+        from: SocketAddr,
+        now: Instant,
+        rdma_dest: Option<u64>,
+    ) {
         let w = &self.env.w;
         let v6 = self.env.v6;
         if len < msg::header_size(v6) || payload.len() < msg::header_size(v6) {
@@ -612,8 +974,9 @@ impl Task {
                 ),
             );
         }
-        let f = &mut self.flows[ti];
+        let mut r = RdmaFields::parse(payload);
         if op == OP_ACK {
+            let f = &mut self.flows[ti];
             let rtt = now
                 .saturating_duration_since(f.send_time[expect as usize])
                 .as_micros() as u64;
@@ -625,10 +988,25 @@ impl Task {
             if f.pending > 0 {
                 f.pending -= 1;
             }
+            if r.key != 0 {
+                self.rdma_ack(ti, expect, &r, from);
+            }
         } else {
+            if let Some(c) = rdma_dest {
+                r.key = c;
+            }
+            let slot = if r.key != 0 {
+                self.rdma_validate(&r);
+                Some(r)
+            } else {
+                None
+            };
+            let f = &mut self.flows[ti];
+            f.ack_rdma[f.recv_index as usize] = slot;
             f.unacked = f.unacked.saturating_add(1);
             f.recv_index = (f.recv_index + 1) % depth;
         }
+        let f = &mut self.flows[ti];
         f.recv_seq = f.recv_seq.wrapping_add(1);
     }
 }

@@ -1,5 +1,5 @@
 //! Command-line behaviour: help and version, usage errors (exit 2), every option's value
-//! validation with the original's messages (exit 1), the RDMA/async/TOS refusals, and the
+//! validation with the original's messages (exit 1), -D on RDS/TCP, the async/TOS refusals, and the
 //! control connect failure lines.
 
 mod common;
@@ -174,13 +174,67 @@ fn sizes_and_limits() {
     fails(&["-s", ""], "invalid host name or address ''\n");
 }
 
+/// `-D` on a socket that runs over RDS/TCP fails as the original does on a kernel without
+/// RDMA: its message, exit 1, before connecting when -r is given; then why (the address is not
+/// on an RDMA device here). The other RDMA options without -D are accepted and unused, as in
+/// the original.
 #[test]
-fn rdma_async_and_tos_are_refused_clearly() {
-    let rdma = "RDMA not supported by this kernel: the RDS/TCP transport in use has no RDMA \
-(-D, -I, -M and the --rdma-* options need the InfiniBand transport)\n";
+fn rdma_needs_the_ib_transport() {
+    let first = "RDMA not supported by this kernel\n";
+    let why = regex::Regex::new(
+        r"^rds-stress: -D needs the RDS/IB transport; 127\.50\.9\.(20|22) is not on an RDMA device: .+\n$",
+    )
+    .unwrap();
+    for args in [
+        &["-r", "127.50.9.20", "-s", "127.50.9.21", "-D", "8192"][..],
+        &[
+            "-r",
+            "127.50.9.20",
+            "-s",
+            "127.50.9.21",
+            "-D",
+            "4k",
+            "--rdma-use-get-mr",
+            "1",
+            "-M",
+            "2",
+        ],
+        &[
+            "-r",
+            "127.50.9.20",
+            "-s",
+            "127.50.9.21",
+            "-D",
+            "4096",
+            "--transport",
+            "tcp",
+        ],
+        &[
+            "--loopback",
+            "-r",
+            "127.50.9.22",
+            "-s",
+            "127.50.9.23",
+            "-D",
+            "8192",
+            "-T",
+            "1",
+        ],
+    ] {
+        let out = rs()
+            .args(args)
+            .assert()
+            .code(1)
+            .stdout("")
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        let (a, b) = err.split_at(first.len().min(err.len()));
+        assert_eq!(a, first, "{args:?}: {err}");
+        assert!(why.is_match(b), "{args:?}: second line: {b:?}");
+    }
     for extra in [
-        &["-D", "4096"][..],
-        &["-I", "2"],
+        &["-I", "2"][..],
         &["-M", "1"],
         &["--rdma-use-once", "1"],
         &["--rdma-use-get-mr", "1"],
@@ -188,11 +242,47 @@ fn rdma_async_and_tos_are_refused_clearly() {
         &["--rdma-use-notify", "1"],
         &["--rdma-alignment", "8"],
         &["--rdma-key-o-meter"],
+        &["-D", "0"],
     ] {
-        let mut a = vec!["-s", "127.50.9.1"];
+        let mut a = vec!["-r", "127.50.9.2", "-s", "127.50.9.1", "-p", "4997"];
         a.extend_from_slice(extra);
-        fails(&a, rdma);
+        rs().args(&a)
+            .assert()
+            .code(1)
+            .stdout("connecting to 127.50.9.1:4997: Connection refused\n")
+            .stderr("connect(127.50.9.1) failed\n");
     }
+    fails(
+        &["-s", "127.50.9.1", "-D", "512k", "-I", "3"],
+        "RDMA size * vector = 1572864 is larger than the largest RDMA operation (1048576 bytes)\n",
+    );
+    fails(
+        &["-s", "127.50.9.1", "--transport", "roce"],
+        "invalid transport 'roce' (tcp or ib)\n",
+    );
+    let out = rs()
+        .args([
+            "-r",
+            "127.50.9.20",
+            "-s",
+            "127.50.9.21",
+            "--transport",
+            "ib",
+        ])
+        .assert()
+        .code(1)
+        .stdout("")
+        .get_output()
+        .clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("--transport ib: 127.50.9.20 is not on an RDMA device: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn async_tos_and_rdma_conflicts_are_refused_clearly() {
     fails(
         &[
             "-s",
