@@ -1,14 +1,17 @@
 //! Throughput cost of a running capture: two nodes on loopback (127.7.9.1 → 127.7.9.2), four
 //! sender sockets (several lanes) at full load, bytes delivered per second measured without a
 //! capture, with `rds-trace -w FILE` running (default and small snap length), and without again.
-//! Prints the ratios and the trace frames the node dropped. Not a CI test:
+//! Prints the ratios and the trace frames the node dropped, and the CPU time spent per MB
+//! delivered (the bench process, i.e. both nodes and the load threads, plus rds-trace), which
+//! other load on the machine disturbs less than throughput. Not a CI test:
 //!
 //! ```text
 //! cargo bench -p rds-trace --bench capture_overhead
 //! RDS_BENCH_SECS=5 RDS_BENCH_SIZES=1024,65536 cargo bench -p rds-trace --bench capture_overhead
 //! ```
 //!
-//! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up).
+//! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up);
+//! `RDS_BENCH_ROUNDS` (default 2, at most 10) sets how often the phases are interleaved.
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
@@ -23,7 +26,40 @@ use rds_core::{CtlMode, Node, NodeConfig, RecvFlags, Socket};
 const A: &str = "127.7.9.1";
 const B: &str = "127.7.9.2";
 const SENDERS: u16 = 4;
-const ROUNDS: usize = 2;
+
+/// CPU time (user + system) of a process so far, in clock ticks (`/proc/PID/stat`).
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which ends with the last ')'): state is field 3,
+    // utime 14 and stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.iter().sum()
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no memory effects.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// One measured phase: bytes/s delivered and CPU seconds per delivered MB.
+#[derive(Clone, Copy)]
+struct Rate {
+    bps: f64,
+    cpu_per_mb: f64,
+    /// The part of `cpu_per_mb` spent by rds-trace.
+    trace_cpu_per_mb: f64,
+}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -90,14 +126,29 @@ fn start_load(a: &Node, b: &Node, size: usize, base_port: u16) -> Load {
 }
 
 impl Load {
-    /// Bytes per second delivered over `secs` after a warm-up.
-    fn measure(&self, secs: f64) -> f64 {
+    /// Bytes per second delivered over `secs` after a warm-up, and the CPU time of this
+    /// process and of `other` (rds-trace) per MB delivered.
+    fn measure(&self, secs: f64, other: Option<u32>) -> Rate {
         std::thread::sleep(Duration::from_millis(500));
+        let cpu = || {
+            (
+                cpu_ticks("self"),
+                other.map_or(0, |p| cpu_ticks(&p.to_string())),
+            )
+        };
+        let c0 = cpu();
         let b0 = self.bytes.load(Ordering::Relaxed);
         let t0 = Instant::now();
         std::thread::sleep(Duration::from_secs_f64(secs));
         let b1 = self.bytes.load(Ordering::Relaxed);
-        (b1 - b0) as f64 / t0.elapsed().as_secs_f64()
+        let c1 = cpu();
+        let mb = (b1 - b0) as f64 / 1e6;
+        let per_mb = |ticks: u64| ticks as f64 / ticks_per_sec() / mb.max(1e-9);
+        Rate {
+            bps: (b1 - b0) as f64 / t0.elapsed().as_secs_f64(),
+            cpu_per_mb: per_mb(c1.0 + c1.1 - c0.0 - c0.1),
+            trace_cpu_per_mb: per_mb(c1.1 - c0.1),
+        }
     }
 
     fn stop(self) {
@@ -109,7 +160,13 @@ impl Load {
 }
 
 /// Runs the load with rds-trace capturing node A; returns (bytes/s, captured, dropped).
-fn with_capture(load: &Load, run: &Path, file: &Path, snaplen: &str, secs: f64) -> (f64, u64, u64) {
+fn with_capture(
+    load: &Load,
+    run: &Path,
+    file: &Path,
+    snaplen: &str,
+    secs: f64,
+) -> (Rate, u64, u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rds-trace"))
         .env("RDS_RUNTIME_DIR", run)
         .args([
@@ -128,7 +185,7 @@ fn with_capture(load: &Load, run: &Path, file: &Path, snaplen: &str, secs: f64) 
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(line.starts_with("rds-trace: tracing"), "{line}");
-    let rate = load.measure(secs);
+    let rate = load.measure(secs, Some(child.id()));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -163,6 +220,11 @@ fn main() {
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1024, 65536]);
+    let rounds: usize = std::env::var("RDS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|r| (1..=10).contains(r))
+        .unwrap_or(2);
     let run = tempfile::tempdir().unwrap();
     let a = node("bench-a", A, run.path());
     let b = node("bench-b", B, run.path());
@@ -177,18 +239,22 @@ fn main() {
         // Phases interleaved over rounds, so that drift and other load on the machine hit all.
         let (mut base, mut full, mut small) = (Vec::new(), Vec::new(), Vec::new());
         let mut file_mb = 0.0;
-        for _ in 0..ROUNDS {
-            base.push(load.measure(secs));
+        for _ in 0..rounds {
+            base.push(load.measure(secs, None));
             full.push(with_capture(&load, run.path(), &file, "262144", secs));
             file_mb = std::fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e6;
             let _ = std::fs::remove_file(&file);
             small.push(with_capture(&load, run.path(), &file, "128", secs));
             let _ = std::fs::remove_file(&file);
         }
-        base.push(load.measure(secs));
+        base.push(load.measure(secs, None));
         load.stop();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        let b = mean(&base);
+        let bps = |v: &[Rate]| v.iter().map(|r| r.bps).collect::<Vec<f64>>();
+        let cpu = |v: &[Rate]| mean(&v.iter().map(|r| r.cpu_per_mb).collect::<Vec<f64>>());
+        let tcpu = |v: &[Rate]| mean(&v.iter().map(|r| r.trace_cpu_per_mb).collect::<Vec<f64>>());
+        let b = mean(&bps(&base));
+        let base_cpu = cpu(&base);
         let mb = |x: f64| x / 1e6;
         let runs = |v: &[f64]| {
             v.iter()
@@ -198,19 +264,23 @@ fn main() {
         };
         println!("message size {size} bytes:");
         println!(
-            "  no capture        {:9.1} MB/s  (runs: {})",
+            "  no capture        {:9.1} MB/s  (runs: {})  cpu {:.2} ms/MB",
             mb(b),
-            runs(&base)
+            runs(&bps(&base)),
+            base_cpu * 1e3
         );
         for (name, v) in [("-s 262144", &full), ("-s 128   ", &small)] {
-            let rates: Vec<f64> = v.iter().map(|x| x.0).collect();
+            let rates: Vec<Rate> = v.iter().map(|x| x.0).collect();
             let cap: u64 = v.iter().map(|x| x.1).sum();
             let drop: u64 = v.iter().map(|x| x.2).sum();
             println!(
-                "  capture {name} {:9.1} MB/s  ratio {:.3}  (runs: {})  trace frames captured {cap}, dropped {drop} ({:.1}%)",
-                mb(mean(&rates)),
-                mean(&rates) / b,
-                runs(&rates),
+                "  capture {name} {:9.1} MB/s  ratio {:.3}  (runs: {})  cpu {:.2} ms/MB (x{:.2}; rds-trace {:.2})  trace frames captured {cap}, dropped {drop} ({:.1}%)",
+                mb(mean(&bps(&rates))),
+                mean(&bps(&rates)) / b,
+                runs(&bps(&rates)),
+                cpu(&rates) * 1e3,
+                cpu(&rates) / base_cpu,
+                tcpu(&rates) * 1e3,
                 pct(drop, cap + drop)
             );
         }

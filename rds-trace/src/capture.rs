@@ -4,11 +4,17 @@
 //!    (several nodes and no daemon: an error listing them). Nodes are found in the runtime
 //!    directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
 //! 2. Say hello on its control socket and send [`Request::TraceStart`] with the snap length
-//!    and filters. The node refuses with `EPERM` unless we are root or its owner, and with
+//!    and filters; the node answers [`Reply::TraceStarted`] with the transports it runs. The node refuses with `EPERM` unless we are root or its owner, and with
 //!    `EBUSY` while another trace session runs on it (one per node).
-//! 3. Write every [`Reply::TraceFrame`] as RDS/TCP through [`PcapSink::ethernet`]. `-w -`
-//!    writes to stdout and flushes after every frame.
-//! 4. At `-c COUNT` frames, `-G SECONDS`, SIGINT or SIGTERM: send [`Request::TraceStop`],
+//! 3. Pick the capture's transport: `--transport`, else IB when the node runs only the IB
+//!    transport (as its [`Reply::TraceStarted`] says), else TCP. A pcap file has one link type, so a capture holds
+//!    one transport's frames: RDS/TCP frames through [`PcapSink::ethernet`], or RDS/IB
+//!    fragments through [`PcapSink::erf`]; frames of the other transport are counted and
+//!    reported, not written.
+//! 4. Decode every [`Reply::TraceFrames`] batch of binary trace records
+//!    ([`rds_core::node::tap::decode_records`]) and write its frames. `-w -` writes to stdout
+//!    and flushes after every batch.
+//! 5. At `-c COUNT` frames, `-G SECONDS`, SIGINT or SIGTERM: send [`Request::TraceStop`],
 //!    write what the node still sends until [`Reply::TraceEnd`], close the file and print
 //!    `N frames captured, M dropped` to stderr (N frames written, M frames the node's tap
 //!    dropped because the capture fell behind). A second signal, or a node that does not end
@@ -18,8 +24,9 @@
 //! thread and a dedicated thread takes them with `sigwait`.
 
 use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal};
+use std::io::{self, BufWriter, IsTerminal, Read as _};
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,9 +38,10 @@ use bytes::Bytes;
 use nix::sys::signal::{SigSet, Signal};
 use rds_core::ctl::{
     discover, read_frame, write_frame, FrameError, NodeEndpoint, Reply, Request, DAEMON_NAME,
-    PROTO_VERSION,
+    MAX_DATA, MAX_JSON, PROTO_VERSION,
 };
-use rds_core::trace::{Direction, PcapSink, TcpCaptureConfig, TraceError, TraceRecord, Transport};
+use rds_core::node::tap::decode_records;
+use rds_core::trace::{PcapSink, TcpCaptureConfig, TraceError, TraceRecord, Transport};
 use rds_core::wire::{HEADER_LEN, MAX_MSG_SIZE};
 
 /// How long the node has to end the session after the stop request.
@@ -56,6 +64,45 @@ pub struct Options {
     pub peer: Option<IpAddr>,
     /// Only frames with this RDS port.
     pub port: Option<u16>,
+    /// Which transport's frames to write (default: see the module documentation).
+    pub transport: Option<CaptureTransport>,
+}
+
+/// The transport whose frames a capture holds (one link type per pcap file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CaptureTransport {
+    /// RDS/TCP frames as Ethernet + IP + TCP packets (`LINKTYPE_ETHERNET`).
+    Tcp,
+    /// RDS/IB fragments as ERF InfiniBand records (`LINKTYPE_ERF`).
+    Ib,
+}
+
+impl CaptureTransport {
+    fn name(self) -> &'static str {
+        match self {
+            CaptureTransport::Tcp => "tcp",
+            CaptureTransport::Ib => "ib",
+        }
+    }
+
+    fn holds(self, t: &Transport) -> bool {
+        matches!(
+            (self, t),
+            (CaptureTransport::Tcp, Transport::Tcp { .. })
+                | (CaptureTransport::Ib, Transport::Ib { .. })
+        )
+    }
+}
+
+/// The default transport of a capture from the transports a node runs: IB when it runs IB
+/// and not TCP, else TCP.
+pub fn default_transport(node_transports: &[String]) -> CaptureTransport {
+    let has = |t: &str| node_transports.iter().any(|x| x == t);
+    if has("ib") && !has("tcp") {
+        CaptureTransport::Ib
+    } else {
+        CaptureTransport::Tcp
+    }
 }
 
 /// The snap length sent to the node: 0 means whole frames.
@@ -118,6 +165,41 @@ fn recv(stream: &mut impl io::Read) -> anyhow::Result<(Reply, Vec<u8>)> {
         Err(FrameError::Closed) => bail!("the node closed the control connection"),
         Err(e) => return Err(anyhow!("control socket: {e}")),
     };
+    let reply: Reply = serde_json::from_slice(&json)
+        .map_err(|e| anyhow!("control socket: unexpected reply: {e}"))?;
+    Ok((reply, data))
+}
+
+/// Reads one reply of the trace stream like [`read_frame`], without zeroing the data buffer
+/// first or copying it through a buffer (a batch of trace records is up to 1 MiB).
+fn recv_trace(stream: &mut impl io::Read) -> anyhow::Result<(Reply, Vec<u8>)> {
+    let mut hdr = [0u8; 8];
+    let mut got = 0;
+    while got < 8 {
+        match stream.read(&mut hdr[got..]) {
+            Ok(0) if got == 0 => bail!("the node closed the control connection"),
+            Ok(0) => bail!("control socket: connection closed inside a frame"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(anyhow!("control socket: {e}")),
+        }
+    }
+    let json_len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
+    let data_len = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+    if json_len > MAX_JSON || data_len > MAX_DATA {
+        bail!("control socket: frame too large ({json_len} + {data_len} bytes)");
+    }
+    let mut json = vec![0u8; json_len];
+    stream
+        .read_exact(&mut json)
+        .map_err(|e| anyhow!("control socket: {e}"))?;
+    let mut data = Vec::with_capacity(data_len);
+    let n = io::Read::take(&mut *stream, data_len as u64)
+        .read_to_end(&mut data)
+        .map_err(|e| anyhow!("control socket: {e}"))?;
+    if n < data_len {
+        bail!("control socket: connection closed inside a frame");
+    }
     let reply: Reply = serde_json::from_slice(&json)
         .map_err(|e| anyhow!("control socket: unexpected reply: {e}"))?;
     Ok((reply, data))
@@ -215,40 +297,28 @@ fn controller(
     }
 }
 
-/// Where frames go.
-enum Out {
-    File(PcapSink<BufWriter<File>>),
-    Stdout(PcapSink<io::Stdout>),
+/// Where frames go: a file, or stdout (flushed after every batch).
+struct Out {
+    sink: PcapSink<BufWriter<File>>,
+    stdout: bool,
 }
 
 impl Out {
     fn write(&mut self, rec: &TraceRecord) -> Result<(), TraceError> {
-        match self {
-            Out::File(s) => s.write(rec),
-            Out::Stdout(s) => {
-                s.write(rec)?;
-                s.flush()
-            }
-        }
+        self.sink.write(rec)
     }
 
     fn flush(&mut self) -> Result<(), TraceError> {
-        match self {
-            Out::File(s) => s.flush(),
-            Out::Stdout(s) => s.flush(),
-        }
+        self.sink.flush()
     }
 
     fn finish(self) -> Result<(), TraceError> {
-        match self {
-            Out::File(s) => {
-                let w = s.finish()?;
-                let f = w.into_inner().map_err(|e| e.into_error())?;
-                f.sync_all()?;
-                Ok(())
-            }
-            Out::Stdout(s) => s.finish().map(|_| ()),
+        let w = self.sink.finish()?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        if !self.stdout {
+            f.sync_all()?;
         }
+        Ok(())
     }
 }
 
@@ -266,9 +336,11 @@ fn is_broken_pipe(e: &TraceError) -> bool {
 #[derive(Debug, Default)]
 struct Tally {
     written: u64,
-    not_tcp: u64,
+    /// Frames of the other transport (and same-node loopback frames).
+    other: u64,
     invalid: u64,
     end: Option<(u64, u64)>,
+    transport: Option<CaptureTransport>,
 }
 
 /// `rds-trace -w FILE ...`.
@@ -311,8 +383,8 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
             port: opts.port,
         },
     )?;
-    match recv(&mut stream)?.0 {
-        Reply::Ok => {}
+    let node_transports = match recv(&mut stream)?.0 {
+        Reply::TraceStarted { transports } => transports,
         Reply::Error { errno, message } if errno == libc::EPERM => bail!(
             "cannot trace node '{}': permission denied: tracing needs root or the node's \
              owner (uid {owner_uid}) ({message})",
@@ -324,11 +396,13 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         ),
         Reply::Error { message, .. } => bail!("cannot trace node '{}': {message}", node.name),
         other => bail!("node '{}': unexpected reply {other:?}", node.name),
-    }
+    };
+    let transport = opts
+        .transport
+        .unwrap_or_else(|| default_transport(&node_transports));
     let started = Instant::now();
-    // Frames are read through a buffer: one read call for many small frames.
-    let mut frames_in =
-        io::BufReader::with_capacity(1 << 20, stream.try_clone().context("control socket")?);
+    // Batches of up to 1 MiB: read straight into their buffers.
+    let mut frames_in = stream.try_clone().context("control socket")?;
     let stopper = Arc::new(Stopper {
         writer: Mutex::new(stream.try_clone().context("control socket")?),
         stop_sent: Mutex::new(None),
@@ -336,25 +410,40 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
     });
 
     // The file is created once the node agreed to trace.
-    let out = if to_stdout {
-        let cfg = TcpCaptureConfig {
-            hold_ns: 0,
-            ..TcpCaptureConfig::default()
-        };
-        PcapSink::ethernet(io::stdout(), cfg).map(Out::Stdout)
+    let file = if to_stdout {
+        io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(File::from)
+            .context("standard output")
     } else {
-        match File::create(&opts.file) {
-            Ok(f) => PcapSink::ethernet(
-                BufWriter::with_capacity(1 << 20, f),
-                TcpCaptureConfig::default(),
-            )
-            .map(Out::File),
-            Err(e) => {
-                stopper.stop();
-                return Err(e).with_context(|| format!("creating {}", opts.file.display()));
-            }
+        File::create(&opts.file).with_context(|| format!("creating {}", opts.file.display()))
+    };
+    let file = match file {
+        Ok(f) => BufWriter::with_capacity(1 << 20, f),
+        Err(e) => {
+            stopper.stop();
+            return Err(e);
         }
     };
+    let out = match transport {
+        CaptureTransport::Tcp => {
+            let cfg = if to_stdout {
+                TcpCaptureConfig {
+                    hold_ns: 0,
+                    ..TcpCaptureConfig::default()
+                }
+            } else {
+                TcpCaptureConfig::default()
+            };
+            PcapSink::ethernet(file, cfg)
+        }
+        CaptureTransport::Ib => PcapSink::erf(file),
+    }
+    .map(|sink| Out {
+        sink,
+        stdout: to_stdout,
+    });
     let mut out = match out {
         Ok(o) => o,
         Err(e) if is_broken_pipe(&e) => {
@@ -372,8 +461,9 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         .collect::<Vec<_>>()
         .join(", ");
     eprintln!(
-        "rds-trace: tracing node '{}' ({addr_list}), snaplen {snaplen}",
-        node.name
+        "rds-trace: tracing node '{}' ({addr_list}), snaplen {snaplen}, transport {}",
+        node.name,
+        transport.name()
     );
 
     let done = Arc::new(AtomicBool::new(false));
@@ -386,11 +476,14 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
             .context("starting the controller thread")?;
     }
 
-    let mut t = Tally::default();
+    let mut t = Tally {
+        transport: Some(transport),
+        ..Tally::default()
+    };
     let mut output_error: Option<anyhow::Error> = None;
     let mut last_flush = Instant::now();
     let ended: anyhow::Result<()> = loop {
-        let (reply, data) = match recv(&mut frames_in) {
+        let (reply, data) = match recv_trace(&mut frames_in) {
             Ok(r) => r,
             Err(e) => {
                 if stopper.aborted.load(Ordering::SeqCst) {
@@ -400,63 +493,65 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
             }
         };
         match reply {
-            Reply::TraceFrame {
-                ts_ns,
-                dir,
-                laddr,
-                faddr,
-                lane,
-                tcp,
-                orig_len,
-            } => {
-                if output_error.is_some() || opts.count.is_some_and(|c| t.written >= c) {
+            Reply::TraceFrames { .. } => {
+                if output_error.is_some() {
                     continue;
                 }
-                let Some((local, peer)) = tcp else {
-                    t.not_tcp += 1;
-                    continue;
-                };
-                let rec = TraceRecord {
-                    ts_ns,
-                    dir: if dir == "rx" {
-                        Direction::Rx
-                    } else {
-                        Direction::Tx
-                    },
-                    local: laddr,
-                    peer: faddr,
-                    lane,
-                    transport: Transport::Tcp { local, peer },
-                    orig_len,
-                    data: Bytes::from(data),
-                };
-                match out.write(&rec) {
-                    Ok(()) => t.written += 1,
-                    Err(TraceError::Record(e)) => {
-                        if t.invalid == 0 {
-                            eprintln!("rds-trace: frame left out: {e}");
+                for f in decode_records(Bytes::from(data)) {
+                    if opts.count.is_some_and(|c| t.written >= c) {
+                        break;
+                    }
+                    let f = match f {
+                        Ok(f) => f,
+                        Err(e) => {
+                            if t.invalid == 0 {
+                                eprintln!("rds-trace: frames left out: {e}");
+                            }
+                            t.invalid += 1;
+                            break;
                         }
-                        t.invalid += 1;
-                    }
-                    Err(e) if is_broken_pipe(&e) => {
-                        // The reader went away (wireshark closed): end quietly.
-                        output_error = Some(anyhow!(io::Error::from(io::ErrorKind::BrokenPipe)));
-                        stopper.stop();
+                    };
+                    let Some(rec) =
+                        TraceRecord::from_tap(&f).filter(|r| transport.holds(&r.transport))
+                    else {
+                        t.other += 1;
                         continue;
-                    }
-                    Err(e) => {
-                        output_error = Some(anyhow::Error::new(e).context("writing the capture"));
-                        stopper.stop();
-                        continue;
+                    };
+                    match out.write(&rec) {
+                        Ok(()) => t.written += 1,
+                        Err(TraceError::Record(e)) => {
+                            if t.invalid == 0 {
+                                eprintln!("rds-trace: frame left out: {e}");
+                            }
+                            t.invalid += 1;
+                        }
+                        Err(e) if is_broken_pipe(&e) => {
+                            // The reader went away (wireshark closed): end quietly.
+                            output_error =
+                                Some(anyhow!(io::Error::from(io::ErrorKind::BrokenPipe)));
+                            break;
+                        }
+                        Err(e) => {
+                            output_error =
+                                Some(anyhow::Error::new(e).context("writing the capture"));
+                            break;
+                        }
                     }
                 }
-                if opts.count.is_some_and(|c| t.written >= c) {
+                if output_error.is_some() || opts.count.is_some_and(|c| t.written >= c) {
                     stopper.stop();
+                    continue;
                 }
-                if last_flush.elapsed() >= Duration::from_secs(1) {
+                if out.stdout || last_flush.elapsed() >= Duration::from_secs(1) {
                     last_flush = Instant::now();
                     if let Err(e) = out.flush() {
-                        output_error = Some(anyhow::Error::new(e).context("writing the capture"));
+                        if is_broken_pipe(&e) {
+                            output_error =
+                                Some(anyhow!(io::Error::from(io::ErrorKind::BrokenPipe)));
+                        } else {
+                            output_error =
+                                Some(anyhow::Error::new(e).context("writing the capture"));
+                        }
                         stopper.stop();
                     }
                 }
@@ -502,10 +597,14 @@ fn summary(t: &Tally) {
         Some((_, dropped)) => eprintln!("{} frames captured, {dropped} dropped", t.written),
         None => eprintln!("{} frames captured", t.written),
     }
-    if t.not_tcp > 0 {
+    if t.other > 0 {
         eprintln!(
-            "rds-trace: {} frames of other transports than RDS/TCP were not written",
-            t.not_tcp
+            "rds-trace: {} frames of other transports than {} (or same-node loopback) were not written",
+            t.other,
+            match t.transport {
+                Some(CaptureTransport::Ib) => "RDS/IB",
+                _ => "RDS/TCP",
+            }
         );
     }
     if t.invalid > 0 {
@@ -523,7 +622,7 @@ fn undelivered(t: &Tally, count: Option<u64>) -> Option<u64> {
     if count.is_some_and(|c| t.written >= c) {
         return None;
     }
-    let delivered = t.written + t.not_tcp + t.invalid;
+    let delivered = t.written + t.other + t.invalid;
     (captured > delivered).then(|| captured - delivered)
 }
 

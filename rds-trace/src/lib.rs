@@ -4,8 +4,9 @@
 //! Three modes, exactly one per run:
 //! - `-w FILE` ([`capture`]): subscribes to a node's trace tap over its control socket and
 //!   writes every RDS/TCP frame the node sends or receives as a classic pcap file (Ethernet,
-//!   IPv4/IPv6, TCP with the server side on port 16385; see [`rds_core::trace::PcapSink`]).
-//!   `-w -` streams the capture to stdout, flushed after each frame, for
+//!   IPv4/IPv6, TCP with the server side on port 16385; see [`rds_core::trace::PcapSink`]),
+//!   or with `--transport ib` every RDS/IB fragment as a classic pcap file of ERF InfiniBand
+//!   records. `-w -` streams the capture to stdout, flushed after each batch of frames, for
 //!   `rds-trace -w - | wireshark -k -i -`.
 //! - `-r FILE` ([`report`]): one line per RDS frame of a capture (ours or tcpdump's), or one
 //!   JSON object per line with `--json`. The line format is documented in [`report`] and in
@@ -40,7 +41,7 @@ pub const DEFAULT_SNAPLEN: u32 = 262_144;
     long_about = "Capture the RDS frames a running node (an embedded node or the rds-ctrl daemon) \
 sends and receives, through its control socket, into a pcap file that Wireshark decodes with the \
 dissector this tool installs; print captures as text or JSON.\n\n\
-  rds-trace -w FILE [-s SNAPLEN] [-c COUNT] [-G SECONDS] [--node NAME] [--peer ADDR] [--port PORT]\n\
+  rds-trace -w FILE [-s SNAPLEN] [-c COUNT] [-G SECONDS] [--node NAME] [--peer ADDR] [--port PORT] [--transport tcp|ib]\n\
   rds-trace -r FILE [--json] [--peer ADDR] [--port PORT]\n\
   rds-trace --install-wireshark-plugin [--plugin-dir DIR]\n\n\
 A capture runs until COUNT frames, SECONDS, or SIGINT/SIGTERM (Ctrl-C), then closes the file and \
@@ -48,7 +49,7 @@ prints \"N frames captured, M dropped\" to stderr. Tracing needs root or the nod
     group(ArgGroup::new("mode").required(true).args(["write", "read", "install_wireshark_plugin"]))
 )]
 pub struct Cli {
-    /// Capture to FILE (pcap); '-' streams to stdout (flushed per frame)
+    /// Capture to FILE (pcap); '-' streams to stdout
     #[arg(short = 'w', value_name = "FILE")]
     pub write: Option<PathBuf>,
 
@@ -88,6 +89,11 @@ pub struct Cli {
     /// Only frames whose RDS source or destination port is PORT
     #[arg(long, value_name = "PORT", conflicts_with = "install_wireshark_plugin")]
     pub port: Option<u16>,
+
+    /// Which transport's frames the capture holds: tcp (Ethernet pcap) or ib (ERF pcap);
+    /// default ib when the node runs only IB, else tcp
+    #[arg(long, value_name = "TRANSPORT", value_enum, conflicts_with_all = ["read", "install_wireshark_plugin"])]
+    pub transport: Option<capture::CaptureTransport>,
 
     /// With -r: one JSON object per frame and line instead of text
     #[arg(long, conflicts_with_all = ["write", "install_wireshark_plugin"])]
@@ -141,6 +147,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         node: cli.node,
         peer: cli.peer,
         port: cli.port,
+        transport: cli.transport,
     })
 }
 

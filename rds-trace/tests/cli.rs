@@ -16,7 +16,8 @@ use std::time::Duration;
 use assert_cmd::Command;
 use bytes::Bytes;
 use common::*;
-use rds_core::ctl::{read_frame, write_frame, Reply, Request};
+use rds_core::ctl::{read_frame, write_frame, Reply, Request, PROTO_VERSION};
+use rds_core::node::tap::{encode_record, Dir, TapFrame, TapTransport};
 use rds_core::trace::{Direction, PcapSink, TcpCaptureConfig, TraceRecord, Transport};
 use rds_core::wire::{ExtHeader, HeaderRepr};
 
@@ -341,7 +342,7 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
         match req {
             Request::Hello { .. } => {
                 let r = Reply::Hello {
-                    v: 1,
+                    v: PROTO_VERSION,
                     node: name.into(),
                     version: "0".into(),
                     rds_protocol: "3.1".into(),
@@ -360,40 +361,64 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                     reply(&mut s, &r, &[]);
                 }
                 Behaviour::Frames { n, dropped } => {
-                    reply(&mut s, &Reply::Ok, &[]);
+                    let started = Reply::TraceStarted {
+                        transports: vec!["tcp".into()],
+                    };
+                    reply(&mut s, &started, &[]);
+                    // Each frame in a batch of its own, then a batch of two: a frame of
+                    // another transport (IB) and a same-node loopback frame.
                     for i in 0..n {
                         let h = HeaderRepr::data(i + 1, 4000, 5000, 4);
-                        let r = Reply::TraceFrame {
+                        let f = TapFrame {
                             ts_ns: T0 + i * 1000,
-                            dir: "tx".into(),
+                            dir: Dir::Tx,
                             laddr: "192.0.2.1".parse().unwrap(),
                             faddr: "192.0.2.2".parse().unwrap(),
                             lane: 0,
-                            tcp: Some((sa("192.0.2.1:40000"), sa("192.0.2.2:16385"))),
+                            transport: TapTransport::Tcp {
+                                local: sa("192.0.2.1:40000"),
+                                peer: sa("192.0.2.2:16385"),
+                            },
                             orig_len: 52,
+                            data: frame(&h, b"data"),
                         };
-                        if !reply(&mut s, &r, &frame(&h, b"data")) {
+                        let mut batch = Vec::new();
+                        encode_record(&mut batch, &f);
+                        if !reply(&mut s, &Reply::TraceFrames { frames: 1 }, &batch) {
                             return;
                         }
                     }
-                    // A frame of another transport (no TCP endpoints).
-                    let r = Reply::TraceFrame {
+                    let ib = TapFrame {
                         ts_ns: T0 + n * 1000,
-                        dir: "rx".into(),
+                        dir: Dir::Rx,
                         laddr: "192.0.2.1".parse().unwrap(),
                         faddr: "192.0.2.2".parse().unwrap(),
                         lane: 0,
-                        tcp: None,
+                        transport: TapTransport::Ib {
+                            local_qpn: 0x10,
+                            peer_qpn: 0x20,
+                            local_lid: 1,
+                            peer_lid: 2,
+                            solicited: true,
+                        },
                         orig_len: 48,
+                        data: HeaderRepr::data(1, 1, 2, 0).to_bytes().to_vec().into(),
                     };
-                    reply(&mut s, &r, &HeaderRepr::data(1, 1, 2, 0).to_bytes());
+                    let lo = TapFrame {
+                        transport: TapTransport::Loopback,
+                        ..ib.clone()
+                    };
+                    let mut batch = Vec::new();
+                    encode_record(&mut batch, &ib);
+                    encode_record(&mut batch, &lo);
+                    reply(&mut s, &Reply::TraceFrames { frames: 2 }, &batch);
                     // Until TraceStop.
                     while let Ok((json, _)) = read_frame(&mut s) {
                         let req: Request = serde_json::from_slice(&json).unwrap();
                         log.lock().unwrap().push(req.clone());
                         if req == Request::TraceStop {
                             let r = Reply::TraceEnd {
-                                captured: n + 1,
+                                captured: n + 2,
                                 dropped,
                             };
                             reply(&mut s, &r, &[]);
@@ -477,7 +502,7 @@ fn capture_client_against_a_fake_node() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stderr),
-        "rds-trace: tracing node 'beta' (192.0.2.1), snaplen 1048624\n2 frames captured, 5 dropped\n"
+        "rds-trace: tracing node 'beta' (192.0.2.1), snaplen 1048624, transport tcp\n2 frames captured, 5 dropped\n"
     );
     let rep = rds_trace(run.path(), &["-r", f]);
     assert_eq!(
@@ -491,8 +516,8 @@ fn capture_client_against_a_fake_node() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stderr),
-        "rds-trace: tracing node 'beta' (192.0.2.1), snaplen 262144\n3 frames captured, 5 dropped\n\
-         rds-trace: 1 frames of other transports than RDS/TCP were not written\n"
+        "rds-trace: tracing node 'beta' (192.0.2.1), snaplen 262144, transport tcp\n3 frames captured, 5 dropped\n\
+         rds-trace: 2 frames of other transports than RDS/TCP (or same-node loopback) were not written\n"
     );
 
     // The daemon is the default among several nodes.

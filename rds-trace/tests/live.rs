@@ -223,7 +223,7 @@ fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
     assert_eq!(stderr.len(), 2, "{stderr:?}");
     assert_eq!(
         stderr[0],
-        "rds-trace: tracing node 'trace-a1' (127.7.1.1), snaplen 1048624"
+        "rds-trace: tracing node 'trace-a1' (127.7.1.1), snaplen 1048624, transport tcp"
     );
 
     keep(&file);

@@ -14,11 +14,12 @@
 //! | 4 | BE u32: length `J` of the JSON part (at most [`MAX_JSON`]) |
 //! | 4 | BE u32: length `D` of the data part (at most [`MAX_DATA`]) |
 //! | J | a [`Request`] or a [`Reply`] as JSON |
-//! | D | raw bytes: a message payload, a captured frame |
+//! | D | raw bytes: a message payload, a batch of binary trace records |
 //!
 //! A client sends a request and reads one reply, except after [`Request::TraceStart`], when
-//! the server streams [`Reply::TraceFrame`]s until the client closes or sends
-//! [`Request::TraceStop`]. A request with `"v"` other than [`PROTO_VERSION`] in
+//! the server streams [`Reply::TraceFrames`] (each a batch of up to about 1 MiB of binary trace
+//! records, see [`crate::node::tap::REC_HDR_LEN`]) until the client closes or sends
+//! [`Request::TraceStop`], and ends with [`Reply::TraceEnd`]. A request with `"v"` other than [`PROTO_VERSION`] in
 //! [`Request::Hello`] is refused. Malformed or oversized frames get a [`Reply::Error`]; an
 //! oversized frame also ends the connection (its bytes cannot be skipped safely).
 //!
@@ -40,7 +41,10 @@ use crate::node::TcpSockInfo;
 use crate::proto::{ConnInfo, QueuedMsgInfo, SockInfo, TransportKind};
 
 /// Version of this protocol.
-pub const PROTO_VERSION: u32 = 1;
+///
+/// 2: captured frames travel as binary trace records batched in [`Reply::TraceFrames`]
+/// (1 sent one JSON `trace_frame` reply per frame).
+pub const PROTO_VERSION: u32 = 2;
 /// Largest JSON part of a frame.
 pub const MAX_JSON: usize = 1 << 20;
 /// Largest data part of a frame (a 1 MiB message and some room).
@@ -270,22 +274,17 @@ pub enum Reply {
         /// How many.
         messages: usize,
     },
-    /// One captured frame (the data part holds its bytes).
-    TraceFrame {
-        /// Nanoseconds since the Unix epoch.
-        ts_ns: u64,
-        /// "tx" or "rx".
-        dir: String,
-        /// Local RDS address.
-        laddr: IpAddr,
-        /// Peer RDS address.
-        faddr: IpAddr,
-        /// Lane.
-        lane: u8,
-        /// TCP endpoints, if RDS/TCP.
-        tcp: Option<(SocketAddr, SocketAddr)>,
-        /// Wire length.
-        orig_len: u32,
+    /// Captured frames: the data part holds `frames` binary trace records back to back
+    /// (layout in [`crate::node::tap::REC_HDR_LEN`], decoded by
+    /// [`crate::node::tap::decode_records`]).
+    TraceFrames {
+        /// Records in the data part.
+        frames: u32,
+    },
+    /// The trace started (the reply to [`Request::TraceStart`]); [`Reply::TraceFrames`] follow.
+    TraceStarted {
+        /// Transports the node runs ("tcp", "ib"), as in [`InfoSnapshot::transports`].
+        transports: Vec<String>,
     },
     /// The trace ended.
     TraceEnd {

@@ -3,7 +3,7 @@
 //! [`super`] for the protocol and the privilege rules.
 
 use std::collections::HashMap;
-use std::io::{self, Write as _};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{read_frame, write_frame, FrameError, InfoSnapshot, Reply, Request, SockOpt};
-use crate::node::tap::{Dir, TapFilter, TapFrame, TapTransport};
+use crate::node::tap::{self, TapBatch, TapFilter};
 use crate::node::{Inner, Node, Owner};
 use crate::proto::{Received, TransportKind};
 use crate::socket::{RecvFlags, Socket};
@@ -239,6 +239,13 @@ fn denied() -> Reply {
     )
 }
 
+/// How long the trace loop waits for a full chunk of trace records before it sends what
+/// there is (the latency of a live capture at low traffic).
+const TRACE_BATCH_WAIT: Duration = Duration::from_millis(20);
+
+// Every batch the tap hands out fits the data part of one control frame.
+const _: () = assert!(tap::CHUNK_SIZE <= super::MAX_DATA && tap::MAX_RECORD <= super::MAX_DATA);
+
 /// Streams captured frames until the client stops or leaves. Returns whether the connection
 /// may continue.
 fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) -> bool {
@@ -248,7 +255,10 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
     {
         return send(stream, &error(libc::EBUSY, e.to_string()), &[]).is_ok();
     }
-    if send(stream, &Reply::Ok, &[]).is_err() {
+    let started = Reply::TraceStarted {
+        transports: transports(node),
+    };
+    if send(stream, &started, &[]).is_err() {
         node.tap().stop();
         return false;
     }
@@ -268,10 +278,10 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
                 }
             }
         }
-        let Some(frames) = node.tap().take(256, Duration::from_millis(100)) else {
+        let Some(batches) = node.tap().take_batches(TRACE_BATCH_WAIT) else {
             break;
         };
-        if send_frames(stream, &frames).is_err() {
+        if send_batches(stream, node, batches).is_err() {
             alive = false;
         }
         if !alive || !node.is_running() {
@@ -281,11 +291,11 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
     let st = node.tap().stop();
     // Deliver the frames captured before the stop (they are counted as captured), then end;
     // the queue is emptied either way so that the next session starts empty.
-    while let Some(frames) = node.tap().take(1 << 16, Duration::ZERO) {
-        if frames.is_empty() {
+    while let Some(batches) = node.tap().take_batches(Duration::ZERO) {
+        if batches.is_empty() {
             break;
         }
-        if alive && send_frames(stream, &frames).is_err() {
+        if alive && send_batches(stream, node, batches).is_err() {
             alive = false;
         }
     }
@@ -303,39 +313,17 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
     alive
 }
 
-/// Sends captured frames as [`Reply::TraceFrame`]s with one write for the batch (a write per
-/// frame costs the traced node's throughput when messages are small).
-fn send_frames(stream: &mut UnixStream, frames: &[TapFrame]) -> io::Result<()> {
-    let mut batch = Vec::new();
-    for f in frames {
-        let json = serde_json::to_vec(&frame_reply(f)).map_err(io::Error::other)?;
-        write_frame(&mut batch, &json, &f.data)?;
-        if batch.len() >= 1 << 20 {
-            stream.write_all(&batch)?;
-            batch.clear();
+/// Sends each batch of trace records unchanged as one [`Reply::TraceFrames`] (one write per
+/// batch of up to a chunk), and gives the buffers back to the tap.
+fn send_batches(stream: &mut UnixStream, node: &Node, batches: Vec<TapBatch>) -> io::Result<()> {
+    let mut res = Ok(());
+    for b in batches {
+        if res.is_ok() {
+            res = send(stream, &Reply::TraceFrames { frames: b.frames }, &b.data);
         }
+        node.tap().recycle(b.data);
     }
-    stream.write_all(&batch)
-}
-
-/// The [`Reply::TraceFrame`] of a captured frame (its bytes go in the data part).
-fn frame_reply(f: &TapFrame) -> Reply {
-    let tcp = match f.transport {
-        TapTransport::Tcp { local, peer } => Some((local, peer)),
-        _ => None,
-    };
-    Reply::TraceFrame {
-        ts_ns: f.ts_ns,
-        dir: match f.dir {
-            Dir::Tx => "tx".into(),
-            Dir::Rx => "rx".into(),
-        },
-        laddr: f.laddr,
-        faddr: f.faddr,
-        lane: f.lane,
-        tcp,
-        orig_len: f.orig_len,
-    }
+    res
 }
 
 /// A failed request: errno and message (turned into [`Reply::Error`]).
@@ -582,9 +570,9 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
             match got {
                 // Daemon sockets cannot start RDMA operations (EOPNOTSUPP), so they never
                 // get their notifications.
-                Received::RdmaStatus(_) => Err(failed(&io::Error::from_raw_os_error(
-                    libc::EOPNOTSUPP,
-                ))),
+                Received::RdmaStatus(_) => {
+                    Err(failed(&io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
+                }
                 Received::CongUpdate(mask) => ok(Reply::Recv {
                     full_len: 0,
                     from: None,
@@ -662,6 +650,18 @@ fn counters(node: &Node) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The transports the node runs ("tcp", "ib").
+fn transports(node: &Node) -> Vec<String> {
+    [
+        (node.tcp_running(), TransportKind::Tcp),
+        (node.ib_running(), TransportKind::Ib),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, k)| k.name().to_string())
+    .collect()
+}
+
 /// The node's state for `rds-info`.
 pub fn snapshot(node: &Node) -> InfoSnapshot {
     InfoSnapshot {
@@ -672,14 +672,7 @@ pub fn snapshot(node: &Node) -> InfoSnapshot {
         recv: node.recv_queue(),
         tcp: node.tcp_sockets(),
         counters: counters(node),
-        transports: [
-            (node.tcp_running(), TransportKind::Tcp),
-            (node.ib_running(), TransportKind::Ib),
-        ]
-        .into_iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, k)| k.name().to_string())
-        .collect(),
+        transports: transports(node),
         ib_unavailable: node.ib_unavailable(),
     }
 }

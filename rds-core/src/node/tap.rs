@@ -3,19 +3,29 @@
 //! length.
 //!
 //! When no trace runs, the data path pays one relaxed atomic load per frame
-//! ([`Tap::enabled`]). When one runs, frames go into a bounded queue; when the consumer falls
-//! behind, frames are dropped and counted, never blocking the data path. One trace session
-//! at a time per node.
+//! ([`Tap::enabled`]). When one runs, each frame is encoded as one binary *trace record*
+//! ([`encode_record`]; layout in [`REC_HDR_LEN`]) straight into a preallocated chunk of
+//! [`CHUNK_SIZE`] bytes: one lock, one timestamp and one copy of the kept bytes (the snap
+//! length is applied before copying), no allocation while recycled chunks last. The consumer
+//! takes whole chunks ([`Tap::take_batches`]) and the control server writes each one
+//! unchanged as one control frame ([`crate::ctl::Reply::TraceFrames`]), so the node does no
+//! per-frame work beyond the copy. The queue is bounded in frames and bytes; when the
+//! consumer falls behind, frames are dropped and counted, never blocking the data path. One
+//! trace session at a time per node.
+//!
+//! RDS/TCP frames come from the TCP transport ([`Tap::record_tcp`]); RDS/IB fragments from
+//! the IB transport ([`Tap::record_ib`]: every posted SEND, ACK-only frames included, and
+//! every received fragment).
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
-use crate::wire::HEADER_LEN;
+use crate::wire::{HEADER_LEN, MAX_MSG_SIZE};
 
 /// Direction as seen by the tapped node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +34,19 @@ pub enum Dir {
     Tx,
     /// Received by this node.
     Rx,
+}
+
+/// The queue pairs (and port LIDs) of an RDS/IB connection, as [`Tap::record_ib`] takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IbQps {
+    /// The local queue pair number (24 bits).
+    pub local_qpn: u32,
+    /// The peer's queue pair number (24 bits).
+    pub peer_qpn: u32,
+    /// The local port's LID (0 when unknown, e.g. RoCE).
+    pub local_lid: u16,
+    /// The peer port's LID (0 when unknown).
+    pub peer_lid: u16,
 }
 
 /// The transport endpoints of a tapped frame.
@@ -36,12 +59,16 @@ pub enum TapTransport {
         /// Peer TCP endpoint.
         peer: SocketAddr,
     },
-    /// RDS over IB: queue pair numbers; each frame is one fragment.
+    /// RDS over IB: queue pair numbers and LIDs; each frame is one fragment (one SEND).
     Ib {
         /// Local QP number.
         local_qpn: u32,
         /// Peer QP number.
         peer_qpn: u32,
+        /// Local port LID (0 when unknown).
+        local_lid: u16,
+        /// Peer port LID (0 when unknown).
+        peer_lid: u16,
         /// The solicited-event bit of the SEND.
         solicited: bool,
     },
@@ -79,22 +106,338 @@ pub struct TapFilter {
     pub port: Option<u16>,
 }
 
-/// Most captured bytes a session queues; frames beyond are dropped (and counted) like frames
-/// beyond the queue's frame limit, so a slow consumer of large frames cannot make the node
-/// hold gigabytes (65536 frames of 1 MiB each).
+/// Most captured bytes (trace records) a session queues; frames beyond are dropped (and
+/// counted) like frames beyond the queue's frame limit, so a slow consumer of large frames
+/// cannot make the node hold gigabytes.
 pub const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+/// Size of the chunks trace records are written into; a chunk is handed to the consumer when
+/// the next record does not fit (a record larger than a chunk gets a chunk of its own).
+pub const CHUNK_SIZE: usize = 1 << 20;
+
+/// Largest snap length: a whole frame of the largest message.
+pub const MAX_SNAPLEN: usize = HEADER_LEN + MAX_MSG_SIZE;
+
+/// Largest trace record: the fixed part and [`MAX_SNAPLEN`] frame bytes. Every batch
+/// ([`TapBatch::data`]) is at most `max(CHUNK_SIZE, MAX_RECORD)` bytes.
+pub const MAX_RECORD: usize = REC_HDR_LEN + MAX_SNAPLEN;
+
+/// Recycled chunks a session keeps.
+const FREE_CHUNKS: usize = 8;
+
+/// Length of the fixed part of a binary trace record. A record is (integers little-endian;
+/// both ends are the same build, so the layout is versioned by the control protocol's
+/// version):
+///
+/// | offset | bytes | field |
+/// |---:|---:|---|
+/// | 0 | 4 | `cap`: frame bytes that follow the fixed part |
+/// | 4 | 4 | `orig_len`: the frame's length on the wire (48 + its payload bytes) |
+/// | 8 | 8 | timestamp, nanoseconds since the Unix epoch |
+/// | 16 | 1 | direction: 0 sent, 1 received |
+/// | 17 | 1 | lane |
+/// | 18 | 1 | transport: 0 loopback, 1 TCP, 2 IB |
+/// | 19 | 1 | flags: bit 0 local address IPv6, bit 1 peer address IPv6, bit 2 TCP local endpoint IPv6, bit 3 TCP peer endpoint IPv6, bit 4 IB solicited |
+/// | 20 | 16 | local RDS address (IPv4: the first 4 bytes, the rest 0) |
+/// | 36 | 16 | peer RDS address |
+/// | 52 | 36 | TCP: local IP (16), local port (2), peer IP (16), peer port (2). IB: local QPN (4), peer QPN (4), local LID (2), peer LID (2), 24 zero bytes. Loopback: zeros |
+/// | 88 | `cap` | the frame: its 48-byte header and payload, cut at the snap length |
+pub const REC_HDR_LEN: usize = 88;
+
+const F_LADDR6: u8 = 1;
+const F_FADDR6: u8 = 2;
+const F_TCP_LOCAL6: u8 = 4;
+const F_TCP_PEER6: u8 = 8;
+const F_SOLICITED: u8 = 16;
+const T_LOOPBACK: u8 = 0;
+const T_TCP: u8 = 1;
+const T_IB: u8 = 2;
+
+fn put_ip(out: &mut [u8], ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            out[..4].copy_from_slice(&a.octets());
+            false
+        }
+        IpAddr::V6(a) => {
+            out[..16].copy_from_slice(&a.octets());
+            true
+        }
+    }
+}
+
+fn get_ip(b: &[u8], v6: bool) -> IpAddr {
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&b[..16]);
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(o))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3]))
+    }
+}
+
+/// The fixed part of a record.
+#[allow(clippy::too_many_arguments)]
+fn record_head(
+    ts_ns: u64,
+    dir: Dir,
+    laddr: IpAddr,
+    faddr: IpAddr,
+    lane: u8,
+    transport: &TapTransport,
+    cap: u32,
+    orig_len: u32,
+) -> [u8; REC_HDR_LEN] {
+    let mut h = [0u8; REC_HDR_LEN];
+    h[0..4].copy_from_slice(&cap.to_le_bytes());
+    h[4..8].copy_from_slice(&orig_len.to_le_bytes());
+    h[8..16].copy_from_slice(&ts_ns.to_le_bytes());
+    h[16] = u8::from(dir == Dir::Rx);
+    h[17] = lane;
+    let mut flags = 0;
+    if put_ip(&mut h[20..36], laddr) {
+        flags |= F_LADDR6;
+    }
+    if put_ip(&mut h[36..52], faddr) {
+        flags |= F_FADDR6;
+    }
+    h[18] = match *transport {
+        TapTransport::Loopback => T_LOOPBACK,
+        TapTransport::Tcp { local, peer } => {
+            if put_ip(&mut h[52..68], local.ip()) {
+                flags |= F_TCP_LOCAL6;
+            }
+            h[68..70].copy_from_slice(&local.port().to_le_bytes());
+            if put_ip(&mut h[70..86], peer.ip()) {
+                flags |= F_TCP_PEER6;
+            }
+            h[86..88].copy_from_slice(&peer.port().to_le_bytes());
+            T_TCP
+        }
+        TapTransport::Ib {
+            local_qpn,
+            peer_qpn,
+            local_lid,
+            peer_lid,
+            solicited,
+        } => {
+            h[52..56].copy_from_slice(&local_qpn.to_le_bytes());
+            h[56..60].copy_from_slice(&peer_qpn.to_le_bytes());
+            h[60..62].copy_from_slice(&local_lid.to_le_bytes());
+            h[62..64].copy_from_slice(&peer_lid.to_le_bytes());
+            if solicited {
+                flags |= F_SOLICITED;
+            }
+            T_IB
+        }
+    };
+    h[19] = flags;
+    h
+}
+
+/// Appends `frame` as one binary trace record (see [`REC_HDR_LEN`]) to `out`. The node's tap
+/// writes the same bytes itself; this is for tests and tools that produce records.
+pub fn encode_record(out: &mut Vec<u8>, frame: &TapFrame) {
+    let cap = u32::try_from(frame.data.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&record_head(
+        frame.ts_ns,
+        frame.dir,
+        frame.laddr,
+        frame.faddr,
+        frame.lane,
+        &frame.transport,
+        cap,
+        frame.orig_len,
+    ));
+    out.extend_from_slice(&frame.data[..cap as usize]);
+}
+
+/// A malformed trace record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordDecodeError {
+    /// The batch ends inside a record.
+    #[error("trace record at byte {0} is cut short")]
+    Truncated(usize),
+    /// An unknown direction or transport code.
+    #[error("trace record at byte {0} has an unknown direction or transport")]
+    BadCode(usize),
+}
+
+/// Decodes a batch of binary trace records (see [`REC_HDR_LEN`]); each frame's bytes are a
+/// slice of `batch` (no copy). Stops after the first malformed record, which it yields as an
+/// error.
+pub fn decode_records(batch: Bytes) -> RecordIter {
+    RecordIter { batch, off: 0 }
+}
+
+/// Iterator of [`decode_records`].
+#[derive(Debug)]
+pub struct RecordIter {
+    batch: Bytes,
+    off: usize,
+}
+
+impl Iterator for RecordIter {
+    type Item = Result<TapFrame, RecordDecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let off = self.off;
+        let rest = self.batch.get(off..)?;
+        if rest.is_empty() {
+            return None;
+        }
+        // Any error ends the batch.
+        self.off = self.batch.len();
+        let Some(h) = rest.get(..REC_HDR_LEN) else {
+            return Some(Err(RecordDecodeError::Truncated(off)));
+        };
+        let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+        let cap = le32(0) as usize;
+        if rest.len() - REC_HDR_LEN < cap {
+            return Some(Err(RecordDecodeError::Truncated(off)));
+        }
+        let dir = match h[16] {
+            0 => Dir::Tx,
+            1 => Dir::Rx,
+            _ => return Some(Err(RecordDecodeError::BadCode(off))),
+        };
+        let flags = h[19];
+        let transport = match h[18] {
+            T_LOOPBACK => TapTransport::Loopback,
+            T_TCP => TapTransport::Tcp {
+                local: SocketAddr::new(get_ip(&h[52..68], flags & F_TCP_LOCAL6 != 0), le16(68)),
+                peer: SocketAddr::new(get_ip(&h[70..86], flags & F_TCP_PEER6 != 0), le16(86)),
+            },
+            T_IB => TapTransport::Ib {
+                local_qpn: le32(52),
+                peer_qpn: le32(56),
+                local_lid: le16(60),
+                peer_lid: le16(62),
+                solicited: flags & F_SOLICITED != 0,
+            },
+            _ => return Some(Err(RecordDecodeError::BadCode(off))),
+        };
+        let frame = TapFrame {
+            ts_ns: u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]),
+            dir,
+            laddr: get_ip(&h[20..36], flags & F_LADDR6 != 0),
+            faddr: get_ip(&h[36..52], flags & F_FADDR6 != 0),
+            lane: h[17],
+            transport,
+            orig_len: le32(4),
+            data: self.batch.slice(off + REC_HDR_LEN..off + REC_HDR_LEN + cap),
+        };
+        self.off = off + REC_HDR_LEN + cap;
+        Some(Ok(frame))
+    }
+}
+
+/// Trace records taken from the tap in one piece: `frames` records, back to back.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TapBatch {
+    /// Records in `data`.
+    pub frames: u32,
+    /// The records (see [`REC_HDR_LEN`]).
+    pub data: Vec<u8>,
+}
 
 #[derive(Debug)]
 struct Session {
-    queue: VecDeque<TapFrame>,
-    /// Captured bytes in `queue`.
+    /// Sealed chunks, oldest first.
+    ready: VecDeque<TapBatch>,
+    /// The chunk being written.
+    cur: TapBatch,
+    /// Recycled chunks.
+    free: Vec<Vec<u8>>,
+    /// Record bytes queued (`ready` and `cur`).
     bytes: usize,
+    /// Frames queued.
+    frames: usize,
     cap: usize,
     snaplen: usize,
     filter: TapFilter,
     dropped: u64,
     captured: u64,
     stopped: bool,
+    /// The consumer waits on the condition variable (a notify is a system call even when
+    /// nobody waits, so the data path notifies only then).
+    waiting: bool,
+}
+
+impl Session {
+    /// Moves the current chunk to `ready` and starts a new one that holds at least `need`
+    /// bytes.
+    fn seal(&mut self, need: usize) {
+        let next = match self.free.pop() {
+            Some(v) if v.capacity() >= need => v,
+            _ => Vec::with_capacity(need.max(CHUNK_SIZE)),
+        };
+        let full = std::mem::replace(
+            &mut self.cur,
+            TapBatch {
+                frames: 0,
+                data: next,
+            },
+        );
+        if full.frames > 0 {
+            self.ready.push_back(full);
+        }
+    }
+
+    /// Takes the oldest `max` frames at most (whole chunks when `max` is `None`).
+    fn take(&mut self, max: Option<usize>) -> Vec<TapBatch> {
+        if self.ready.is_empty() && self.cur.frames > 0 {
+            self.seal(0);
+        }
+        let mut out: Vec<TapBatch> = match max {
+            None => self.ready.drain(..).collect(),
+            Some(max) => {
+                let mut v = Vec::new();
+                let mut left = max.max(1);
+                while left > 0 {
+                    let Some(b) = self.ready.front_mut() else {
+                        break;
+                    };
+                    if b.frames as usize <= left {
+                        left -= b.frames as usize;
+                        v.extend(self.ready.pop_front());
+                    } else {
+                        v.push(split_front(b, left));
+                        left = 0;
+                    }
+                }
+                v
+            }
+        };
+        out.retain(|b| b.frames > 0);
+        for b in &out {
+            self.bytes -= b.data.len();
+            self.frames -= b.frames as usize;
+        }
+        out
+    }
+}
+
+/// Cuts the first `n` (< `b.frames`) records off `b`.
+fn split_front(b: &mut TapBatch, n: usize) -> TapBatch {
+    let mut off = 0;
+    for _ in 0..n {
+        let cap = u32::from_le_bytes([
+            b.data[off],
+            b.data[off + 1],
+            b.data[off + 2],
+            b.data[off + 3],
+        ]) as usize;
+        off += REC_HDR_LEN + cap;
+    }
+    let rest = b.data.split_off(off);
+    let front = std::mem::replace(&mut b.data, rest);
+    b.frames -= n as u32;
+    TapBatch {
+        frames: n as u32,
+        data: front,
+    }
 }
 
 /// Why a trace cannot start.
@@ -129,8 +472,9 @@ impl Tap {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// Starts the session: queue of `cap` frames, payload cut so that header + payload ≤
-    /// `snaplen` (at least the 48 header bytes are kept).
+    /// Starts the session: queue of `cap` frames (and [`MAX_QUEUED_BYTES`]), frames cut so
+    /// that header + payload ≤ `snaplen` (at least the 48 header bytes are kept, at most
+    /// [`MAX_SNAPLEN`]).
     ///
     /// # Errors
     /// [`TapError::Busy`] if a session runs.
@@ -140,14 +484,21 @@ impl Tap {
             return Err(TapError::Busy);
         }
         *s = Some(Session {
-            queue: VecDeque::with_capacity(cap.min(1 << 16)),
+            ready: VecDeque::new(),
+            cur: TapBatch {
+                frames: 0,
+                data: Vec::with_capacity(CHUNK_SIZE),
+            },
+            free: Vec::new(),
             bytes: 0,
+            frames: 0,
             cap: cap.max(1),
-            snaplen: snaplen.max(HEADER_LEN),
+            snaplen: snaplen.clamp(HEADER_LEN, MAX_SNAPLEN),
             filter,
             dropped: 0,
             captured: 0,
             stopped: false,
+            waiting: false,
         });
         self.enabled.store(true, Ordering::Relaxed);
         Ok(())
@@ -177,36 +528,76 @@ impl Tap {
         })
     }
 
-    /// Takes queued frames, waiting up to `timeout` for the first. Returns an empty vector at
-    /// the timeout, and `None` once the session stopped and everything was taken.
-    pub fn take(&self, max: usize, timeout: Duration) -> Option<Vec<TapFrame>> {
+    fn take_inner(&self, max: Option<usize>, timeout: Duration) -> Option<Vec<TapBatch>> {
         let mut s = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = Instant::now() + timeout;
         loop {
             let sess = s.as_mut()?;
-            if !sess.queue.is_empty() {
-                let n = sess.queue.len().min(max.max(1));
-                let v: Vec<TapFrame> = sess.queue.drain(..n).collect();
-                sess.bytes -= v.iter().map(|f| f.data.len()).sum::<usize>();
-                return Some(v);
+            if !sess.ready.is_empty() {
+                return Some(sess.take(max));
             }
             if sess.stopped {
-                *s = None;
-                return None;
+                let v = sess.take(max);
+                if v.is_empty() {
+                    *s = None;
+                    return None;
+                }
+                return Some(v);
             }
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if now >= deadline {
-                return Some(Vec::new());
+                return Some(sess.take(max));
             }
+            sess.waiting = true;
             s = self
                 .ready
                 .wait_timeout(s, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            if let Some(sess) = s.as_mut() {
+                sess.waiting = false;
+            }
         }
     }
 
-    /// Records one frame (call only when [`Tap::enabled`]).
+    /// Takes the queued trace records in whole chunks: waits up to `timeout` for a full chunk
+    /// ([`CHUNK_SIZE`]), then takes what there is (possibly nothing: an empty vector). Returns
+    /// `None` once the session stopped and everything was taken. Give each batch's buffer
+    /// back with [`Tap::recycle`] to spare the data path an allocation.
+    pub fn take_batches(&self, timeout: Duration) -> Option<Vec<TapBatch>> {
+        self.take_inner(None, timeout)
+    }
+
+    /// Returns a taken batch's buffer to the session for reuse.
+    pub fn recycle(&self, mut buf: Vec<u8>) {
+        if buf.capacity() < CHUNK_SIZE || buf.capacity() > 2 * CHUNK_SIZE {
+            return;
+        }
+        buf.clear();
+        let mut s = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sess) = s.as_mut() {
+            if sess.free.len() < FREE_CHUNKS {
+                sess.free.push(buf);
+            }
+        }
+    }
+
+    /// Takes up to `max` queued frames (decoded), waiting up to `timeout` for a full chunk.
+    /// Returns an empty vector at the timeout when nothing was captured, and `None` once the
+    /// session stopped and everything was taken.
+    pub fn take(&self, max: usize, timeout: Duration) -> Option<Vec<TapFrame>> {
+        let batches = self.take_inner(Some(max), timeout)?;
+        Some(
+            batches
+                .into_iter()
+                .flat_map(|b| decode_records(Bytes::from(b.data)))
+                .filter_map(Result::ok)
+                .collect(),
+        )
+    }
+
+    /// Records one frame (call only when [`Tap::enabled`]): `hdr` is the frame's 48-byte
+    /// header, `payload` the bytes that follow it on the transport.
     #[allow(clippy::too_many_arguments)]
     pub fn record(
         &self,
@@ -240,31 +631,39 @@ impl Tap {
                 return;
             }
         }
-        let keep = payload.len().min(s.snaplen.saturating_sub(hdr.len()));
-        if s.queue.len() >= s.cap || s.bytes + hdr.len() + keep > MAX_QUEUED_BYTES {
+        let hdr = &hdr[..hdr.len().min(s.snaplen)];
+        let keep = payload.len().min(s.snaplen - hdr.len());
+        let rec = REC_HDR_LEN + hdr.len() + keep;
+        if s.frames >= s.cap || s.bytes + rec > MAX_QUEUED_BYTES {
             s.dropped += 1;
             return;
         }
-        s.bytes += hdr.len() + keep;
-        let mut data = BytesMut::with_capacity(hdr.len() + keep);
-        data.put_slice(hdr);
-        data.put_slice(&payload[..keep]);
+        let mut wake = false;
+        if s.cur.data.capacity() - s.cur.data.len() < rec {
+            s.seal(rec);
+            wake = s.waiting;
+        }
         let ts_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        // The consumer waits only on an empty queue: wake it only then (a condition
-        // variable's notify is a system call even when nobody waits).
-        let wake = s.queue.is_empty();
-        s.queue.push_back(TapFrame {
+        let orig_len = u32::try_from(hdr.len() + payload.len()).unwrap_or(u32::MAX);
+        let head = record_head(
             ts_ns,
             dir,
             laddr,
             faddr,
-            lane: lane as u8,
-            transport,
-            orig_len: (hdr.len() + payload.len()) as u32,
-            data: data.freeze(),
-        });
+            lane.min(255) as u8,
+            &transport,
+            (hdr.len() + keep) as u32,
+            orig_len,
+        );
+        let d = &mut s.cur.data;
+        d.extend_from_slice(&head);
+        d.extend_from_slice(hdr);
+        d.extend_from_slice(&payload[..keep]);
+        s.cur.frames += 1;
+        s.bytes += rec;
+        s.frames += 1;
         s.captured += 1;
         drop(guard);
         if wake {
@@ -291,6 +690,44 @@ impl Tap {
             faddr,
             lane,
             TapTransport::Tcp { local, peer },
+            hdr,
+            payload,
+        );
+    }
+
+    /// Records one RDS/IB fragment: call it (only when [`Tap::enabled`]) for every SEND the IB
+    /// transport posts, ACK-only frames included (`dir` [`Dir::Tx`], `solicited` as posted),
+    /// and for every received fragment (`dir` [`Dir::Rx`], `solicited` from the completion if
+    /// known, else `false`). `hdr` is the 48-byte RDS header, `payload` the fragment's bytes
+    /// that follow it in the SEND (at most 4096; empty for ACK-only frames); `laddr`/`faddr`
+    /// the connection's local and peer RDS (IP) addresses, `lane` its path index (0 on IB).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_ib(
+        &self,
+        dir: Dir,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        lane: usize,
+        qps: IbQps,
+        solicited: bool,
+        hdr: &[u8],
+        payload: &[u8],
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        self.record(
+            dir,
+            laddr,
+            faddr,
+            lane,
+            TapTransport::Ib {
+                local_qpn: qps.local_qpn,
+                peer_qpn: qps.peer_qpn,
+                local_lid: qps.local_lid,
+                peer_lid: qps.peer_lid,
+                solicited,
+            },
             hdr,
             payload,
         );
@@ -343,7 +780,7 @@ mod tests {
             .unwrap();
         let hdr = [0u8; 48];
         let payload = vec![7u8; 1 << 20];
-        let per = 48 + (1 << 20);
+        let per = REC_HDR_LEN + 48 + (1 << 20);
         let fit = MAX_QUEUED_BYTES / per;
         let rec = |tap: &Tap| {
             tap.record_tcp(
@@ -368,7 +805,9 @@ mod tests {
             }
         );
         // Taking frames makes room again.
-        assert_eq!(tap.take(2, Duration::ZERO).unwrap().len(), 2);
+        let two = tap.take(2, Duration::ZERO).unwrap();
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[1].data.len(), 48 + (1 << 20));
         rec(&tap);
         rec(&tap);
         rec(&tap);
@@ -419,5 +858,173 @@ mod tests {
             &[],
         );
         assert_eq!(tap.stats().captured, 1);
+    }
+
+    /// Frames go into chunks of CHUNK_SIZE; batches come out whole and in order, and take()
+    /// splits them at `max` frames.
+    #[test]
+    fn chunks_batches_and_split() {
+        let tap = Tap::default();
+        tap.start(MAX_SNAPLEN, 1 << 16, TapFilter::default())
+            .unwrap();
+        let payload = vec![9u8; 1000];
+        let per = REC_HDR_LEN + 48 + 1000;
+        let n = CHUNK_SIZE / per + 5;
+        for i in 0..n {
+            let mut hdr = [0u8; 48];
+            hdr[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            tap.record_tcp(
+                Dir::Tx,
+                "10.0.0.1".parse().unwrap(),
+                "10.0.0.2".parse().unwrap(),
+                1,
+                addr("10.0.0.1:40001"),
+                addr("10.0.0.2:16385"),
+                &hdr,
+                &payload,
+            );
+        }
+        // One full chunk is ready at once, the rest comes at the timeout.
+        let b = tap.take_batches(Duration::from_secs(5)).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].frames as usize, CHUNK_SIZE / per);
+        assert_eq!(b[0].data.len(), (CHUNK_SIZE / per) * per);
+        tap.recycle(b.into_iter().next().unwrap().data);
+        let three = tap.take(3, Duration::ZERO).unwrap();
+        let seqs: Vec<u64> = three
+            .iter()
+            .map(|f| u64::from_be_bytes(f.data[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(seqs, [n as u64 - 5, n as u64 - 4, n as u64 - 3]);
+        let rest = tap.take_batches(Duration::ZERO).unwrap();
+        assert_eq!(rest.iter().map(|b| b.frames).sum::<u32>(), 2);
+        assert_eq!(tap.take_batches(Duration::ZERO).unwrap(), vec![]);
+        tap.stop();
+        assert!(tap.take_batches(Duration::ZERO).is_none());
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let frames = [
+            TapFrame {
+                ts_ns: 1_700_000_000_123_456_789,
+                dir: Dir::Tx,
+                laddr: "10.0.0.1".parse().unwrap(),
+                faddr: "10.0.0.2".parse().unwrap(),
+                lane: 7,
+                transport: TapTransport::Tcp {
+                    local: addr("10.0.0.1:40007"),
+                    peer: addr("10.0.0.2:16385"),
+                },
+                orig_len: 1072,
+                data: Bytes::from(vec![1u8; 60]),
+            },
+            TapFrame {
+                ts_ns: 2,
+                dir: Dir::Rx,
+                laddr: "fd00::1".parse().unwrap(),
+                faddr: "fd00::2".parse().unwrap(),
+                lane: 0,
+                transport: TapTransport::Tcp {
+                    local: addr("[fd00::1]:16385"),
+                    peer: addr("[fd00::2]:40000"),
+                },
+                orig_len: 48,
+                data: Bytes::from(vec![2u8; 48]),
+            },
+            TapFrame {
+                ts_ns: 3,
+                dir: Dir::Rx,
+                laddr: "192.168.1.1".parse().unwrap(),
+                faddr: "192.168.1.2".parse().unwrap(),
+                lane: 0,
+                transport: TapTransport::Ib {
+                    local_qpn: 0x12_3456,
+                    peer_qpn: 0xab_cdef,
+                    local_lid: 3,
+                    peer_lid: 0x1234,
+                    solicited: true,
+                },
+                orig_len: 48 + 4096,
+                data: Bytes::from(vec![3u8; 48 + 4096]),
+            },
+            TapFrame {
+                ts_ns: 4,
+                dir: Dir::Tx,
+                laddr: "10.0.0.1".parse().unwrap(),
+                faddr: "10.0.0.1".parse().unwrap(),
+                lane: 0,
+                transport: TapTransport::Loopback,
+                orig_len: 48,
+                data: Bytes::from(vec![4u8; 48]),
+            },
+        ];
+        let mut buf = Vec::new();
+        for f in &frames {
+            encode_record(&mut buf, f);
+        }
+        assert_eq!(
+            buf.len(),
+            4 * REC_HDR_LEN + 60 + 48 + 48 + 4096 + 48,
+            "fixed part + captured bytes"
+        );
+        assert_eq!(&buf[..4], &60u32.to_le_bytes());
+        assert_eq!(&buf[4..8], &1072u32.to_le_bytes());
+        let back: Vec<TapFrame> = decode_records(Bytes::from(buf.clone()))
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(back, frames);
+        // Cut or corrupted batches end with an error, never a panic.
+        for cut in [1, REC_HDR_LEN - 1, REC_HDR_LEN + 10] {
+            let v: Vec<_> = decode_records(Bytes::from(buf[..cut].to_vec())).collect();
+            assert_eq!(v, vec![Err(RecordDecodeError::Truncated(0))]);
+        }
+        let mut bad = buf.clone();
+        bad[18] = 9;
+        assert_eq!(
+            decode_records(Bytes::from(bad)).next(),
+            Some(Err(RecordDecodeError::BadCode(0)))
+        );
+        let mut huge = buf;
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode_records(Bytes::from(huge)).count(), 1);
+    }
+
+    /// The IB entry point records what the ERF writer needs.
+    #[test]
+    fn ib_fragments() {
+        let tap = Tap::default();
+        let l: IpAddr = "10.1.0.1".parse().unwrap();
+        let p: IpAddr = "10.1.0.2".parse().unwrap();
+        let qps = IbQps {
+            local_qpn: 0x11,
+            peer_qpn: 0x22,
+            local_lid: 1,
+            peer_lid: 2,
+        };
+        // Not enabled: nothing is recorded (and no lock is taken).
+        tap.record_ib(Dir::Tx, l, p, 0, qps, true, &[0; 48], &[]);
+        tap.start(MAX_SNAPLEN, 16, TapFilter::default()).unwrap();
+        tap.record_ib(Dir::Tx, l, p, 0, qps, true, &[5; 48], &[]);
+        tap.record_ib(Dir::Rx, l, p, 0, qps, false, &[6; 48], &[7; 4096]);
+        tap.stop();
+        let f = tap.take(10, Duration::ZERO).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(
+            f[0].transport,
+            TapTransport::Ib {
+                local_qpn: 0x11,
+                peer_qpn: 0x22,
+                local_lid: 1,
+                peer_lid: 2,
+                solicited: true
+            }
+        );
+        assert_eq!(
+            (f[0].dir, f[0].orig_len, f[0].data.len()),
+            (Dir::Tx, 48, 48)
+        );
+        assert_eq!((f[1].dir, f[1].orig_len), (Dir::Rx, 48 + 4096));
+        assert_eq!(&f[1].data[48..], &[7; 4096][..]);
     }
 }

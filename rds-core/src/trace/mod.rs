@@ -194,19 +194,21 @@ impl TraceRecord {
     }
 
     /// Converts a frame of the node's trace tap. Loopback frames never touch a wire and give
-    /// `None`. The tap does not know IB LIDs; they are set to 0.
+    /// `None`.
     pub fn from_tap(frame: &TapFrame) -> Option<Self> {
         let transport = match frame.transport {
             TapTransport::Tcp { local, peer } => Transport::Tcp { local, peer },
             TapTransport::Ib {
                 local_qpn,
                 peer_qpn,
+                local_lid,
+                peer_lid,
                 solicited,
             } => Transport::Ib {
                 local_qpn,
                 peer_qpn,
-                local_lid: 0,
-                peer_lid: 0,
+                local_lid,
+                peer_lid,
                 solicited,
             },
             TapTransport::Loopback => return None,

@@ -49,6 +49,8 @@ struct DirState {
     /// Timestamp of the newest record that added bytes to `pending`.
     pending_ts: u64,
     ip_id: u16,
+    /// The initial sequence number of the reverse direction (its ACK number until it sends).
+    rev_isn: u32,
     /// Whether the source of this direction is the capturing node.
     src_local: bool,
 }
@@ -60,7 +62,15 @@ pub(crate) struct TcpSynth {
     dirs: BTreeMap<FlowKey, DirState>,
     /// Newest timestamp of any emitted packet.
     last_ts: u64,
+    /// At most the oldest `pending_ts` of a held segment (`u64::MAX`: none held), so that
+    /// most records need no scan for stale segments.
+    min_pending_ts: u64,
+    /// Buffers of written packets, reused for new ones (no allocation per packet).
+    pool: Vec<Vec<u8>>,
 }
+
+/// Packet buffers [`TcpSynth`] keeps for reuse.
+const POOL: usize = 256;
 
 /// The initial sequence number of a direction: FNV-1a over both endpoints, or the fixed value.
 fn isn_for(cfg: &TcpCaptureConfig, src: SocketAddr, dst: SocketAddr) -> u32 {
@@ -90,6 +100,16 @@ impl TcpSynth {
             cfg,
             dirs: BTreeMap::new(),
             last_ts: 0,
+            min_pending_ts: u64::MAX,
+            pool: Vec::new(),
+        }
+    }
+
+    /// Gives a written packet's buffer back for reuse.
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.pool.len() < POOL {
+            buf.clear();
+            self.pool.push(buf);
         }
     }
 
@@ -105,6 +125,7 @@ impl TcpSynth {
         let cfg = &self.cfg;
         self.dirs.entry(key).or_insert_with(|| DirState {
             isn: isn_for(cfg, key.0, key.1),
+            rev_isn: isn_for(cfg, key.1, key.0),
             sent: 0,
             pending: Vec::new(),
             pending_ts: 0,
@@ -119,7 +140,10 @@ impl TcpSynth {
         let rev = (key.1, key.0);
         match self.dirs.get(&rev) {
             Some(st) => st.isn.wrapping_add(st.sent as u32),
-            None => isn_for(&self.cfg, rev.0, rev.1),
+            None => match self.dirs.get(key) {
+                Some(st) => st.rev_isn,
+                None => isn_for(&self.cfg, rev.0, rev.1),
+            },
         }
     }
 
@@ -162,6 +186,7 @@ impl TcpSynth {
                 st.pending.extend_from_slice(&data[pos..]);
                 if !st.pending.is_empty() {
                     st.pending_ts = rec.ts_ns;
+                    self.min_pending_ts = self.min_pending_ts.min(rec.ts_ns);
                 }
                 return;
             }
@@ -169,6 +194,7 @@ impl TcpSynth {
             let pending = std::mem::take(&mut st.pending);
             let psh = pos + take == data.len();
             let pkt = segment(
+                self.pool.pop().unwrap_or_default(),
                 st,
                 &mut self.last_ts,
                 &key,
@@ -203,6 +229,7 @@ impl TcpSynth {
             return;
         };
         let pkt = segment(
+            self.pool.pop().unwrap_or_default(),
             st,
             &mut self.last_ts,
             &key,
@@ -229,6 +256,7 @@ impl TcpSynth {
         let pending = std::mem::take(&mut st.pending);
         let ts = st.pending_ts.max(self.last_ts);
         let pkt = segment(
+            self.pool.pop().unwrap_or_default(),
             st,
             &mut self.last_ts,
             key,
@@ -244,6 +272,9 @@ impl TcpSynth {
     /// Emits held segments older than the hold time at `now`, oldest first.
     fn flush_stale(&mut self, now: u64, out: &mut Vec<SynthPacket>) {
         let hold = self.cfg.hold_ns;
+        if self.min_pending_ts == u64::MAX || self.min_pending_ts.saturating_add(hold) >= now {
+            return;
+        }
         let mut stale: Vec<(u64, FlowKey)> = self
             .dirs
             .iter()
@@ -254,6 +285,13 @@ impl TcpSynth {
         for (_, key) in stale {
             self.flush_key(&key, out);
         }
+        self.min_pending_ts = self
+            .dirs
+            .values()
+            .filter(|st| !st.pending.is_empty())
+            .map(|st| st.pending_ts)
+            .min()
+            .unwrap_or(u64::MAX);
     }
 
     /// Emits every held segment, oldest first.
@@ -269,11 +307,25 @@ impl TcpSynth {
     }
 }
 
+/// The TCP pseudo-header, built on the stack.
+struct Pseudo<'a> {
+    buf: &'a mut [u8; 40],
+    len: usize,
+}
+
+impl Pseudo<'_> {
+    fn extend_from_slice(&mut self, b: &[u8]) {
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+}
+
 /// Builds one segment of `key` starting at its current stream offset and advances the
 /// offset by `reported` payload bytes. `parts` are the captured payload bytes (their total
 /// may be below `reported` for a snapped frame).
 #[allow(clippy::too_many_arguments)]
 fn segment(
+    mut p: Vec<u8>,
     st: &mut DirState,
     last_ts: &mut u64,
     key: &FlowKey,
@@ -296,13 +348,18 @@ fn segment(
     let flags = TCP_ACK | if psh { TCP_PSH } else { 0 };
     let tcp_len = TCP_LEN as u64 + reported;
     let ip_len = if src.is_ipv4() { IPV4_LEN } else { IPV6_LEN };
-    let mut p = Vec::with_capacity(ETH_LEN + ip_len + TCP_LEN + captured);
+    p.clear();
+    p.reserve(ETH_LEN + ip_len + TCP_LEN + captured);
 
     // Ethernet II.
     p.extend_from_slice(&node_mac(dst.ip(), !src_local));
     p.extend_from_slice(&node_mac(src.ip(), src_local));
     // IP.
-    let mut pseudo = Vec::with_capacity(40);
+    let mut pseudo_buf = [0u8; 40];
+    let mut pseudo = Pseudo {
+        buf: &mut pseudo_buf,
+        len: 0,
+    };
     match (src.ip(), dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             p.extend_from_slice(&0x0800u16.to_be_bytes());
@@ -358,7 +415,7 @@ fn segment(
         p.extend_from_slice(part);
     }
     if complete {
-        let acc = sum16(sum16(0, &pseudo), &p[tcp_start..]);
+        let acc = sum16(sum16(0, &pseudo.buf[..pseudo.len]), &p[tcp_start..]);
         let csum = fold(acc);
         p[tcp_start + 16..tcp_start + 18].copy_from_slice(&csum.to_be_bytes());
     }

@@ -248,6 +248,9 @@ impl<W: Write> PcapSink<W> {
         for p in packets {
             write_record(out, &p)?;
             self.stats.packets += 1;
+            if let Synth::Tcp(t) = &mut self.synth {
+                t.recycle(p.data);
+            }
         }
         Ok(())
     }
