@@ -654,3 +654,263 @@ fn one_session_per_node_and_node_errors() {
     );
     drop(a);
 }
+
+/// `HH:MM:SS.nnnnnnnnn` (UTC) of a timestamp, as the report prints it.
+fn time_of_day(ts_ns: u64) -> String {
+    let s = ts_ns / 1_000_000_000 % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:09}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        ts_ns % 1_000_000_000
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// RDS/IB fragments fed through the tap API the IB transport calls (`Tap::record_ib`; this
+/// host has no RDMA device): `rds-trace --transport ib` writes them as ERF InfiniBand records,
+/// tshark with the dissector (its InfiniBand heuristic) decodes every field as fed, rds-core's
+/// reader gives the bytes back, and `-r` reports them line by line. A TCP frame recorded in
+/// the same session is counted as another transport's, not written.
+#[test]
+fn ib_fragments_from_the_tap_api_decode_exactly() {
+    use rds_core::node::tap::{Dir, IbQps};
+    use rds_core::trace::{Direction, FrameLink};
+    use rds_core::wire::HeaderRepr;
+
+    let a = node("trace-ib1", "127.7.6.1", 61);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ib.pcap");
+    let trace = Trace::start(
+        run_dir(),
+        &[
+            "-w",
+            file.to_str().unwrap(),
+            "--node",
+            "trace-ib1",
+            "--transport",
+            "ib",
+            "-c",
+            "5",
+        ],
+        Stdio::null(),
+    );
+    let (l, p) = (ip("10.1.0.1"), ip("10.1.0.2"));
+    let qps = IbQps {
+        local_qpn: 0x11,
+        peer_qpn: 0xa0b0,
+        local_lid: 1,
+        peer_lid: 2,
+    };
+    let hdr = |h: HeaderRepr| {
+        let mut b = [0u8; 48];
+        h.emit_checksummed(&mut b);
+        b
+    };
+    let msg = pattern(10_000, 7);
+    let mut data_hdr = HeaderRepr::data(1, 4000, 5000, 10_000);
+    data_hdr.ack = 4;
+    data_hdr.flags = 0x02;
+    let data_hdr = hdr(data_hdr);
+    let ack_hdr = hdr(HeaderRepr::ack_only(7));
+    let rx_hdr = hdr(HeaderRepr::data(9, 5000, 4000, 100));
+    let rx_payload = pattern(100, 8);
+    // (dir, solicited, header, fragment payload)
+    let fed: Vec<(Direction, bool, [u8; 48], &[u8])> = vec![
+        (Direction::Tx, false, data_hdr, &msg[..4096]),
+        (Direction::Tx, false, data_hdr, &msg[4096..8192]),
+        (Direction::Tx, true, data_hdr, &msg[8192..]),
+        (Direction::Tx, true, ack_hdr, &[]),
+        (Direction::Rx, true, rx_hdr, &rx_payload),
+    ];
+    let tap = a.tap();
+    wait_until("the trace session", || tap.enabled());
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    // Another transport's frame first: counted, not written.
+    tap.record_tcp(
+        Dir::Tx,
+        ip("127.7.6.1"),
+        ip("127.7.6.2"),
+        0,
+        sa("127.7.6.1", 40000),
+        sa("127.7.6.2", 16385),
+        &HeaderRepr::data(1, 1, 2, 0).to_bytes(),
+        &[],
+    );
+    for (d, solicited, h, payload) in &fed {
+        let d = match d {
+            Direction::Tx => Dir::Tx,
+            Direction::Rx => Dir::Rx,
+        };
+        tap.record_ib(d, l, p, 0, qps, *solicited, h, payload);
+    }
+    let t1 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let (code, stderr) = trace.wait();
+    assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(
+        stderr,
+        [
+            "rds-trace: tracing node 'trace-ib1' (127.7.6.1), snaplen 262144, transport ib",
+            "5 frames captured, 0 dropped",
+            "rds-trace: 1 frames of other transports than RDS/IB (or same-node loopback) were not written",
+        ]
+    );
+    keep(&file);
+
+    // rds-core's reader: the fragments' bytes, directions and IB headers.
+    let frames = reader_frames(&file);
+    assert_eq!(frames.len(), fed.len());
+    let mut psn_tx = 0;
+    let mut last_ts = t0;
+    for (f, (d, solicited, h, payload)) in frames.iter().zip(&fed) {
+        let mut want = h.to_vec();
+        want.extend_from_slice(payload);
+        assert_eq!(&f.data[..], &want[..]);
+        assert_eq!(f.orig_len as usize, want.len());
+        assert_eq!(f.dir, Some(*d));
+        let (slid, dlid, qpn, psn) = match d {
+            Direction::Tx => {
+                psn_tx += 1;
+                (1, 2, 0xa0b0, psn_tx - 1)
+            }
+            Direction::Rx => (2, 1, 0x11, 0),
+        };
+        assert_eq!(
+            f.link,
+            FrameLink::Ib {
+                slid,
+                dlid,
+                dest_qpn: qpn,
+                psn,
+                opcode: 0x04,
+                solicited: *solicited
+            }
+        );
+        // ERF timestamps keep about a quarter nanosecond: allow the rounding.
+        assert!(
+            f.ts_ns + 1 >= last_ts && f.ts_ns <= t1 + 1,
+            "{} {t0} {t1}",
+            f.ts_ns
+        );
+        last_ts = f.ts_ns;
+    }
+
+    // tshark with the dissector: ERF + InfiniBand + RDS, every field as fed.
+    if let Some(exe) = tshark() {
+        let home = tempfile::tempdir().unwrap();
+        let fields = [
+            "frame.protocols",
+            "frame.time_epoch",
+            "erf.flags.cap",
+            "infiniband.lrh.slid",
+            "infiniband.lrh.dlid",
+            "infiniband.bth.opcode",
+            "infiniband.bth.se",
+            "infiniband.bth.destqp",
+            "infiniband.bth.psn",
+            "rds.seq",
+            "rds.ack",
+            "rds.len",
+            "rds.sport",
+            "rds.dport",
+            "rds.flags",
+            "rds.csum",
+            "rds.csum.good",
+            "rds.payload",
+            "_ws.malformed",
+        ];
+        let mut args = vec!["-T", "fields", "-E", "separator=|"];
+        for f in &fields {
+            args.push("-e");
+            args.push(f);
+        }
+        let out = tshark_run(&exe, home.path(), &file, &args);
+        let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split('|').collect()).collect();
+        assert_eq!(rows.len(), fed.len(), "{out}");
+        for (i, (row, (f, (d, solicited, h, payload)))) in
+            rows.iter().zip(frames.iter().zip(&fed)).enumerate()
+        {
+            let hr = HeaderRepr::from_bytes(h).unwrap();
+            let FrameLink::Ib {
+                slid,
+                dlid,
+                dest_qpn,
+                psn,
+                ..
+            } = f.link
+            else {
+                unreachable!()
+            };
+            let want = vec![
+                "erf:infiniband:rds".to_string(),
+                format!("{}.{:09}", f.ts_ns / 1_000_000_000, f.ts_ns % 1_000_000_000),
+                if *d == Direction::Tx { "0" } else { "1" }.to_string(),
+                slid.to_string(),
+                dlid.to_string(),
+                "4".to_string(),
+                if *solicited { "1" } else { "0" }.to_string(),
+                format!("0x{dest_qpn:06x}"),
+                psn.to_string(),
+                hr.seq.to_string(),
+                hr.ack.to_string(),
+                hr.len.to_string(),
+                hr.sport.to_string(),
+                hr.dport.to_string(),
+                format!("0x{:02x}", hr.flags),
+                format!("0x{:04x}", hr.csum),
+                "1".to_string(),
+                hex(payload),
+                String::new(),
+            ];
+            assert_eq!(row, &want, "packet {}", i + 1);
+        }
+    }
+
+    // The report, byte for byte.
+    let mut want = String::new();
+    for (f, (_, _, h, _)) in frames.iter().zip(&fed) {
+        let hr = HeaderRepr::from_bytes(h).unwrap();
+        let tail = match (hr.sport, hr.ack) {
+            (4000, _) => "data 4000 > 5000 seq 1 len 10000 ack 4".to_string(),
+            (0, 7) => "ack-only 0 > 0 seq 0 len 0 ack 7".to_string(),
+            _ => "data 5000 > 4000 seq 9 len 100".to_string(),
+        };
+        let link = match f.link {
+            FrameLink::Ib {
+                slid,
+                dlid,
+                dest_qpn,
+                psn,
+                ..
+            } => format!("ib lid {slid} > lid {dlid} qp 0x{dest_qpn:06x} psn {psn}"),
+            FrameLink::Tcp { .. } => unreachable!(),
+        };
+        let dir = if f.dir == Some(Direction::Tx) {
+            "tx"
+        } else {
+            "rx"
+        };
+        let flags = if hr.flags == 0x02 {
+            " flags ACK_REQUIRED"
+        } else {
+            ""
+        };
+        want += &format!(
+            "{} {dir} {link} lane 0 {tail} csum 0x{:04x} good{flags}\n",
+            time_of_day(f.ts_ns),
+            hr.csum
+        );
+    }
+    assert_eq!(report(&file, &[]), want);
+    a.shutdown();
+}
