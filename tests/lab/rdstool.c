@@ -1060,9 +1060,9 @@ static int cmd_recv(int argc, char **argv)
 		printf("source %s msgs=%" PRIu64 " bytes=%" PRIu64 "\n",
 		       sin_str(&tab->s[i].addr, b, sizeof(b)), tab->s[i].msgs, tab->s[i].bytes);
 	printf("recv: %s received=%" PRIu64 " bytes=%" PRIu64 " sources=%d errors=%" PRIu64
-	       " extra=%" PRIu64 " elapsed_ms=%.1f MBps=%.2f%s%s%s\n",
+	       " extra=%" PRIu64 " elapsed_ms=%.1f MBps=%.2f data_ms=%.3f%s%s%s\n",
 	       fail ? "FAIL" : "ok", got, bytes, tab->n, errors, extra, ms,
-	       data_ms > 0 ? (double)bytes / 1e3 / data_ms : 0.0,
+	       data_ms > 0 ? (double)bytes / 1e3 / data_ms : 0.0, data_ms,
 	       timed_out ? " reason=time-limit" : "", first_err[0] ? " first_error=" : "", first_err);
 	close(fd);
 	free(buf);
@@ -2478,11 +2478,13 @@ static int same_sin(const struct sockaddr_in *a, const struct sockaddr_in *b)
 static void usage_rdma_target(void)
 {
 	puts("rdstool rdma-target -b ADDR:PORT -p PEER:PORT --len N --seed K [-t ib|auto]\n"
-	     "                    [--use-once] [-T|--timeout SEC]\n"
-	     "  Registers N page-aligned bytes filled with pattern(K) with RDS_GET_MR (flag\n"
-	     "  USE_ONCE if asked), sends 'OFFER cookie=0x<hex16> len=N seed=K' with an\n"
-	     "  RDS_CMSG_RDMA_DEST cmsg carrying the cookie to PEER:PORT (start the initiator\n"
-	     "  first), then expects 'READ' (the peer read the region) and\n"
+	     "                    [--use-once] [--offset O] [-T|--timeout SEC]\n"
+	     "  Registers N bytes filled with pattern(K), starting O bytes (default 0) into a\n"
+	     "  page-aligned buffer, with RDS_GET_MR (flag USE_ONCE if asked; where the kernel\n"
+	     "  refuses RDS_GET_MR, with RDS_CMSG_RDMA_MAP on a ping to the peer), sends\n"
+	     "  'OFFER cookie=0x<hex16> len=N seed=K' with an RDS_CMSG_RDMA_DEST cmsg carrying\n"
+	     "  the cookie to PEER:PORT (start the initiator first), then expects 'READ' (the\n"
+	     "  peer read the region) and\n"
 	     "  'WROTE seed=K2' (the region must now hold pattern(K2)), answered with\n"
 	     "  'CHECKED ok' or 'CHECKED bad at <offset>'. pattern(s)[i] =\n"
 	     "  (i*131 + s*7 + (i>>8)) & 0xff. Exit 0 iff all good, 1 on a failed check or the\n"
@@ -2494,11 +2496,12 @@ static int cmd_rdma_target(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "bind", 1, 0, 'b' }, { "peer", 1, 0, 'p' }, { "transport", 1, 0, 't' },
 		{ "len", 1, 0, 'L' }, { "seed", 1, 0, 'K' }, { "use-once", 0, 0, 'U' },
+		{ "offset", 1, 0, 'O' },
 		{ "timeout", 1, 0, 'T' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' },
 		{ 0, 0, 0, 0 } };
 	struct sockaddr_in bindaddr, peer;
 	int have_bind = 0, have_peer = 0, have_len = 0, have_seed = 0, use_once = 0, c;
-	uint64_t len = 0, seed = 0, timeout_s = 60;
+	uint64_t len = 0, seed = 0, timeout_s = 60, offset = 0;
 	struct sockopts so = { RDS_TRANS_IB, 0, 0, 0 };
 	while ((c = getopt_long(argc, argv, "b:p:t:T:qh", lo, NULL)) != -1) {
 		switch (c) {
@@ -2508,6 +2511,7 @@ static int cmd_rdma_target(int argc, char **argv)
 		case 'L': len = parse_u64(optarg, "--len"); have_len = 1; break;
 		case 'K': seed = parse_u64(optarg, "--seed"); have_seed = 1; break;
 		case 'U': use_once = 1; break;
+		case 'O': offset = parse_u64(optarg, "--offset"); break;
 		case 'T': timeout_s = parse_u64(optarg, "--timeout"); break;
 		case 'q': g_quiet = 1; break;
 		case 'h': usage_rdma_target(); return 0;
@@ -2520,6 +2524,8 @@ static int cmd_rdma_target(int argc, char **argv)
 		die(2, "--bind, --peer, --len and --seed are required");
 	if (len == 0 || len > RDMA_MAX_LEN)
 		die(2, "--len must be 1..%u", RDMA_MAX_LEN);
+	if (offset >= 65536)
+		die(2, "--offset must be below 65536");
 	if (timeout_s == 0 || timeout_s > 86400)
 		die(2, "bad --timeout");
 	arm_watchdog((unsigned)timeout_s + 15);
@@ -2530,7 +2536,8 @@ static int cmd_rdma_target(int argc, char **argv)
 	printf("rdma-target: bound %s transport=%s\n", sin_str(&bindaddr, b, sizeof(b)),
 	       transport_name(get_transport(fd)));
 
-	unsigned char *region = rdma_alloc((size_t)len);
+	unsigned char *mem = rdma_alloc((size_t)(offset + len));
+	unsigned char *region = mem + offset;
 	rdma_fill(region, (size_t)len, seed);
 	uint64_t cookie = 0;
 	struct rt_get_mr_args mr;
@@ -2576,8 +2583,11 @@ static int cmd_rdma_target(int argc, char **argv)
 	if (gr != 0)
 		die(2, "setsockopt(RDS_GET_MR, %" PRIu64 " bytes): %s (%s)", len, strerror(errno),
 		    errname(errno));
-	printf("rdma-target: mr cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64 " use_once=%d via=%s\n",
+	printf("rdma-target: mr cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64 " use_once=%d via=%s",
 	       cookie, len, seed, use_once, via);
+	if (offset)
+		printf(" offset=%" PRIu64, offset);
+	printf("\n");
 
 	char msg[160];
 	snprintf(msg, sizeof(msg), "OFFER cookie=0x%016" PRIx64 " len=%" PRIu64 " seed=%" PRIu64, cookie,
@@ -2664,7 +2674,7 @@ static int cmd_rdma_target(int argc, char **argv)
 	       fail ? "FAIL" : "ok", len, seed, seed2, fe ? errname(fe) : "ok", elapsed_ms(t0),
 	       fail ? " reason=" : "", fail ? why : "");
 	close(fd);
-	free(region);
+	free(mem);
 	return fail ? 1 : 0;
 }
 

@@ -41,7 +41,7 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_core::proto::TransportKind;
-use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaBuffer, SendCtl};
+use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaBuffer, RdmaMap, SendCtl};
 use rds_core::{Node, RecvMsg, Socket};
 use rds_tests::ib::{
     guest_cmd, install_self, load_kernel_rds_rdma, start_ib_node, step, wait_until, GUEST_ENV,
@@ -69,7 +69,10 @@ pub fn rdma_pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// One exchange: region size, the two patterns, use-once, the ports (target, initiator).
+/// One exchange: region size, the two patterns, use-once, the ports (target, initiator),
+/// where the region starts in the target's page-aligned buffer (the cookie's offset), how
+/// many local buffers the initiator uses (1 or 2: gather/scatter), and whether our target
+/// registers with `RDS_CMSG_RDMA_MAP` instead of `get_mr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Case {
     len: usize,
@@ -78,6 +81,9 @@ struct Case {
     use_once: bool,
     t_port: u16,
     i_port: u16,
+    offset: usize,
+    iovs: usize,
+    map: bool,
 }
 
 const fn case(len: usize, seed: u64, seed2: u64, use_once: bool, t_port: u16) -> Case {
@@ -88,25 +94,47 @@ const fn case(len: usize, seed: u64, seed2: u64, use_once: bool, t_port: u16) ->
         use_once,
         t_port,
         i_port: t_port + 1,
+        offset: 0,
+        iovs: 1,
+        map: false,
     }
 }
 
-const KERNEL_CASES: [Case; 3] = [
+impl Case {
+    const fn at(mut self, offset: usize) -> Case {
+        self.offset = offset;
+        self
+    }
+    const fn iov2(mut self) -> Case {
+        self.iovs = 2;
+        self
+    }
+    const fn mapped(mut self) -> Case {
+        self.map = true;
+        self
+    }
+}
+
+const KERNEL_CASES: [Case; 4] = [
     case(1 << 20, 5, 9, false, 6000),
     case(5000, 3, 11, false, 6002),
     case(5000, 200, 77, true, 6004),
+    case(5000, 7, 8, false, 6006).at(4000),
 ];
-const OURS_TO_OURS: [Case; 2] = [
+const OURS_TO_OURS: [Case; 3] = [
     case(1 << 20, 21, 22, false, 6200),
     case(5000, 23, 24, false, 6202),
+    case(5000, 25, 26, false, 6204).at(100).iov2(),
 ];
-const OURS_INITIATOR: [Case; 2] = [
+const OURS_INITIATOR: [Case; 3] = [
     case(1 << 20, 31, 32, false, 6100),
     case(5000, 33, 34, false, 6102),
+    case(5000, 35, 36, false, 6104).at(4000).iov2(),
 ];
-const OURS_TARGET: [Case; 2] = [
+const OURS_TARGET: [Case; 3] = [
     case(1 << 20, 41, 42, false, 6300),
     case(5000, 43, 44, false, 6302),
+    case(5000, 45, 46, false, 6304).at(100).mapped(),
 ];
 
 fn cases_env(cases: &[Case]) -> String {
@@ -114,8 +142,8 @@ fn cases_env(cases: &[Case]) -> String {
         .iter()
         .map(|c| {
             format!(
-                "{}:{}:{}:{}:{}",
-                c.len, c.seed, c.seed2, c.use_once as u8, c.t_port
+                "{}:{}:{}:{}:{}:{}:{}:{}",
+                c.len, c.seed, c.seed2, c.use_once as u8, c.t_port, c.offset, c.iovs, c.map as u8
             )
         })
         .collect::<Vec<_>>()
@@ -126,21 +154,48 @@ fn parse_cases(s: &str) -> Result<Vec<Case>> {
     s.split(',')
         .map(|c| {
             let f: Vec<&str> = c.split(':').collect();
-            ensure!(f.len() == 5, "bad case {c:?}");
-            Ok(case(
+            ensure!(f.len() == 8, "bad case {c:?}");
+            let mut k = case(
                 f[0].parse()?,
                 f[1].parse()?,
                 f[2].parse()?,
                 f[3] == "1",
                 f[4].parse()?,
-            ))
+            )
+            .at(f[5].parse()?);
+            k.iovs = f[6].parse()?;
+            k.map = f[7] == "1";
+            ensure!((1..=2).contains(&k.iovs), "bad iovec count in {c:?}");
+            Ok(k)
         })
         .collect()
+}
+
+/// The `elapsed_ms=` of `who`'s summary line in `out` ("?" if none).
+fn elapsed_ms(out: &str, who: &str) -> String {
+    out.lines()
+        .find(|l| l.starts_with(&format!("{who}: ok")))
+        .and_then(|l| l.split(" elapsed_ms=").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or("?")
+        .to_string()
 }
 
 /// Cuts the variable ` elapsed_ms=…` off a summary line.
 fn no_elapsed(l: &str) -> &str {
     l.split(" elapsed_ms=").next().unwrap_or(l)
+}
+
+/// The cookie from a target's `rdma-target: mr cookie=0x… ` line; its upper half must be
+/// the region's page offset (the buffers are page-aligned).
+fn case_cookie(c: &Case, out: &str) -> Result<u64> {
+    let cookie = target_cookie(out)?;
+    ensure!(
+        cookie >> 32 == (c.offset % 4096) as u64,
+        "cookie {cookie:#x}: offset is not the region's page offset {}",
+        c.offset % 4096
+    );
+    Ok(cookie)
 }
 
 /// The cookie from a target's `rdma-target: mr cookie=0x… ` line.
@@ -185,14 +240,19 @@ fn target_lines(c: &Case, tgt: Ipv4Addr, ini: Ipv4Addr, cookie: u64, reg: Reg) -
         ));
     }
     v.push(format!(
-        "rdma-target: mr cookie=0x{cookie:016x} len={} seed={} use_once={} via={}",
+        "rdma-target: mr cookie=0x{cookie:016x} len={} seed={} use_once={} via={}{}",
         c.len,
         c.seed,
         c.use_once as u8,
-        if reg == Reg::Ours {
+        if reg == Reg::Ours && !c.map {
             "get_mr"
         } else {
             "rdma_map"
+        },
+        if c.offset != 0 {
+            format!(" offset={}", c.offset)
+        } else {
+            String::new()
         }
     ));
     v.push(format!(
@@ -406,6 +466,50 @@ fn wait_notify(s: &Socket, buf: &mut [u8], token: u64, dl: Instant) -> Result<i3
     Ok(n.status.code())
 }
 
+/// The initiator's local memory for `len` bytes: one buffer, or (`iovs` 2) the first third
+/// in one buffer and the rest 10 bytes into a second.
+fn local_vecs(len: usize, iovs: usize) -> Result<Vec<LocalVec>> {
+    if iovs == 1 || len < 2 {
+        return Ok(vec![LocalVec {
+            buf: RdmaBuffer::new(len)?,
+            off: 0,
+            len,
+        }]);
+    }
+    let n1 = len / 3;
+    Ok(vec![
+        LocalVec {
+            buf: RdmaBuffer::new(n1)?,
+            off: 0,
+            len: n1,
+        },
+        LocalVec {
+            buf: RdmaBuffer::new(len - n1 + 10)?,
+            off: 10,
+            len: len - n1,
+        },
+    ])
+}
+
+/// The bytes of the local vectors, in order.
+fn gather(v: &[LocalVec]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for l in v {
+        out.extend(l.buf.to_vec(l.off, l.len)?);
+    }
+    Ok(out)
+}
+
+/// Writes `data` across the local vectors, in order.
+fn scatter(v: &[LocalVec], data: &[u8]) -> Result<()> {
+    let mut at = 0;
+    for l in v {
+        l.buf.write_at(l.off, &data[at..at + l.len])?;
+        at += l.len;
+    }
+    Ok(())
+}
+
 /// Role "initiator": one socket per case (all bound first), then per case the initiator's
 /// steps with our API, printing rdstool's lines.
 fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
@@ -443,16 +547,12 @@ fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
             ),
             None => out(i, "dest-cookie=none"),
         }
-        let local = RdmaBuffer::new(len)?;
+        let local = local_vecs(len, c.iovs)?;
         let args = |write, token| SendCtl {
             rdma: Some(RdmaArgs {
                 cookie,
                 remote_addr: 0,
-                local: vec![LocalVec {
-                    buf: local.clone(),
-                    off: 0,
-                    len,
-                }],
+                local: local.clone(),
                 write,
                 notify: true,
                 user_token: token,
@@ -467,7 +567,7 @@ fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
             out(i, &format!("rdma read status={st} token=1"));
             bail!("RDMA read: status {st}");
         }
-        let got = local.to_vec(0, len)?;
+        let got = gather(&local)?;
         match first_mismatch(&got, &rdma_pattern(seed, len)) {
             None => out(i, "rdma read status=0 token=1 ok"),
             Some(o) => {
@@ -475,7 +575,7 @@ fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
                 bail!("RDMA read data differs at {o}");
             }
         }
-        local.write_at(0, &rdma_pattern(c.seed2, len))?;
+        scatter(&local, &rdma_pattern(c.seed2, len))?;
         s.send_ctl(
             format!("WROTE seed={}", c.seed2).as_bytes(),
             Some(from),
@@ -533,18 +633,52 @@ fn guest_target(node: &Node, ours: Ipv4Addr, peer: Ipv4Addr, cases: &[Case]) -> 
         let to = SocketAddr::new(IpAddr::V4(peer), c.i_port);
         let s = ib_socket(node, me)?;
         out(i, &format!("rdma-target: bound {me} transport=ib"));
-        let region = RdmaBuffer::new(c.len)?;
-        region.write_at(0, &rdma_pattern(c.seed, c.len))?;
+        let region = RdmaBuffer::new(c.offset + c.len)?;
+        region.write_at(c.offset, &rdma_pattern(c.seed, c.len))?;
         let flags = MrFlags {
             use_once: c.use_once,
             invalidate: false,
         };
-        let cookie = s.get_mr(&region, 0, c.len, flags).context("get_mr")?;
+        let cookie = if c.map {
+            // RDS_CMSG_RDMA_MAP on a ping to the peer, as rdstool does on the kernel.
+            let ctl = SendCtl {
+                rdma_map: Some(RdmaMap {
+                    buf: region.clone(),
+                    off: c.offset,
+                    len: c.len,
+                    flags,
+                }),
+                ..Default::default()
+            };
+            let ping = SocketAddr::new(IpAddr::V4(peer), 0);
+            let sent = s
+                .send_ctl(&[], Some(ping), &ctl)
+                .context("send_ctl(ping with rdma_map)")?;
+            let mut pong = [0u8; 16];
+            let m = recv_until(&s, &mut pong, dl, "the pong")?;
+            ensure!(
+                m.from == Some(ping) && m.len == 0 && m.rdma_status.is_none(),
+                "unexpected {m:?} instead of the pong"
+            );
+            sent.map_cookie
+                .context("send_ctl with rdma_map gave no cookie")?
+        } else {
+            s.get_mr(&region, c.offset, c.len, flags)
+                .context("get_mr")?
+        };
         out(
             i,
             &format!(
-                "rdma-target: mr cookie=0x{cookie:016x} len={} seed={} use_once={} via=get_mr",
-                c.len, c.seed, c.use_once as u8
+                "rdma-target: mr cookie=0x{cookie:016x} len={} seed={} use_once={} via={}{}",
+                c.len,
+                c.seed,
+                c.use_once as u8,
+                if c.map { "rdma_map" } else { "get_mr" },
+                if c.offset != 0 {
+                    format!(" offset={}", c.offset)
+                } else {
+                    String::new()
+                }
             ),
         );
         let offer = format!("OFFER cookie=0x{cookie:016x} len={} seed={}", c.len, c.seed);
@@ -569,7 +703,7 @@ fn guest_target(node: &Node, ours: Ipv4Addr, peer: Ipv4Addr, cases: &[Case]) -> 
             Some(Ok(k)) if m.from == Some(to) && m.rdma_status.is_none() => k,
             _ => bail!("unexpected {m:?} ({t:?}) instead of WROTE"),
         };
-        let got = region.to_vec(0, c.len)?;
+        let got = region.to_vec(c.offset, c.len)?;
         let (reply, check) = match first_mismatch(&got, &rdma_pattern(seed2, c.len)) {
             None => ("CHECKED ok".to_string(), "ok".to_string()),
             Some(o) => (format!("CHECKED bad at {o}"), format!("bad at {o}")),
@@ -695,7 +829,7 @@ fn ours_to_ours_rdma(lab: &Lab, p1: &str, p2: &str, report: &mut Vec<String>) ->
         jobs.0[0].wait_for_output(&format!("RDMA{i} rdma-initiator: bound"), T)?;
         lab.write_share(1, &format!("rdma-go-{}", c.t_port), b"go")?;
         let t_out = case_done(&jobs.0[1], i, "rdma-target")?;
-        let cookie = target_cookie(&t_out)?;
+        let cookie = case_cookie(c, &t_out)?;
         same_lines(
             "our target",
             &t_out,
@@ -708,9 +842,11 @@ fn ours_to_ours_rdma(lab: &Lab, p1: &str, p2: &str, report: &mut Vec<String>) ->
             &initiator_lines(c, tgt, ini, cookie),
         )?;
         report.push(format!(
-            "ours_to_ours_rdma len={} cookie={cookie:#x}: ok in {} ms",
+            "ours_to_ours_rdma len={} cookie={cookie:#x}: ok in {} ms (target {} ms, initiator {} ms)",
             c.len,
-            t0.elapsed().as_millis()
+            t0.elapsed().as_millis(),
+            elapsed_ms(&t_out, "rdma-target"),
+            elapsed_ms(&i_out, "rdma-initiator")
         ));
     }
     lab.write_share(1, &format!("rdma-done-{}", cases[0].t_port), b"done")?;
@@ -746,8 +882,8 @@ fn ours_initiator_kernel_target(
         let t = lab.exec(
             1,
             &format!(
-                "rdstool rdma-target -t ib -b {tgt}:{} -p {ini}:{} --len {} --seed {} -T 90",
-                c.t_port, c.i_port, c.len, c.seed
+                "rdstool rdma-target -t ib -b {tgt}:{} -p {ini}:{} --len {} --seed {} --offset {} -T 90",
+                c.t_port, c.i_port, c.len, c.seed, c.offset
             ),
             T,
         )?;
@@ -760,7 +896,7 @@ fn ours_initiator_kernel_target(
                 jobs.0[0].stdout_so_far()
             );
         }
-        let cookie = target_cookie(&t.stdout)?;
+        let cookie = case_cookie(c, &t.stdout)?;
         let reg = if i == 0 { first } else { Reg::Kernel };
         same_lines(
             "kernel target",
@@ -774,9 +910,11 @@ fn ours_initiator_kernel_target(
             &initiator_lines(c, tgt, ini, cookie),
         )?;
         report.push(format!(
-            "ours_initiator_kernel_target len={} cookie={cookie:#x}: ok in {} ms",
+            "ours_initiator_kernel_target len={} cookie={cookie:#x}: ok in {} ms (target {} ms, initiator {} ms)",
             c.len,
-            t0.elapsed().as_millis()
+            t0.elapsed().as_millis(),
+            elapsed_ms(&t.stdout, "rdma-target"),
+            elapsed_ms(&i_out, "rdma-initiator")
         ));
     }
     let o = finish(jobs.0.remove(0), "our initiator in g2")?;
@@ -816,7 +954,7 @@ fn ours_target_kernel_initiator(lab: &Lab, p2: &str, report: &mut Vec<String>) -
             );
         }
         let t_out = case_done(&jobs.0[0], i, "rdma-target")?;
-        let cookie = target_cookie(&t_out)?;
+        let cookie = case_cookie(c, &t_out)?;
         same_lines(
             "our target",
             &t_out,
@@ -829,9 +967,11 @@ fn ours_target_kernel_initiator(lab: &Lab, p2: &str, report: &mut Vec<String>) -
         )?;
         check_initiator_counters(&before, &counters(lab, 1)?, c.len)?;
         report.push(format!(
-            "ours_target_kernel_initiator len={} cookie={cookie:#x}: ok in {} ms",
+            "ours_target_kernel_initiator len={} cookie={cookie:#x}: ok in {} ms (target {} ms, initiator {} ms)",
             c.len,
-            t0.elapsed().as_millis()
+            t0.elapsed().as_millis(),
+            elapsed_ms(&t_out, "rdma-target"),
+            elapsed_ms(&kout.stdout, "rdma-initiator")
         ));
     }
     lab.write_share(2, &format!("rdma-done-{}", cases[0].t_port), b"done")?;
@@ -861,11 +1001,12 @@ fn kernel_rdma_kernel(lab: &Lab, first: Reg, report: &mut Vec<String>) -> Result
         let t = lab.exec(
             1,
             &format!(
-                "rdstool rdma-target -t ib -b {tgt}:{} -p {ini}:{} --len {} --seed {}{} -T 90",
+                "rdstool rdma-target -t ib -b {tgt}:{} -p {ini}:{} --len {} --seed {} --offset {}{} -T 90",
                 c.t_port,
                 c.i_port,
                 c.len,
                 c.seed,
+                c.offset,
                 if c.use_once { " --use-once" } else { "" }
             ),
             T,
@@ -881,9 +1022,7 @@ fn kernel_rdma_kernel(lab: &Lab, first: Reg, report: &mut Vec<String>) -> Result
             i.stdout,
             i.stderr
         );
-        let cookie = target_cookie(&t.stdout)?;
-        // A page-aligned region: offset 0 in the cookie's upper half.
-        ensure!(cookie >> 32 == 0, "cookie {cookie:#x} has an offset");
+        let cookie = case_cookie(c, &t.stdout)?;
         let reg = if n == 0 { first } else { Reg::Kernel };
         same_lines(
             "rdma-target",
@@ -897,10 +1036,12 @@ fn kernel_rdma_kernel(lab: &Lab, first: Reg, report: &mut Vec<String>) -> Result
         )?;
         check_initiator_counters(&before, &counters(lab, 2)?, c.len)?;
         report.push(format!(
-            "kernel_rdma_kernel len={} use_once={} cookie={cookie:#x}: ok in {} ms",
+            "kernel_rdma_kernel len={} use_once={} cookie={cookie:#x}: ok in {} ms (target {} ms, initiator {} ms)",
             c.len,
             c.use_once,
-            t0.elapsed().as_millis()
+            t0.elapsed().as_millis(),
+            elapsed_ms(&t.stdout, "rdma-target"),
+            elapsed_ms(&i.stdout, "rdma-initiator")
         ));
     }
     Ok(())
