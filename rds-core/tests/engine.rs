@@ -2487,3 +2487,55 @@ fn cancel_reports_rdma_ops_canceled() {
         }]
     );
 }
+
+#[test]
+fn ib_connect_race_the_larger_address_yields() {
+    let mut p = Pair::ib();
+    let sa = p.sock(A, 4000);
+    let sb = p.sock(B, 5000);
+    p.send(A, sa, 5000, b"a").unwrap();
+    p.send(B, sb, 4000, b"b").unwrap();
+    let (ea, eb) = (p.take_events(A), p.take_events(B));
+    let (ca, _, epa) = connects(&ea)[0];
+    let (cb, _, epb) = connects(&eb)[0];
+    let now = p.now;
+    let ib = TransportKind::Ib;
+    // B's request reaches A (smaller address, connecting): refused as raced.
+    assert_eq!(
+        p.st(A)
+            .handle_accept(now, ADDR_A, ADDR_B, ib, 0, Duration::ZERO),
+        Err(AcceptError::Raced)
+    );
+    // A's request reaches B (larger, connecting): B yields and abandons its own attempt.
+    let (c2, path, e2) = p
+        .st(B)
+        .handle_accept(now, ADDR_B, ADDR_A, ib, 0, Duration::ZERO)
+        .unwrap();
+    assert_eq!((c2, path), (cb, 0));
+    let evs = p.take_events(B);
+    assert!(evs.contains(&Event::Disconnect {
+        conn: cb,
+        path: 0,
+        epoch: epb,
+        reason: DropReason::Replaced
+    }));
+    assert_eq!(p.st(B).path_state(cb, 0), (PathState::Up, e2));
+    // A's attempt completes; B's abandoned one is refused by A and changes nothing at B.
+    assert!(p.st(A).handle_connected(now, ca, 0, epa));
+    p.st(B).handle_connect_failed(now, cb, 0, epb);
+    assert_eq!(p.st(B).path_state(cb, 0), (PathState::Up, e2));
+    let (_, ea2) = p.st(A).path_state(ca, 0);
+    let lane = Lane {
+        conn: [ca, cb],
+        epoch: [ea2, e2],
+        parser: [
+            StreamParser::new(MAX_MSG_SIZE as u32),
+            StreamParser::new(MAX_MSG_SIZE as u32),
+        ],
+        sent: [0, 0],
+    };
+    p.lanes.insert(0, lane);
+    p.run();
+    assert_eq!(p.recv_all(B, sb).len(), 1);
+    assert_eq!(p.recv_all(A, sa).len(), 1);
+}

@@ -794,9 +794,19 @@ impl Stack {
             return Err(AcceptError::ConnectBack);
         }
         if kind == TransportKind::Ib && self.conns[ci].paths[0].state == PathState::Connecting {
-            // Both sides connecting: refuse the request and let backoff settle it
-            // (`ib_connect_raced`); an IB reject happens before any data.
-            return Err(AcceptError::Raced);
+            if self.conns[ci].is_smaller() {
+                // Both sides connecting and ours is the smaller address: refuse the request
+                // (`ib_connect_raced`; an IB reject happens before any data). A peer of
+                // ours yields to our request; a kernel refuses it too, and backoff settles.
+                return Err(AcceptError::Raced);
+            }
+            // Departure from the kernel, which refuses here too: the peer has the smaller
+            // address, so its attempt wins and ours is abandoned. Without a tie-break two
+            // racing sides refuse each other until their backoff jitter separates them
+            // (seconds with a kernel peer, which retries at once). Our own request reached
+            // the peer before this accept does, so a kernel peer refuses it as raced
+            // rather than dropping the connection it is about to have.
+            self.reset_path(now, cid, 0, Some(DropReason::Replaced));
         }
         let c = &self.conns[ci];
         let n = c.npaths;
