@@ -8,7 +8,7 @@
 use anyhow::{bail, Context, Result};
 use rds_core::{CtlMode, Node, NodeConfig, Transports};
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::lab::Lab;
@@ -31,8 +31,15 @@ pub fn guest_cmd(path: &str, test: &str, role: &str, extra_env: &str) -> String 
 /// Starts our node for `addr` with the IB transport only (inside a guest, whose kernel
 /// `rds_tcp` owns port 16385). Fails with the reason if IB does not run.
 pub fn start_ib_node(addr: Ipv4Addr, seed: u64) -> Result<Node> {
-    let mut cfg = NodeConfig::new([IpAddr::V4(addr)]);
-    cfg.ctl = CtlMode::Off;
+    start_ib_node_with(&[IpAddr::V4(addr)], seed, CtlMode::Off)
+}
+
+/// [`start_ib_node`] for several addresses (IPv4 and/or IPv6) and a control socket mode
+/// (`CtlMode::Named` serves `rds-info`; set `RDS_RUNTIME_DIR` in the guest first).
+pub fn start_ib_node_with(addrs: &[IpAddr], seed: u64, ctl: CtlMode) -> Result<Node> {
+    let addr = *addrs.first().context("no address")?;
+    let mut cfg = NodeConfig::new(addrs.iter().copied());
+    cfg.ctl = ctl;
     cfg.seed = Some(seed);
     cfg.name = format!("ib-{addr}");
     cfg.transports = Transports {
@@ -101,4 +108,235 @@ fn find_file(dir: &std::path::Path, name: &str, depth: usize) -> Option<std::pat
     subdirs
         .into_iter()
         .find_map(|d| find_file(&d, name, depth - 1))
+}
+
+/// `RDS_IB_DEBUG=1` on the host: the extra guest environment and the stderr redirection that
+/// put our transport's CM log into a guest job's output.
+pub fn debug_env() -> (&'static str, &'static str) {
+    if std::env::var_os("RDS_IB_DEBUG").is_some() {
+        (" RDS_IB_DEBUG=1", " 2>&1")
+    } else {
+        ("", "")
+    }
+}
+
+/// Guest side: waits (at most `timeout`) until the host writes `name` into the share.
+pub fn wait_go(name: &str, timeout: Duration) -> Result<()> {
+    let p = std::path::Path::new("/mnt/share").join(name);
+    wait_until(&format!("{}", p.display()), timeout, || p.exists())
+}
+
+/// A socket of the *kernel's* RDS (`AF_RDS`), for a guest role that drives the kernel where
+/// `rdstool` cannot (it speaks IPv4 only): IPv4 or IPv6, transport preset before `bind`.
+/// Blocking calls are bounded by `SO_RCVTIMEO` / `SO_SNDTIMEO`.
+#[derive(Debug)]
+pub struct KernelRds {
+    fd: std::os::fd::OwnedFd,
+}
+
+/// `AF_RDS`, `SOL_RDS`, `SO_RDS_TRANSPORT` and `RDS_TRANS_IB` of the kernel's ABI.
+const AF_RDS: libc::c_int = 21;
+const SOL_RDS: libc::c_int = 276;
+const SO_RDS_TRANSPORT: libc::c_int = 8;
+/// `RDS_TRANS_IB`.
+pub const RDS_TRANS_IB: libc::c_int = 0;
+
+fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+            unsafe { std::ptr::write(std::ptr::addr_of_mut!(ss).cast::<libc::sockaddr_in>(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+            unsafe {
+                std::ptr::write(
+                    std::ptr::addr_of_mut!(ss).cast::<libc::sockaddr_in6>(),
+                    sin6,
+                )
+            };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn addr_from(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: libc::sockaddr_in =
+                unsafe { std::ptr::read(std::ptr::addr_of!(*ss).cast::<libc::sockaddr_in>()) };
+            Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())),
+                u16::from_be(sin.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: libc::sockaddr_in6 =
+                unsafe { std::ptr::read(std::ptr::addr_of!(*ss).cast::<libc::sockaddr_in6>()) };
+            Some(SocketAddr::new(
+                IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                u16::from_be(sin6.sin6_port),
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn cvt(r: libc::c_int, what: &str) -> Result<libc::c_int> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error()).with_context(|| what.to_string())
+    } else {
+        Ok(r)
+    }
+}
+
+impl KernelRds {
+    /// A kernel RDS socket with `transport` preset, bound to `addr`, with send and receive
+    /// buffers of `buf` bytes (`SO_SNDBUFFORCE` / `SO_RCVBUFFORCE`, root).
+    pub fn bind(addr: SocketAddr, transport: libc::c_int, buf: usize) -> Result<KernelRds> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: plain socket(2); the result is checked before use.
+        let fd = cvt(
+            unsafe { libc::socket(AF_RDS, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) },
+            "socket(AF_RDS)",
+        )?;
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        let s = KernelRds {
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        };
+        let fd = s.fd.as_raw_fd();
+        s.setopt(SOL_RDS, SO_RDS_TRANSPORT, transport, "SO_RDS_TRANSPORT")?;
+        let b = buf.min(i32::MAX as usize) as libc::c_int;
+        s.setopt(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, b, "SO_SNDBUFFORCE")?;
+        s.setopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, b, "SO_RCVBUFFORCE")?;
+        let (ss, len) = sockaddr_of(addr);
+        // SAFETY: ss holds a valid sockaddr of `len` bytes.
+        cvt(
+            unsafe { libc::bind(fd, std::ptr::addr_of!(ss).cast(), len) },
+            &format!("bind {addr}"),
+        )?;
+        Ok(s)
+    }
+
+    fn setopt(
+        &self,
+        level: libc::c_int,
+        name: libc::c_int,
+        v: libc::c_int,
+        what: &str,
+    ) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: v is a valid c_int for the duration of the call.
+        cvt(
+            unsafe {
+                libc::setsockopt(
+                    self.fd.as_raw_fd(),
+                    level,
+                    name,
+                    std::ptr::addr_of!(v).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            },
+            what,
+        )?;
+        Ok(())
+    }
+
+    fn set_timeout(&self, name: libc::c_int, t: Duration) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let t = t.max(Duration::from_millis(1));
+        let tv = libc::timeval {
+            tv_sec: t.as_secs().min(1 << 30) as libc::time_t,
+            tv_usec: t.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: tv is a valid timeval for the duration of the call.
+        cvt(
+            unsafe {
+                libc::setsockopt(
+                    self.fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    name,
+                    std::ptr::addr_of!(tv).cast(),
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                )
+            },
+            "SO_RCVTIMEO/SO_SNDTIMEO",
+        )?;
+        Ok(())
+    }
+
+    /// Sends `data` to `to`, waiting at most `timeout` for room (or an uncongested port).
+    pub fn send_to(&self, data: &[u8], to: SocketAddr, timeout: Duration) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        self.set_timeout(libc::SO_SNDTIMEO, timeout)?;
+        let (ss, len) = sockaddr_of(to);
+        // SAFETY: data and ss are valid for the stated lengths during the call.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                0,
+                std::ptr::addr_of!(ss).cast(),
+                len,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("sendto {to} ({} bytes)", data.len()));
+        }
+        if n as usize != data.len() {
+            bail!("short send to {to}: {n} of {} bytes", data.len());
+        }
+        Ok(())
+    }
+
+    /// Receives one message into `buf` within `timeout`: its length (the message's, which
+    /// may exceed `buf`: MSG_TRUNC) and source.
+    pub fn recv_from(&self, buf: &mut [u8], timeout: Duration) -> Result<(usize, SocketAddr)> {
+        use std::os::fd::AsRawFd;
+        self.set_timeout(libc::SO_RCVTIMEO, timeout)?;
+        // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: buf, ss and len are valid for writing during the call.
+        let n = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_TRUNC,
+                std::ptr::addr_of_mut!(ss).cast(),
+                &mut len,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()).context("recvfrom");
+        }
+        let from = addr_from(&ss).context("recvfrom: no source address")?;
+        Ok((n as usize, from))
+    }
 }
