@@ -28,6 +28,8 @@ use crate::ib::{
 use crate::proto::{canonical, ConnId, FrameKind, SockId, Stack, Transmit, TransportKind};
 use crate::rdma::{make_cookie, MrFlags, RdmaBuffer, RdmaOp, RdmaStatus};
 use crate::stats::{IbCounter, IbStats};
+
+use super::tap::{Dir, IbQps, Tap};
 use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
@@ -285,6 +287,8 @@ struct IbConn {
     more: bool,
     /// A frame taken from the engine that waits for send queue room (RDMA resources).
     held: Option<Transmit>,
+    /// The peer's queue pair number (from the CM exchange), for traces.
+    peer_qpn: u32,
 }
 
 /// The IB transport of a node.
@@ -301,6 +305,8 @@ pub(crate) struct Ib {
     mrs: HashMap<u32, RegMr>,
     /// The `ib_*` counters.
     stats: Arc<IbStats>,
+    /// The node's trace tap.
+    tap: Arc<Tap>,
 }
 
 impl std::fmt::Debug for Ib {
@@ -323,7 +329,7 @@ impl Ib {
     ///
     /// # Errors
     /// The reason the transport is unavailable here.
-    pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<IbStats>) -> Result<Ib, String> {
+    pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<IbStats>, tap: Arc<Tap>) -> Result<Ib, String> {
         let lib = ib::lib().map_err(|e| e.to_string())?;
         ib::availability().map_err(|e| e.to_string())?;
         let chan = EventChannel::new(lib).map_err(|e| e.to_string())?;
@@ -340,6 +346,7 @@ impl Ib {
             pds: Vec::new(),
             mrs: HashMap::new(),
             stats,
+            tap,
         })
     }
 
@@ -572,6 +579,7 @@ impl Ib {
                     res: None,
                     more: false,
                     held: None,
+                    peer_qpn: 0,
                 });
             }
             Err(e) => {
@@ -683,6 +691,7 @@ impl Ib {
                 }
             }
             (CmEventType::Established, St::Connecting) => {
+                c.peer_qpn = ev.conn.qp_num;
                 // Adopt the version the peer answered; below 3.1 is not supported.
                 let ok = match ConnPriv::decode(&ev.private_data, c.v6) {
                     Some(p) if p.major != 0 => (p.major, p.minor) >= (3, 1),
@@ -774,6 +783,7 @@ impl Ib {
             res: None,
             more: false,
             held: None,
+            peer_qpn: ev.conn.qp_num,
         });
         let r = self.make_res(i).and_then(|rd| {
             let cn = self.conns[i].as_mut().expect("live");
@@ -981,6 +991,25 @@ impl Ib {
                 failed = true;
                 break;
             }
+            if self.tap.enabled() {
+                let (laddr, faddr, _) = stack.conn_addrs(conn);
+                let qps = IbQps {
+                    local_qpn: r.qp.qp_num(),
+                    peer_qpn: c.peer_qpn,
+                    local_lid: 0,
+                    peer_lid: 0,
+                };
+                self.tap.record_ib(
+                    Dir::Tx,
+                    laddr,
+                    faddr,
+                    path,
+                    qps,
+                    t.solicited,
+                    &t.hdr,
+                    &t.payload,
+                );
+            }
         }
         if failed {
             let _ = c.id.disconnect();
@@ -1059,6 +1088,18 @@ impl Ib {
                         break 'outer;
                     }
                     count_rx(&self.stats, &mut r.rx_left, &self.buf[..len]);
+                    if self.tap.enabled() && len >= HEADER_LEN {
+                        let (laddr, faddr, _) = stack.conn_addrs(conn);
+                        let qps = IbQps {
+                            local_qpn: r.qp.qp_num(),
+                            peer_qpn: c.peer_qpn,
+                            local_lid: 0,
+                            peer_lid: 0,
+                        };
+                        let (h, pl) = self.buf[..len].split_at(HEADER_LEN);
+                        self.tap
+                            .record_ib(Dir::Rx, laddr, faddr, path, qps, false, h, pl);
+                    }
                     if stack
                         .handle_fragment(now, conn, path, epoch, &self.buf[..len])
                         .is_err()

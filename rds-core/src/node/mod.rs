@@ -156,7 +156,7 @@ pub(crate) struct Inner {
     pub tcp_stats: Arc<TcpStats>,
     /// The `ib_*` counters (listed when the IB transport runs).
     pub ib_stats: Arc<IbStats>,
-    pub tap: Tap,
+    pub tap: Arc<Tap>,
     pub addrs: Mutex<Vec<IpAddr>>,
     pub frames_in: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -196,10 +196,11 @@ impl Node {
         let mut stack = Stack::new(cfg.tunables.clone(), seed);
         let tcp_stats = Arc::new(TcpStats::new());
         let ib_stats = Arc::new(IbStats::new());
+        let tap = Arc::new(Tap::default());
         let epoll = Arc::new(sys::Epoll::new()?);
         let mut tcp = Tcp::new(epoll.clone(), tcp_stats.clone(), seed.rotate_left(17))?;
         let (mut ib, ib_unavailable) = if cfg.transports.ib {
-            match Ib::new(epoll.clone(), ib_stats.clone()) {
+            match Ib::new(epoll.clone(), ib_stats.clone(), tap.clone()) {
                 Ok(t) => (Some(t), None),
                 Err(e) => (None, Some(e)),
             }
@@ -242,7 +243,7 @@ impl Node {
             origin_wall_ns,
             tcp_stats,
             ib_stats,
-            tap: Tap::default(),
+            tap,
             addrs: Mutex::new(cfg.addrs),
             frames_in: AtomicU64::new(0),
             thread: Mutex::new(None),
