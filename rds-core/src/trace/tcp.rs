@@ -7,7 +7,9 @@
 //! stream is held back for a short while (`hold_ns`) so the next frame of the same stream can
 //! fill it; see `TcpCaptureConfig` for the exact rules.
 
-use std::collections::BTreeMap;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
 use super::checksum::{fold, sum16};
@@ -38,6 +40,86 @@ const TTL: u8 = 64;
 
 type FlowKey = (SocketAddr, SocketAddr);
 
+/// A fast hasher for flow keys (the std hasher resists collision attacks a capture file's
+/// writer does not face, at several times the cost per lookup).
+#[derive(Default)]
+struct FlowHasher(u64);
+
+impl Hasher for FlowHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+}
+
+/// The directions of a capture: a vector with a hash index and a cache of the last key found
+/// (a record looks its direction up several times).
+#[derive(Default)]
+struct Dirs {
+    all: Vec<(FlowKey, DirState)>,
+    index: HashMap<FlowKey, usize, BuildHasherDefault<FlowHasher>>,
+    last: Cell<Option<(FlowKey, usize)>>,
+}
+
+impl std::fmt::Debug for Dirs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.all.iter().map(|(k, v)| (k, v)))
+            .finish()
+    }
+}
+
+impl Dirs {
+    fn find(&self, key: &FlowKey) -> Option<usize> {
+        if let Some((k, i)) = self.last.get() {
+            if k == *key {
+                return Some(i);
+            }
+        }
+        let i = *self.index.get(key)?;
+        self.last.set(Some((*key, i)));
+        Some(i)
+    }
+
+    fn get(&self, key: &FlowKey) -> Option<&DirState> {
+        self.find(key).map(|i| &self.all[i].1)
+    }
+
+    fn get_mut(&mut self, key: &FlowKey) -> Option<&mut DirState> {
+        self.find(key).map(|i| &mut self.all[i].1)
+    }
+
+    fn get_or_insert_with(&mut self, key: FlowKey, f: impl FnOnce() -> DirState) -> &mut DirState {
+        let i = match self.find(&key) {
+            Some(i) => i,
+            None => {
+                let i = self.all.len();
+                let mut st = f();
+                if let Some(j) = self.index.get(&(key.1, key.0)).copied() {
+                    st.rev = Some(j);
+                    self.all[j].1.rev = Some(i);
+                }
+                self.all.push((key, st));
+                self.index.insert(key, i);
+                i
+            }
+        };
+        &mut self.all[i].1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&FlowKey, &DirState)> {
+        self.all.iter().map(|(k, v)| (k, v))
+    }
+}
+
 #[derive(Debug)]
 struct DirState {
     isn: u32,
@@ -51,6 +133,8 @@ struct DirState {
     ip_id: u16,
     /// The initial sequence number of the reverse direction (its ACK number until it sends).
     rev_isn: u32,
+    /// Where the reverse direction is in [`Dirs`], once it exists.
+    rev: Option<usize>,
     /// Whether the source of this direction is the capturing node.
     src_local: bool,
 }
@@ -59,7 +143,7 @@ struct DirState {
 #[derive(Debug)]
 pub(crate) struct TcpSynth {
     cfg: TcpCaptureConfig,
-    dirs: BTreeMap<FlowKey, DirState>,
+    dirs: Dirs,
     /// Newest timestamp of any emitted packet.
     last_ts: u64,
     /// At most the oldest `pending_ts` of a held segment (`u64::MAX`: none held), so that
@@ -98,7 +182,7 @@ impl TcpSynth {
     pub(crate) fn new(cfg: TcpCaptureConfig) -> Self {
         TcpSynth {
             cfg,
-            dirs: BTreeMap::new(),
+            dirs: Dirs::default(),
             last_ts: 0,
             min_pending_ts: u64::MAX,
             pool: Vec::new(),
@@ -123,9 +207,10 @@ impl TcpSynth {
 
     fn state(&mut self, key: FlowKey, src_local: bool) -> &mut DirState {
         let cfg = &self.cfg;
-        self.dirs.entry(key).or_insert_with(|| DirState {
+        self.dirs.get_or_insert_with(key, || DirState {
             isn: isn_for(cfg, key.0, key.1),
             rev_isn: isn_for(cfg, key.1, key.0),
+            rev: None,
             sent: 0,
             pending: Vec::new(),
             pending_ts: 0,
@@ -137,13 +222,12 @@ impl TcpSynth {
     /// The ACK number of segments from `key.0` to `key.1`: the next sequence number of the
     /// reverse direction (everything it emitted so far).
     fn ack_for(&self, key: &FlowKey) -> u32 {
-        let rev = (key.1, key.0);
-        match self.dirs.get(&rev) {
-            Some(st) => st.isn.wrapping_add(st.sent as u32),
-            None => match self.dirs.get(key) {
-                Some(st) => st.rev_isn,
-                None => isn_for(&self.cfg, rev.0, rev.1),
-            },
+        let Some(st) = self.dirs.get(key) else {
+            return isn_for(&self.cfg, key.1, key.0);
+        };
+        match st.rev.and_then(|j| self.dirs.all.get(j)) {
+            Some((_, r)) => r.isn.wrapping_add(r.sent as u32),
+            None => st.rev_isn,
         }
     }
 
@@ -287,7 +371,8 @@ impl TcpSynth {
         }
         self.min_pending_ts = self
             .dirs
-            .values()
+            .iter()
+            .map(|(_, st)| st)
             .filter(|st| !st.pending.is_empty())
             .map(|st| st.pending_ts)
             .min()
@@ -299,7 +384,8 @@ impl TcpSynth {
         let mut out = Vec::new();
         self.flush_stale(u64::MAX, &mut out);
         // Held segments stamped at u64::MAX - hold or later (never in practice) still go.
-        let keys: Vec<FlowKey> = self.dirs.keys().copied().collect();
+        let mut keys: Vec<FlowKey> = self.dirs.iter().map(|(k, _)| *k).collect();
+        keys.sort();
         for key in keys {
             self.flush_key(&key, &mut out);
         }
