@@ -1,0 +1,713 @@
+//! Benchmark (not a CI test; run by `scripts/bench-ib.sh`): RDS over soft-RoCE (`rxe0`) in
+//! the lab, three contenders on the same two guests, same message sizes, one lab boot:
+//!
+//! 1. perftest `ib_send_bw` / `ib_send_lat` (RC SEND; server in g1, client in g2), with
+//!    `-e` (completion events instead of busy polling: each guest has one vCPU under TCG, and
+//!    a spinning poller starves the kernel's rxe work; `BENCH_PERFTEST_ARGS` overrides);
+//! 2. our RDS over rxe: this test executable copied into both guests (the kernel's `rds_rdma`
+//!    is not loaded: the lab boots with `--ib=0`), our node with the IB transport only, Rust
+//!    guest roles: g2 sends N messages of each size with blocking sends (4 MiB sndbuf) to g1,
+//!    which times the stream from its first to its last message and answers with a 1-byte
+//!    "done" before the next size; then g2 runs ping-pong rounds against g1's echo socket;
+//! 3. the kernel's RDS over rxe: `rds_rdma` loaded in both guests afterwards (`insmod`, our
+//!    nodes are gone by then), `rdstool send`/`recv --no-verify` (4 MiB sndbuf/rcvbuf) for
+//!    throughput (recv's `data_ms`: first to last message) and `rdstool echo`/`rr` for
+//!    latency.
+//!
+//! Every contender's connection is warmed up first (perftest by its own handshake, RDS by 3
+//! pings). Latency is round trip / 2 (what perftest reports): median and p99. MB/s is
+//! 10^6 bytes/s of payload (perftest's MB/sec is MiB/s and is converted). Emulated (TCG), so
+//! the ratios are the result, not the absolute numbers.
+//!
+//! Counts (env, `SIZE:COUNT,…`): `BENCH_TPUT` (default 64:1000,4096:500,65536:100) and
+//! `BENCH_RR` (default 64:300,4096:200,65536:50).
+//!
+//! Results (2026-11-23, 2-core host busy with other builds, TCG, 1 vCPU per guest):
+//! RESULTS-PLACEHOLDER
+
+use anyhow::{bail, ensure, Context, Result};
+use rds_core::proto::TransportKind;
+use rds_core::Socket;
+use rds_tests::ib::{
+    guest_cmd, install_self, load_kernel_rds_rdma, start_ib_node, step, GUEST_ENV,
+};
+use rds_tests::interop::{errno_of, field_u64, fields, ok_line, MAX_MSG};
+use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Our ports: g1's sink and echo, g2's sender and ping-pong socket.
+const SINK: u16 = 7300;
+const ECHO: u16 = 7301;
+const SEND: u16 = 7400;
+const RR: u16 = 7401;
+/// The kernel's ports (same roles).
+const K_SINK: u16 = 7500;
+const K_ECHO: u16 = 7501;
+const K_SEND: u16 = 7600;
+const K_RR: u16 = 7601;
+/// Send and receive buffers of every RDS contender.
+const BUF: usize = 4 << 20;
+/// Time limit of one measurement (a stream or a ping-pong series).
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+const DEFAULT_TPUT: &str = "64:1000,4096:500,65536:100";
+const DEFAULT_RR: &str = "64:300,4096:200,65536:50";
+
+fn parse_plan(s: &str) -> Result<Vec<(usize, u64)>> {
+    let mut v = Vec::new();
+    for item in s.split(',').filter(|i| !i.is_empty()) {
+        let (a, b) = item
+            .split_once(':')
+            .with_context(|| format!("bad plan item {item:?} (SIZE:COUNT)"))?;
+        let size: usize = a
+            .trim()
+            .parse()
+            .with_context(|| format!("bad size {a:?}"))?;
+        let n: u64 = b
+            .trim()
+            .parse()
+            .with_context(|| format!("bad count {b:?}"))?;
+        ensure!(
+            (8..=MAX_MSG).contains(&size) && (1..=1_000_000).contains(&n),
+            "plan item {item:?}: size 8..=1 MiB, count 1..=1000000"
+        );
+        v.push((size, n));
+    }
+    ensure!(!v.is_empty(), "empty plan {s:?}");
+    Ok(v)
+}
+
+fn plan_env(name: &str, default: &str) -> Result<(String, Vec<(usize, u64)>)> {
+    let s = std::env::var(name).unwrap_or_else(|_| default.to_string());
+    let p = parse_plan(&s).with_context(|| format!("{name}={s}"))?;
+    Ok((s, p))
+}
+
+fn ip_env(name: &str) -> Result<Ipv4Addr> {
+    std::env::var(name)
+        .with_context(|| format!("{name} not set"))?
+        .parse()
+        .with_context(|| format!("{name} is not an IPv4 address"))
+}
+
+/// Median and p99 of `v` (sorted in place), as rdstool rr computes them.
+fn p50_p99(v: &mut [f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    (v[n / 2], v[((n * 99) / 100).min(n - 1)])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guest side (our node)
+
+/// The guest roles (run inside a lab guest by [`bench_ib`]; do nothing elsewhere).
+#[test]
+#[ignore = "runs inside a lab guest, started by bench_ib"]
+fn guest_side() {
+    let Ok(role) = std::env::var(GUEST_ENV) else {
+        return;
+    };
+    let r = match role.as_str() {
+        "server" => guest_server(),
+        "client" => guest_client(),
+        other => Err(anyhow::anyhow!("unknown role {other}")),
+    };
+    if let Err(e) = r {
+        step("failed", &format!("{e:#}"));
+        panic!("guest side: {e:#}");
+    }
+}
+
+fn ib_socket(node: &rds_core::Node, addr: SocketAddr) -> Result<Socket> {
+    let s = Socket::with_node(node);
+    s.set_transport(TransportKind::Ib)
+        .context("set_transport(Ib)")?;
+    s.bind(addr).with_context(|| format!("bind {addr}"))?;
+    s.set_send_buffer_size(BUF);
+    s.set_recv_buffer_size(BUF);
+    Ok(s)
+}
+
+/// Receives one message (data only; congestion notifications skipped) before `deadline`.
+fn recv_one(s: &Socket, buf: &mut [u8], deadline: Instant) -> Result<(usize, SocketAddr)> {
+    loop {
+        let now = Instant::now();
+        ensure!(now < deadline, "time limit waiting for a message");
+        s.set_read_timeout(Some((deadline - now).min(Duration::from_millis(500))));
+        match s.recv_msg(buf, Default::default()) {
+            Ok(m) => {
+                if let Some(from) = m.from {
+                    ensure!(!m.truncated, "truncated message of {} bytes", m.full_len);
+                    return Ok((m.len, from));
+                }
+            }
+            Err(e) if matches!(errno_of(&e), libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => {}
+            Err(e) => return Err(e).context("recv"),
+        }
+    }
+}
+
+/// Waits until none of `addr`'s messages are in `node`'s send queue (all transmitted).
+fn sent_wait(node: &rds_core::Node, addr: SocketAddr, deadline: Instant) -> Result<()> {
+    loop {
+        let n = node
+            .send_queue()
+            .iter()
+            .filter(|m| m.lport == addr.port() && m.laddr == addr.ip())
+            .count();
+        if n == 0 {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{n} messages of {addr} still unsent at the time limit"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// g1: the sink (times each size's stream, answers "done") and, on a thread, the echo.
+fn guest_server() -> Result<()> {
+    let ours = ip_env("IB_OURS")?;
+    let (_, tput) = plan_env("BENCH_TPUT", DEFAULT_TPUT)?;
+    let (_, rr) = plan_env("BENCH_RR", DEFAULT_RR)?;
+    let node = start_ib_node(ours, 0xbe01)?;
+    let at = |p| SocketAddr::new(IpAddr::V4(ours), p);
+    let r = (|| -> Result<()> {
+        let sink = ib_socket(&node, at(SINK))?;
+        let echo = ib_socket(&node, at(ECHO))?;
+        step("ready", &format!("sink={} echo={}", at(SINK), at(ECHO)));
+        let rounds: u64 = rr.iter().map(|(_, n)| n).sum();
+        let total_limit = RUN_LIMIT * (tput.len() + rr.len() + 1) as u32;
+        let dl = Instant::now() + total_limit;
+        std::thread::scope(|sc| -> Result<()> {
+            let eh = sc.spawn(|| -> Result<u64> {
+                let mut buf = vec![0u8; MAX_MSG];
+                let mut n = 0u64;
+                while n < rounds {
+                    let (len, from) = recv_one(&echo, &mut buf, dl)
+                        .with_context(|| format!("echo: {n} of {rounds} rounds"))?;
+                    echo.set_write_timeout(Some(dl.saturating_duration_since(Instant::now())));
+                    echo.send_to(&buf[..len], from).context("echo send")?;
+                    n += 1;
+                }
+                Ok(n)
+            });
+            let mut buf = vec![0u8; MAX_MSG];
+            for &(size, count) in &tput {
+                let sdl = Instant::now() + RUN_LIMIT;
+                let mut first = None;
+                let mut from = None;
+                let mut bad = 0u64;
+                for i in 0..count {
+                    let (len, f) = recv_one(&sink, &mut buf, sdl)
+                        .with_context(|| format!("sink: size {size}, {i} of {count}"))?;
+                    first.get_or_insert_with(Instant::now);
+                    from = Some(f);
+                    if len != size || buf[..8] != i.to_le_bytes() {
+                        bad += 1;
+                    }
+                }
+                let data = first.map_or(Duration::ZERO, |t| t.elapsed());
+                let from = from.context("no source")?;
+                sink.set_write_timeout(Some(Duration::from_secs(30)));
+                sink.send_to(b"d", from).context("sending done")?;
+                step(
+                    "tput",
+                    &format!(
+                        "size={size} received={count} bad={bad} data_us={}",
+                        data.as_micros()
+                    ),
+                );
+                ensure!(
+                    bad == 0,
+                    "{bad} messages of size {size} with the wrong length or index"
+                );
+            }
+            let echoed = eh
+                .join()
+                .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+            // The client's "bye" (after its last echo), answered; then wait until the answer
+            // has left the send queue (on IB the retransmit queue empties only when the peer
+            // happens to acknowledge, which a peer that exits never does).
+            let (len, from) = recv_one(&sink, &mut buf, dl).context("waiting for bye")?;
+            ensure!(
+                len == 1 && buf[0] == b'b',
+                "not the bye: {len} B from {from}"
+            );
+            sink.send_to(b"a", from).context("answering bye")?;
+            sent_wait(&node, at(SINK), Instant::now() + Duration::from_secs(60))?;
+            step("done", &format!("echoed={echoed}"));
+            Ok(())
+        })
+    })();
+    node.shutdown();
+    r
+}
+
+/// g2: warm-up pings, the streams (blocking sends), then the ping-pong series.
+fn guest_client() -> Result<()> {
+    let ours = ip_env("IB_OURS")?;
+    let peer = ip_env("IB_PEER")?;
+    let (_, tput) = plan_env("BENCH_TPUT", DEFAULT_TPUT)?;
+    let (_, rr) = plan_env("BENCH_RR", DEFAULT_RR)?;
+    let node = start_ib_node(ours, 0xbe02)?;
+    let at = |p| SocketAddr::new(IpAddr::V4(ours), p);
+    let pa = |p| SocketAddr::new(IpAddr::V4(peer), p);
+    let r = (|| -> Result<()> {
+        let snd = ib_socket(&node, at(SEND))?;
+        let rrs = ib_socket(&node, at(RR))?;
+        let mut buf = vec![0u8; MAX_MSG];
+        // Warm-up: the connection comes up on the first ping.
+        for i in 0..3 {
+            snd.send_to(&[], pa(0)).context("ping")?;
+            let (len, from) = recv_one(&snd, &mut buf, Instant::now() + Duration::from_secs(60))
+                .with_context(|| format!("pong {i}"))?;
+            ensure!(
+                len == 0 && from == pa(0),
+                "not a pong: {len} bytes from {from}"
+            );
+        }
+        step("warm", "3 pings");
+        for &(size, count) in &tput {
+            let mut msg = vec![0xa5u8; size];
+            let dl = Instant::now() + RUN_LIMIT;
+            let t0 = Instant::now();
+            for i in 0..count {
+                msg[..8].copy_from_slice(&i.to_le_bytes());
+                let now = Instant::now();
+                ensure!(
+                    now < dl,
+                    "size {size}: sent {i} of {count} at the time limit"
+                );
+                snd.set_write_timeout(Some(dl - now));
+                snd.send_to(&msg, pa(SINK))
+                    .with_context(|| format!("size {size}: send {i}"))?;
+            }
+            let send = t0.elapsed();
+            let (len, from) = recv_one(&snd, &mut buf, dl)
+                .with_context(|| format!("size {size}: waiting for the sink's done"))?;
+            ensure!(
+                len == 1 && from == pa(SINK),
+                "not the done message: {len} B from {from}"
+            );
+            step(
+                "sent",
+                &format!(
+                    "size={size} sent={count} send_us={} done_us={}",
+                    send.as_micros(),
+                    t0.elapsed().as_micros()
+                ),
+            );
+        }
+        for &(size, rounds) in &rr {
+            let mut msg = vec![0x5au8; size];
+            let dl = Instant::now() + RUN_LIMIT;
+            let mut rtts = Vec::with_capacity(rounds as usize);
+            for i in 0..rounds {
+                msg[..8].copy_from_slice(&i.to_le_bytes());
+                let t = Instant::now();
+                ensure!(
+                    t < dl,
+                    "size {size}: {i} of {rounds} rounds at the time limit"
+                );
+                rrs.set_write_timeout(Some(dl - t));
+                rrs.send_to(&msg, pa(ECHO)).context("rr send")?;
+                let (len, from) = recv_one(&rrs, &mut buf, dl)
+                    .with_context(|| format!("size {size}: reply {i}"))?;
+                ensure!(
+                    len == size && from == pa(ECHO) && buf[..len] == msg[..],
+                    "size {size}: round {i}: bad reply ({len} B from {from})"
+                );
+                rtts.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            let avg = rtts.iter().sum::<f64>() / rtts.len() as f64;
+            let (p50, p99) = p50_p99(&mut rtts);
+            step(
+                "rr",
+                &format!(
+                    "size={size} rounds={rounds} avg_us={avg:.1} p50_us={p50:.1} p99_us={p99:.1}"
+                ),
+            );
+        }
+        // Bye (the server exits on it), answered once it arrived.
+        snd.send_to(b"b", pa(SINK)).context("bye")?;
+        let (len, from) = recv_one(&snd, &mut buf, Instant::now() + Duration::from_secs(60))
+            .context("waiting for the answer to bye")?;
+        ensure!(
+            len == 1 && from == pa(SINK),
+            "not the bye answer: {len} B from {from}"
+        );
+        step("done", "");
+        Ok(())
+    })();
+    node.shutdown();
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+
+#[derive(Clone, Debug, Default)]
+struct Row {
+    /// Messages per second and payload MB/s (10^6) of the one-way stream.
+    msgs_s: Option<f64>,
+    mb_s: Option<f64>,
+    /// One-way latency (round trip / 2), µs: median and p99.
+    lat_p50: Option<f64>,
+    lat_p99: Option<f64>,
+}
+
+const CONTENDERS: [&str; 3] = ["ib_send", "kernel", "ours"];
+
+struct Results {
+    sizes: Vec<usize>,
+    /// (size, contender index) -> row.
+    rows: std::collections::BTreeMap<(usize, usize), Row>,
+    notes: Vec<String>,
+}
+
+impl Results {
+    fn row(&mut self, size: usize, c: usize) -> &mut Row {
+        if !self.sizes.contains(&size) {
+            self.sizes.push(size);
+            self.sizes.sort_unstable();
+        }
+        self.rows.entry((size, c)).or_default()
+    }
+
+    fn tput(&mut self, size: usize, c: usize, count: u64, secs: f64) {
+        if secs > 0.0 {
+            self.rate(size, c, count as f64 / secs);
+        }
+    }
+
+    fn rate(&mut self, size: usize, c: usize, msgs_s: f64) {
+        let r = self.row(size, c);
+        r.msgs_s = Some(msgs_s);
+        r.mb_s = Some(msgs_s * size as f64 / 1e6);
+    }
+
+    fn lat(&mut self, size: usize, c: usize, p50: f64, p99: f64) {
+        let r = self.row(size, c);
+        r.lat_p50 = Some(p50);
+        r.lat_p99 = Some(p99);
+    }
+
+    fn table(&self) -> String {
+        let f = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |x| format!("{x:.prec$}"));
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".to_string(),
+        };
+        let mut s = format!(
+            "{:>6}  {:<8} {:>10} {:>9} {:>10} {:>10}   {:>13} {:>13} {:>13}\n",
+            "size",
+            "who",
+            "msgs/s",
+            "MB/s",
+            "lat p50us",
+            "lat p99us",
+            "msgs ours/k",
+            "p50 ours/k",
+            "p99 ours/k"
+        );
+        for &size in &self.sizes {
+            let get = |c: usize| self.rows.get(&(size, c)).cloned().unwrap_or_default();
+            let ours = get(2);
+            for (c, name) in CONTENDERS.iter().enumerate() {
+                let r = get(c);
+                let (rm, r50, r99) = if c == 2 {
+                    (String::new(), String::new(), String::new())
+                } else {
+                    (
+                        ratio(ours.msgs_s, r.msgs_s),
+                        ratio(ours.lat_p50, r.lat_p50),
+                        ratio(ours.lat_p99, r.lat_p99),
+                    )
+                };
+                s += &format!(
+                    "{:>6}  {:<8} {:>10} {:>9} {:>10} {:>10}   {:>13} {:>13} {:>13}\n",
+                    size,
+                    name,
+                    f(r.msgs_s, 1),
+                    f(r.mb_s, 3),
+                    f(r.lat_p50, 1),
+                    f(r.lat_p99, 1),
+                    rm,
+                    r50,
+                    r99
+                );
+            }
+        }
+        s += "ratio columns: ours / that row's contender (msgs/s: higher is better for ours;\n\
+              latency: lower is better for ours); ib_send = ib_send_bw / ib_send_lat\n";
+        s
+    }
+}
+
+const T: Duration = Duration::from_secs(120);
+
+fn job_out(job: GuestJob, what: &str) -> Result<String> {
+    Ok(job.wait()?.check(what)?.stdout)
+}
+
+/// The data line of a perftest report: the line after the `#bytes` header.
+fn perftest_line(out: &str) -> Result<Vec<String>> {
+    let mut it = out.lines();
+    while let Some(l) = it.next() {
+        if l.trim_start().starts_with("#bytes") {
+            let d = it.next().context("no line after the #bytes header")?;
+            return Ok(d.split_whitespace().map(str::to_string).collect());
+        }
+    }
+    bail!("no #bytes header in:\n{out}")
+}
+
+fn perftest(
+    lab: &Lab,
+    res: &mut Results,
+    tput: &[(usize, u64)],
+    rr: &[(usize, u64)],
+) -> Result<()> {
+    let srv = guest_addr(1);
+    let extra = std::env::var("BENCH_PERFTEST_ARGS").unwrap_or_else(|_| "-e".to_string());
+    let base = format!("-d rxe0 -x 1 -F -c RC {extra}");
+    let run = |prog: &str, size: usize, n: u64| -> Result<Vec<String>> {
+        let args = format!("{prog} {base} -s {size} -n {n}");
+        let server = lab.spawn(1, &args, RUN_LIMIT)?;
+        // The server listens on TCP 18515 for the exchange; the client retries briefly.
+        std::thread::sleep(Duration::from_millis(1500));
+        let out = lab.exec(2, &format!("{args} {srv}"), RUN_LIMIT)?;
+        let sout = server.wait()?;
+        let out = out.check(&format!("g2: {args}"))?;
+        sout.check(&format!("g1: {args}"))?;
+        perftest_line(&out.stdout).with_context(|| args.to_string())
+    };
+    for &(size, n) in tput {
+        // #bytes #iterations BW-peak BW-average[MiB/s] MsgRate[Mpps]
+        let v = run("ib_send_bw", size, n)?;
+        let bw: f64 = v.get(3).context("bw column")?.parse()?;
+        let mpps: f64 = v.get(4).context("msgrate column")?.parse()?;
+        // Whichever has more significant digits: the rate for small messages, else BW.
+        let msgs = if mpps * 1e6 >= 1000.0 {
+            mpps * 1e6
+        } else {
+            bw * 1048576.0 / size as f64
+        };
+        res.rate(size, 0, msgs);
+        res.notes
+            .push(format!("ib_send_bw {size}: {}", v.join(" ")));
+    }
+    for &(size, n) in rr {
+        // #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (one-way, µs)
+        let v = run("ib_send_lat", size, n)?;
+        let typ: f64 = v.get(4).context("t_typical")?.parse()?;
+        let p99: f64 = v.get(7).context("99% percentile")?.parse()?;
+        res.lat(size, 0, typ, p99);
+        res.notes
+            .push(format!("ib_send_lat {size}: {}", v.join(" ")));
+    }
+    Ok(())
+}
+
+fn ours(lab: &Lab, res: &mut Results, plans: (&str, &str), jobs: &mut Vec<GuestJob>) -> Result<()> {
+    let (a, b) = (guest_addr(1), guest_addr(2));
+    for g in 1..=2 {
+        lab.exec_ok(g, "! grep -q '^rds_rdma ' /proc/modules", T)
+            .context("rds_rdma must not be loaded for our node")?;
+    }
+    let p1 = install_self(lab, 1, "bench_ib")?;
+    let p2 = install_self(lab, 2, "bench_ib")?;
+    let env = |me, peer| {
+        format!(
+            "IB_OURS={me} IB_PEER={peer} BENCH_TPUT={} BENCH_RR={}",
+            plans.0, plans.1
+        )
+    };
+    let limit = RUN_LIMIT * 8;
+    jobs.push(lab.spawn(
+        1,
+        &guest_cmd(&p1, "guest_side", "server", &env(a, b)),
+        limit,
+    )?);
+    jobs[0].wait_for_output("IBSTEP ready", Duration::from_secs(120))?;
+    jobs.push(lab.spawn(
+        2,
+        &guest_cmd(&p2, "guest_side", "client", &env(b, a)),
+        limit,
+    )?);
+    jobs[1].wait_for_output("IBSTEP done", limit)?;
+    jobs[0].wait_for_output("IBSTEP done", Duration::from_secs(120))?;
+    let server = job_out(jobs.remove(0), "g1 our server")?;
+    let client = job_out(jobs.remove(0), "g2 our client")?;
+    for l in server.lines().chain(client.lines()) {
+        let Some(rest) = l.strip_prefix("IBSTEP ") else {
+            continue;
+        };
+        res.notes.push(format!("ours: {rest}"));
+        let fl = fields(rest);
+        let num = |k: &str| -> Result<f64> {
+            fl.get(k)
+                .with_context(|| format!("no {k} in {l:?}"))?
+                .parse::<f64>()
+                .with_context(|| format!("bad {k} in {l:?}"))
+        };
+        if rest.starts_with("tput ") {
+            let size = num("size")? as usize;
+            res.tput(size, 2, num("received")? as u64, num("data_us")? / 1e6);
+        } else if rest.starts_with("rr ") {
+            let size = num("size")? as usize;
+            res.lat(size, 2, num("p50_us")? / 2.0, num("p99_us")? / 2.0);
+        }
+    }
+    Ok(())
+}
+
+fn kernel(lab: &Lab, res: &mut Results, tput: &[(usize, u64)], rr: &[(usize, u64)]) -> Result<()> {
+    let (a, b) = (guest_addr(1), guest_addr(2));
+    let limit = RUN_LIMIT.as_secs();
+    load_kernel_rds_rdma(lab, 1).context("loading rds_rdma in g1")?;
+    load_kernel_rds_rdma(lab, 2).context("loading rds_rdma in g2")?;
+    let ping = lab
+        .exec(
+            2,
+            &format!("rdstool ping -t ib -b {b} -d {a} -c 3 -i 20 -W 30000"),
+            T,
+        )?
+        .check("kernel warm-up ping")?;
+    res.notes
+        .push(format!("kernel: {}", ok_line(&ping.stdout, "ping")?));
+    for &(size, n) in tput {
+        let recv = lab.spawn(
+            1,
+            &format!(
+                "rdstool recv -t ib -b {a}:{K_SINK} -n {n} --no-verify --rcvbuf {BUF} --timeout {limit}"
+            ),
+            RUN_LIMIT + Duration::from_secs(20),
+        )?;
+        recv.wait_for_output("recv: bound", Duration::from_secs(60))?;
+        let send = lab
+            .exec(
+                2,
+                &format!(
+                    "rdstool send -t ib -b {b}:{K_SEND} -d {a}:{K_SINK} -n {n} -s {size} --sndbuf {BUF} --timeout {limit}"
+                ),
+                RUN_LIMIT + Duration::from_secs(20),
+            )?
+            .check("kernel send")?;
+        let out = job_out(recv, "kernel recv")?;
+        let l = ok_line(&out, "recv")?.to_string();
+        ensure!(field_u64(&l, "received")? == n, "kernel recv: {l}");
+        let data_ms: f64 = fields(&l)
+            .get("data_ms")
+            .with_context(|| format!("no data_ms in {l:?} (rebuild rdstool: lab.sh setup)"))?
+            .parse()?;
+        res.tput(size, 1, n, data_ms / 1e3);
+        res.notes.push(format!("kernel {size}: {l}"));
+        res.notes
+            .push(format!("kernel {size}: {}", ok_line(&send.stdout, "send")?));
+    }
+    for &(size, n) in rr {
+        let echo = lab.spawn(
+            1,
+            &format!("rdstool echo -t ib -b {a}:{K_ECHO} -n {n} --timeout {limit}"),
+            RUN_LIMIT + Duration::from_secs(20),
+        )?;
+        echo.wait_for_output("echo: bound", Duration::from_secs(60))?;
+        let out = lab
+            .exec(
+                2,
+                &format!(
+                    "rdstool rr -t ib -b {b}:{K_RR} -d {a}:{K_ECHO} -n {n} -s {size} --wait-ms 30000 --timeout {limit}"
+                ),
+                RUN_LIMIT + Duration::from_secs(20),
+            )?
+            .check("kernel rr")?;
+        job_out(echo, "kernel echo")?;
+        let l = ok_line(&out.stdout, "rr")?.to_string();
+        let fl = fields(&l);
+        let num = |k: &str| -> Result<f64> {
+            Ok(fl
+                .get(k)
+                .with_context(|| format!("no {k} in {l}"))?
+                .parse()?)
+        };
+        res.lat(size, 1, num("p50_us")? / 2.0, num("p99_us")? / 2.0);
+        res.notes.push(format!("kernel {size}: {l}"));
+    }
+    // Can the module go again (for a bench order with the kernel first)? Reported only.
+    let rm = lab.exec(1, "rmmod rds_rdma 2>&1; echo rc=$?", T)?;
+    res.notes.push(format!(
+        "rmmod rds_rdma in g1: {}",
+        rm.stdout.trim().replace('\n', "; ")
+    ));
+    Ok(())
+}
+
+/// The benchmark: perftest, our RDS and the kernel's RDS over rxe in one lab boot; prints the
+/// table. Needs root; run by `scripts/bench-ib.sh`.
+#[test]
+#[ignore = "benchmark: scripts/bench-ib.sh"]
+fn bench_ib() {
+    if std::env::var_os(GUEST_ENV).is_some() {
+        return;
+    }
+    let (tput_s, tput) = plan_env("BENCH_TPUT", DEFAULT_TPUT).expect("BENCH_TPUT");
+    let (rr_s, rr) = plan_env("BENCH_RR", DEFAULT_RR).expect("BENCH_RR");
+    let t0 = Instant::now();
+    let lab = Lab::start(
+        2,
+        LabOptions {
+            ib: false,
+            ..LabOptions::default()
+        },
+    )
+    .expect("the kernel lab must boot");
+    println!("lab booted in {:.1} s", t0.elapsed().as_secs_f64());
+    let mut res = Results {
+        sizes: Vec::new(),
+        rows: Default::default(),
+        notes: Vec::new(),
+    };
+    let mut jobs = Vec::new();
+    let phase = |name: &str, r: Result<()>| {
+        println!(
+            "{name}: {} after {:.1} s",
+            if r.is_ok() { "done" } else { "FAILED" },
+            t0.elapsed().as_secs_f64()
+        );
+        r.with_context(|| name.to_string())
+    };
+    let r = phase("perftest", perftest(&lab, &mut res, &tput, &rr))
+        .and_then(|_| phase("ours", ours(&lab, &mut res, (&tput_s, &rr_s), &mut jobs)))
+        .and_then(|_| phase("kernel", kernel(&lab, &mut res, &tput, &rr)));
+    if let Err(e) = &r {
+        eprintln!("FAILED: {e:#}");
+        for j in &jobs {
+            eprintln!("--- guest g{} so far ---\n{}", j.guest(), j.stdout_so_far());
+            j.kill();
+        }
+        for g in 1..=2 {
+            if let Ok(o) = lab.exec(g, "dmesg | tail -n 20; rdstool info conns", T) {
+                eprintln!("--- g{g} ---\n{}{}", o.stdout, o.stderr);
+            }
+        }
+    }
+    lab.stop().expect("lab stop");
+    for n in &res.notes {
+        println!("{n}");
+    }
+    println!(
+        "\nRDS over rxe (TCG, 1 vCPU per guest), latency = round trip / 2; total {:.1} s\n{}",
+        t0.elapsed().as_secs_f64(),
+        res.table()
+    );
+    if let Err(e) = r {
+        panic!("bench_ib failed: {e:#}");
+    }
+}
