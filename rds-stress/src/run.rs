@@ -587,7 +587,8 @@ fn run_loopback(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32
 }
 
 /// Brings the RDS connection to `peer` up before the tasks send: a zero-length message to
-/// port 0 (answered by the peer's stack, as rds-ping uses it), waiting up to 3 s for the pong.
+/// port 0 (answered by the peer's stack, as rds-ping uses it), waiting up to 3 s for the pong
+/// (over IB up to 5 pings of 2 s).
 /// Works around an rds-core race that loses messages when both nodes open the connection at
 /// the same moment (see tests/core_connect_race.rs).
 fn warm_up(node: Option<&Node>, local: IpAddr, peer: IpAddr) {
@@ -601,10 +602,23 @@ fn warm_up(node: Option<&Node>, local: IpAddr, peer: IpAddr) {
     if s.bind(SocketAddr::new(local, 0)).is_err() {
         return;
     }
-    s.set_read_timeout(Some(Duration::from_secs(3)));
-    if s.send_to(&[], SocketAddr::new(peer, 0)).is_ok() {
+    // Over IB the first connection can take a few attempts (connect races under emulated
+    // RDMA): ping up to 5 times, 2 s each, until a pong comes back.
+    let ib = node.is_some_and(Node::ib_running);
+    let (tries, wait) = if ib {
+        (5, Duration::from_secs(2))
+    } else {
+        (1, Duration::from_secs(3))
+    };
+    s.set_read_timeout(Some(wait));
+    for _ in 0..tries {
+        if s.send_to(&[], SocketAddr::new(peer, 0)).is_err() {
+            return;
+        }
         let mut b = [0u8; 16];
-        let _ = s.recv_from(&mut b);
+        if s.recv_from(&mut b).is_ok() {
+            return;
+        }
     }
 }
 
