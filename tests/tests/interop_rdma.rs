@@ -12,14 +12,19 @@
 //! One lab boot (`--ib=0`: no `rds_rdma` anywhere), the cases in this order:
 //! 1. `ours_to_ours_rdma`: our node in both guests (target g1, initiator g2);
 //! 2. g1 loads the kernel's `rds_rdma` ([`load_kernel_rds_rdma`]);
-//!    `ours_initiator_kernel_target`: rdstool target in g1, our initiator in g2;
+//!    `ours_initiator_kernel_target`: rdstool target in g1, our initiator in g2; last, a read
+//!    with a corrupted rkey, without `notify` but with `RDS_RECVERR`: our node reports
+//!    `RemoteError`, the kernel target never gets the `READ` message (it gives up after 8 s,
+//!    exit 1), and the connection comes back (a ping is answered);
 //! 3. `ours_target_kernel_initiator`: our target in g2, rdstool initiator in g1 (its RDMA
 //!    counters checked);
 //! 4. g2 loads `rds_rdma` too (our node has exited); `kernel_rdma_kernel`: rdstool target in
-//!    g1, rdstool initiator in g2: 1 MiB, 5000 bytes (two pages, odd size), and 5000 bytes
-//!    with a use-once MR.
+//!    g1, rdstool initiator in g2: 1 MiB, 5000 bytes (two pages, odd size), 5000 bytes
+//!    with a use-once MR, and 5000 bytes at offset 4000 (three pages).
 //!
-//! Our cases use 1 MiB and 5000 bytes. Our node runs the IB transport only (the guest's
+//! Our cases use 1 MiB, 5000 bytes, and 5000 bytes at an offset in the target's buffer (100 or
+//! 4000: the cookie carries the page offset, zero-based addressing) with two local buffers on
+//! our initiator or, for our target, registration with `RDS_CMSG_RDMA_MAP` on a ping. Our node runs the IB transport only (the guest's
 //! kernel `rds_tcp` owns 16385), never in a guest where `rds_rdma` is loaded.
 //!
 //! Kernel behaviour this pins down (Debian 6.1):
@@ -41,7 +46,10 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_core::proto::TransportKind;
-use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaBuffer, RdmaMap, SendCtl};
+use rds_core::rdma::{
+    cookie_offset, cookie_rkey, make_cookie, LocalVec, MrFlags, RdmaArgs, RdmaBuffer, RdmaMap,
+    SendCtl,
+};
 use rds_core::{Node, RecvMsg, Socket};
 use rds_tests::ib::{
     guest_cmd, install_self, load_kernel_rds_rdma, start_ib_node, step, wait_until, GUEST_ENV,
@@ -84,6 +92,9 @@ struct Case {
     offset: usize,
     iovs: usize,
     map: bool,
+    /// Our initiator reads with a corrupted rkey, without `notify` but with `RDS_RECVERR`:
+    /// the failure must still be reported (`RemoteError`), and the message is dropped.
+    bad_key: bool,
 }
 
 const fn case(len: usize, seed: u64, seed2: u64, use_once: bool, t_port: u16) -> Case {
@@ -97,6 +108,7 @@ const fn case(len: usize, seed: u64, seed2: u64, use_once: bool, t_port: u16) ->
         offset: 0,
         iovs: 1,
         map: false,
+        bad_key: false,
     }
 }
 
@@ -113,6 +125,10 @@ impl Case {
         self.map = true;
         self
     }
+    const fn bad_key(mut self) -> Case {
+        self.bad_key = true;
+        self
+    }
 }
 
 const KERNEL_CASES: [Case; 4] = [
@@ -126,10 +142,12 @@ const OURS_TO_OURS: [Case; 3] = [
     case(5000, 23, 24, false, 6202),
     case(5000, 25, 26, false, 6204).at(100).iov2(),
 ];
-const OURS_INITIATOR: [Case; 3] = [
+const OURS_INITIATOR: [Case; 4] = [
     case(1 << 20, 31, 32, false, 6100),
     case(5000, 33, 34, false, 6102),
     case(5000, 35, 36, false, 6104).at(4000).iov2(),
+    // Last: the failed RDMA read takes the connection down.
+    case(5000, 37, 38, false, 6106).bad_key(),
 ];
 const OURS_TARGET: [Case; 3] = [
     case(1 << 20, 41, 42, false, 6300),
@@ -142,8 +160,16 @@ fn cases_env(cases: &[Case]) -> String {
         .iter()
         .map(|c| {
             format!(
-                "{}:{}:{}:{}:{}:{}:{}:{}",
-                c.len, c.seed, c.seed2, c.use_once as u8, c.t_port, c.offset, c.iovs, c.map as u8
+                "{}:{}:{}:{}:{}:{}:{}:{}:{}",
+                c.len,
+                c.seed,
+                c.seed2,
+                c.use_once as u8,
+                c.t_port,
+                c.offset,
+                c.iovs,
+                c.map as u8,
+                c.bad_key as u8
             )
         })
         .collect::<Vec<_>>()
@@ -154,7 +180,7 @@ fn parse_cases(s: &str) -> Result<Vec<Case>> {
     s.split(',')
         .map(|c| {
             let f: Vec<&str> = c.split(':').collect();
-            ensure!(f.len() == 8, "bad case {c:?}");
+            ensure!(f.len() == 9, "bad case {c:?}");
             let mut k = case(
                 f[0].parse()?,
                 f[1].parse()?,
@@ -165,6 +191,7 @@ fn parse_cases(s: &str) -> Result<Vec<Case>> {
             .at(f[5].parse()?);
             k.iovs = f[6].parse()?;
             k.map = f[7] == "1";
+            k.bad_key = f[8] == "1";
             ensure!((1..=2).contains(&k.iovs), "bad iovec count in {c:?}");
             Ok(k)
         })
@@ -548,6 +575,62 @@ fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
             None => out(i, "dest-cookie=none"),
         }
         let local = local_vecs(len, c.iovs)?;
+        if c.bad_key {
+            // Another region index in the rkey (rxe: index << 8 | key): no such MR.
+            let bad = make_cookie(cookie_rkey(cookie) ^ 0x00ff_ff00, cookie_offset(cookie));
+            s.set_recverr(true);
+            let ctl = SendCtl {
+                rdma: Some(RdmaArgs {
+                    cookie: bad,
+                    local: local.clone(),
+                    notify: false,
+                    user_token: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            s.send_ctl(b"READ", Some(from), &ctl)
+                .context("send_ctl(READ with a bad rkey)")?;
+            let st = wait_notify(s, &mut buf, 1, dl)?;
+            out(
+                i,
+                &format!("rdma read status={st} token=1 (bad rkey, recverr)"),
+            );
+            // The failed read took the connection down; it must come back for a ping.
+            let target = SocketAddr::new(from.ip(), 0);
+            let t1 = Instant::now();
+            let mut pong = [0u8; 16];
+            let pong_dl = (Instant::now() + Duration::from_secs(30)).min(dl);
+            'ping: loop {
+                s.send_to(&[], target).context("ping after the failure")?;
+                let next = (Instant::now() + Duration::from_secs(2)).min(pong_dl);
+                while Instant::now() < next {
+                    match recv_until(s, &mut pong, next, "the pong") {
+                        Ok(m) if m.from == Some(target) && m.len == 0 => break 'ping,
+                        Ok(m) => bail!("unexpected {m:?} while waiting for the pong"),
+                        Err(_) if Instant::now() < pong_dl => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                ensure!(
+                    Instant::now() < pong_dl,
+                    "no pong within 30 s after the failure"
+                );
+            }
+            step(
+                "reconnected",
+                &format!("pong {} ms after the failed read", t1.elapsed().as_millis()),
+            );
+            out(i, "ping after the failure: pong");
+            out(
+                i,
+                &format!(
+                    "rdma-initiator: ok bad-key len={len} seed={seed} elapsed_ms={}",
+                    t0.elapsed().as_millis()
+                ),
+            );
+            continue;
+        }
         let args = |write, token| SendCtl {
             rdma: Some(RdmaArgs {
                 cookie,
@@ -882,11 +965,20 @@ fn ours_initiator_kernel_target(
         let t = lab.exec(
             1,
             &format!(
-                "rdstool rdma-target -t ib -b {tgt}:{} -p {ini}:{} --len {} --seed {} --offset {} -T 90",
-                c.t_port, c.i_port, c.len, c.seed, c.offset
+                "rdstool rdma-target -t ib -b {tgt}:{} -p {ini}:{} --len {} --seed {} --offset {} -T {}",
+                c.t_port,
+                c.i_port,
+                c.len,
+                c.seed,
+                c.offset,
+                if c.bad_key { 8 } else { 90 }
             ),
             T,
         )?;
+        if c.bad_key {
+            bad_key_case(lab, &jobs.0[0], i, c, &t, report)?;
+            continue;
+        }
         if t.status != 0 {
             bail!(
                 "kernel target exit {}:\n{}{}\n--- ours so far ---\n{}",
@@ -920,6 +1012,64 @@ fn ours_initiator_kernel_target(
     let o = finish(jobs.0.remove(0), "our initiator in g2")?;
     if let Some(l) = o.lines().find(|l| l.starts_with("IBSTEP stats")) {
         report.push(format!("ours_initiator_kernel_target g2: {l}"));
+    }
+    Ok(())
+}
+
+/// The bad-rkey case of [`ours_initiator_kernel_target`]: our read fails with
+/// `RemoteError` (reported through `RDS_RECVERR`), its `READ` message never reaches the
+/// kernel target, which gives up after its 8 s (exit 1).
+fn bad_key_case(
+    lab: &Lab,
+    job: &GuestJob,
+    i: usize,
+    c: &Case,
+    t: &rds_tests::lab::GuestOutput,
+    report: &mut Vec<String>,
+) -> Result<()> {
+    let (tgt, ini) = (guest_addr(1), guest_addr(2));
+    let cookie = case_cookie(c, &t.stdout)?;
+    let mut want = target_lines(c, tgt, ini, cookie, Reg::Kernel);
+    want.truncate(want.len() - 4); // up to "sent OFFER"
+    want.push(format!(
+        "rdma-target: FAIL len={} seed={} seed2=0 free_mr=ok",
+        c.len, c.seed
+    ));
+    ensure!(
+        t.status == 1
+            && t.stdout
+                .trim_end()
+                .ends_with("reason=time-limit-waiting-for-READ"),
+        "kernel target exit {} (want 1, time limit waiting for READ):\n{}{}",
+        t.status,
+        t.stdout,
+        t.stderr
+    );
+    same_lines("kernel target (bad key)", &t.stdout, &want)?;
+    let i_out = case_done(job, i, "rdma-initiator")?;
+    let mut want = initiator_lines(c, tgt, ini, cookie);
+    want.truncate(3);
+    want.push("rdma read status=1 token=1 (bad rkey, recverr)".into());
+    want.push("ping after the failure: pong".into());
+    want.push(format!(
+        "rdma-initiator: ok bad-key len={} seed={}",
+        c.len, c.seed
+    ));
+    same_lines("our initiator (bad key)", &i_out, &want)?;
+    let pong = job
+        .stdout_so_far()
+        .lines()
+        .find(|l| l.starts_with("IBSTEP reconnected"))
+        .unwrap_or("")
+        .to_string();
+    report.push(format!(
+        "ours_initiator_kernel_target bad rkey: our read reported RemoteError via RDS_RECVERR, the kernel target saw no READ; {pong}"
+    ));
+    let dm = lab
+        .exec_ok(1, "dmesg | grep -i 'rds' | tail -n 5", T)?
+        .stdout;
+    for l in dm.lines() {
+        report.push(format!("  g1 kernel: {}", l.trim()));
     }
     Ok(())
 }
