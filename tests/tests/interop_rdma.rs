@@ -895,8 +895,14 @@ fn case_done(job: &GuestJob, i: usize, who: &str) -> Result<String> {
     }
 }
 
+/// Waits for our guest job to end successfully; its output (printed whole with
+/// `RDS_IB_DEBUG`, which puts our transport's log in it).
 fn finish(job: GuestJob, what: &str) -> Result<String> {
-    Ok(job.wait()?.check(what)?.stdout)
+    let out = job.wait()?.check(what)?.stdout;
+    if std::env::var_os("RDS_IB_DEBUG").is_some() {
+        println!("--- {what} ---\n{out}");
+    }
+    Ok(out)
 }
 
 /// Case 1: our target in g1, our initiator in g2 (no `rds_rdma` in either).
