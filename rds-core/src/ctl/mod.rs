@@ -16,11 +16,11 @@
 //! | J | a [`Request`] or a [`Reply`] as JSON |
 //! | D | raw bytes: a message payload, a batch of binary trace records |
 //!
-//! A client sends a request and reads one reply, except after [`Request::TraceStart`], when
-//! the server streams [`Reply::TraceFrames`] (each a batch of up to about 1 MiB of binary trace
-//! records, see [`crate::node::tap::REC_HDR_LEN`]) until the client closes or sends
-//! [`Request::TraceStop`], and ends with [`Reply::TraceEnd`]. A request with `"v"` other than [`PROTO_VERSION`] in
-//! [`Request::Hello`] is refused. Malformed or oversized frames get a [`Reply::Error`]; an
+//! A client sends a request and reads one reply, except after [`Request::TraceStart`]: the
+//! server answers [`Reply::TraceStarted`] and streams [`Reply::TraceFrames`] (each a batch of
+//! up to about 1 MiB of binary trace records, see [`crate::node::tap::REC_HDR_LEN`]) until the
+//! client closes or sends [`Request::TraceStop`], then ends with [`Reply::TraceEnd`]. A
+//! request with `"v"` other than [`PROTO_VERSION`] in [`Request::Hello`] is refused. Malformed or oversized frames get a [`Reply::Error`]; an
 //! oversized frame also ends the connection (its bytes cannot be skipped safely).
 //!
 //! ## Privilege
