@@ -343,32 +343,48 @@ fn basics(
         "after the restart: {} extra {extra:?}",
         last.summary()
     );
-    step("got-last", &last.summary());
+    step(
+        "got-last",
+        &format!(
+            "{} conn_reset={}",
+            last.summary(),
+            node.counter(Counter::ConnReset)
+        ),
+    );
     Ok(())
 }
 
-/// The deltas of our congestion counters since `before`.
-fn cong_deltas(node: &Node, before: &[u64; 4]) -> [u64; 4] {
+/// The counters a step reports the growth of (indexes: see [`STEP_COUNTERS`]).
+type StepCounters = [u64; 6];
+
+/// cong_update_received, cong_update_queued, cong_send_error, cong_send_blocked, conn_reset,
+/// recv_drop_old_seq.
+const STEP_COUNTERS: [Counter; 6] = [
+    Counter::CongUpdateReceived,
+    Counter::CongUpdateQueued,
+    Counter::CongSendError,
+    Counter::CongSendBlocked,
+    Counter::ConnReset,
+    Counter::RecvDropOldSeq,
+];
+
+fn cong_counters(node: &Node) -> StepCounters {
+    STEP_COUNTERS.map(|c| node.counter(c))
+}
+
+/// The growth of our step counters since `before`.
+fn cong_deltas(node: &Node, before: &StepCounters) -> StepCounters {
     let now = cong_counters(node);
     std::array::from_fn(|i| now[i] - before[i])
 }
 
-/// cong_update_received, cong_update_queued, cong_send_error, cong_send_blocked.
-fn cong_counters(node: &Node) -> [u64; 4] {
-    [
-        Counter::CongUpdateReceived,
-        Counter::CongUpdateQueued,
-        Counter::CongSendError,
-        Counter::CongSendBlocked,
-    ]
-    .map(|c| node.counter(c))
-}
-
-fn cong_text(d: &[u64; 4]) -> String {
-    format!(
-        "cong_update_received+{} cong_update_queued+{} cong_send_error+{} cong_send_blocked+{}",
-        d[0], d[1], d[2], d[3]
-    )
+fn cong_text(d: &StepCounters) -> String {
+    STEP_COUNTERS
+        .iter()
+        .zip(d)
+        .map(|(c, v)| format!("{}+{v}", c.name()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Our sender at `me` against the kernel's receiver at `dest`, which stops reading for 3 s
@@ -381,7 +397,10 @@ fn cong_kernel_stops(
 ) -> Result<Socket> {
     wait_go(&format!("cong-k-{}", dest.port()), T)?;
     let s = ib_socket(node, me)?;
-    s.set_send_buffer_size(1 << 20);
+    // A small send buffer paces the sender by the kernel's acknowledgements, so that it is
+    // still sending when the kernel's congestion map arrives (with room for all 60 messages
+    // it queues them in a few ms, before the kernel receiver has even paused).
+    s.set_send_buffer_size(65536);
     s.set_cong_monitor(nonblock);
     let c0 = cong_counters(node);
     let plan = SendPlan {
@@ -865,6 +884,12 @@ fn run(h: &mut Host) -> Result<()> {
     for l in gout.lines().filter(|l| l.starts_with("IBSTEP ")) {
         h.note(format!("guest: {l}"));
     }
+    if !debug_env().0.is_empty() {
+        // RDS_IB_DEBUG: our transport's whole log too
+        for l in gout.lines().filter(|l| !l.starts_with("IBSTEP ")) {
+            println!("guest-log: {l}");
+        }
+    }
     kernel_view(h)?;
     ipv6(h, &path)?;
     Ok(())
@@ -875,6 +900,7 @@ fn host_cong_kernel_stops(h: &mut Host, j: usize) -> Result<()> {
     let k = guest_addr(1);
     for (port, nonblock) in CONG_K {
         let t0 = Instant::now();
+        let k0 = h.counters(1)?;
         let job = h.spawn(
             1,
             &format!(
@@ -894,11 +920,13 @@ fn host_cong_kernel_stops(h: &mut Host, j: usize) -> Result<()> {
                 && field_u64(&l, "extra")? == 0,
             "kernel receiver: {l}"
         );
+        let k1 = h.counters(1)?;
         h.note(format!(
-            "congestion-kernel-stops ({}) in {} ms: ours {ours}; kernel {}",
+            "congestion-kernel-stops ({}) in {} ms: ours {ours}; kernel {} {}",
             if nonblock { "non-blocking" } else { "blocking" },
             t0.elapsed().as_millis(),
-            l.trim_start_matches("recv: ok ")
+            l.trim_start_matches("recv: ok "),
+            kernel_deltas(&k0, &k1)
         ));
     }
     Ok(())
@@ -944,14 +972,33 @@ fn host_cong_ours_stops(h: &mut Host, j: usize) -> Result<()> {
             format!("cong_send_blocked+{}", d("cong_send_blocked"))
         };
         h.note(format!(
-            "congestion-ours-stops ({}) in {} ms: kernel {kernel} cong_update_received+{} ({}); ours {ours}",
+            "congestion-ours-stops ({}) in {} ms: kernel {kernel} ({}) {}; ours {ours}",
             if nonblock { "non-blocking" } else { "blocking" },
             t0.elapsed().as_millis(),
-            d("cong_update_received"),
-            l.trim_start_matches("send: ok ")
+            l.trim_start_matches("send: ok "),
+            kernel_deltas(&k0, &k1)
         ));
     }
     Ok(())
+}
+
+/// The growth of the kernel's congestion and reset counters between two snapshots.
+fn kernel_deltas(k0: &BTreeMap<String, u64>, k1: &BTreeMap<String, u64>) -> String {
+    [
+        "cong_update_received",
+        "cong_update_queued",
+        "cong_send_error",
+        "cong_send_blocked",
+        "conn_reset",
+        "recv_drop_old_seq",
+    ]
+    .iter()
+    .map(|n| {
+        let d = k1.get(*n).copied().unwrap_or(0) - k0.get(*n).copied().unwrap_or(0);
+        format!("{n}+{d}")
+    })
+    .collect::<Vec<_>>()
+    .join(" ")
 }
 
 /// Host side of `rds-info`: our `rds-info -I` in g2 against the kernel's view in g1.
@@ -1044,6 +1091,7 @@ fn selftest_netem(h: &mut Host, j: usize) -> Result<()> {
     }
     let r = (|| -> Result<String> {
         let t0 = Instant::now();
+        let k0 = h.counters(1)?;
         let job = h.spawn(
             1,
             &format!(
@@ -1099,16 +1147,18 @@ fn selftest_netem(h: &mut Host, j: usize) -> Result<()> {
                 "endpoint {me}: self-send digests differ"
             );
         }
+        let k1 = h.counters(1)?;
         Ok(format!(
             "{ST_TOTAL} msgs in {} ms; ours->kernel {} msgs {}…, kernel->ours {} msgs {}…; \
-             ours: {} ({ours_done}); kernel: {}",
+             ours: {} ({ours_done}); kernel: {} ({})",
             t0.elapsed().as_millis(),
             krecv.count,
             &krecv.hex[..16.min(krecv.hex.len())],
             ksend.count,
             &ksend.hex[..16.min(ksend.hex.len())],
             oline.trim_start_matches("selftest-peer(ours): ok "),
-            kline.trim_start_matches("selftest-peer: ok ")
+            kline.trim_start_matches("selftest-peer: ok "),
+            kernel_deltas(&k0, &k1)
         ))
     })();
     let mut off = Ok(());
