@@ -14,7 +14,10 @@
 //!   active mbo > 0 and mbi 0, passive the reverse;
 //! - `-M 2 -o` (writes only, one way: the passive side writes them): active mbi > 0 and mbo 0,
 //!   passive the reverse;
-//! - `-M 0 -I 4 --rdma-use-get-mr 1` (4 iovecs of 8 KiB, RDS_GET_MR + RDMA_DEST), both ways.
+//! - `-M 0 -I 4 --rdma-use-get-mr 1` (4 iovecs of 8 KiB, RDS_GET_MR + RDMA_DEST), both ways;
+//! - `-M 0 --rdma-use-once 1` (use-once RDMA_MAP registrations), both ways;
+//! - `-M 0 --rdma-use-get-mr 1 --rdma-cache-mrs 1 --rdma-alignment 100` (one key per slot for
+//!   the whole run, regions 100 bytes into a page), both ways.
 //!
 //! Each run asserts exit status 0 on both sides, the column header, per-second lines and the
 //! `(average)` line shape, the RDMA columns, and no failure text (no failed RDMA
@@ -196,6 +199,20 @@ fn cases() -> Vec<Case> {
         Case {
             name: "M0-I4-get-mr",
             args: "-M 0 -I 4 --rdma-use-get-mr 1",
+            active: BOTH,
+            passive: BOTH,
+        },
+        Case {
+            // RDMA_MAP registrations released by the stack when the ack's RDMA arrives.
+            name: "M0-use-once",
+            args: "-M 0 --rdma-use-once 1",
+            active: BOTH,
+            passive: BOTH,
+        },
+        Case {
+            // One RDS_GET_MR key per slot for the whole run, regions 100 bytes into a page.
+            name: "M0-cache-mrs-align",
+            args: "-M 0 --rdma-use-get-mr 1 --rdma-cache-mrs 1 --rdma-alignment 100",
             active: BOTH,
             passive: BOTH,
         },
