@@ -2539,3 +2539,33 @@ fn ib_connect_race_the_larger_address_yields() {
     assert_eq!(p.recv_all(B, sb).len(), 1);
     assert_eq!(p.recv_all(A, sa).len(), 1);
 }
+
+/// The RDMA CM source port is random and says nothing about lanes: an IB request is taken at
+/// once, whatever its port (a TCP connection from a port that is not lane 0 waits instead).
+#[test]
+fn ib_accept_takes_any_source_port() {
+    for port in [34707u16, 40001, 65535, 1] {
+        let mut st = stack(ADDR_B, TransportKind::Ib, Tunables::default(), SEED_B);
+        let r = st.handle_accept(
+            Instant::ZERO,
+            ADDR_B,
+            ADDR_A,
+            TransportKind::Ib,
+            port,
+            Duration::ZERO,
+        );
+        let (c, path, epoch) = r.unwrap_or_else(|e| panic!("port {port}: {e:?}"));
+        assert_eq!(path, 0);
+        assert_eq!(st.path_state(c, 0), (PathState::Up, epoch));
+    }
+    let mut st = stack(ADDR_B, TransportKind::Tcp, Tunables::default(), SEED_B);
+    let r = st.handle_accept(
+        Instant::ZERO,
+        ADDR_B,
+        ADDR_A,
+        TransportKind::Tcp,
+        34707,
+        Duration::ZERO,
+    );
+    assert_eq!(r, Err(AcceptError::Wait));
+}

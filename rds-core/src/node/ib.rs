@@ -320,7 +320,14 @@ impl std::fmt::Debug for Ib {
 
 fn log(what: &str) {
     if std::env::var_os("RDS_IB_DEBUG").is_some() {
-        eprintln!("rds-ib: {what}");
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "rds-ib: {}.{:03} {what}",
+            t.as_secs() % 1000,
+            t.subsec_millis()
+        );
     }
 }
 

@@ -811,7 +811,10 @@ impl Stack {
         let c = &self.conns[ci];
         let n = c.npaths;
         let lane0 = usize::from(client_port) % MPATH_WORKERS == 0;
-        let slot = if n == 0 {
+        let slot = if !kind.multipath() {
+            // IB has one path; the RDMA CM source port says nothing about lanes.
+            0
+        } else if n == 0 {
             // Before the handshake only path 0 exists. A peer that learned the number of
             // lanes (from our probe, or from an earlier incarnation of this node) may already
             // connect others; they must not become our path 0, or the lanes' sequence spaces
