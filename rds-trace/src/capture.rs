@@ -512,7 +512,7 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
                         }
                     };
                     let Some(rec) =
-                        TraceRecord::from_tap(&f).filter(|r| transport.holds(&r.transport))
+                        TraceRecord::from_tap_frame(f).filter(|r| transport.holds(&r.transport))
                     else {
                         t.other += 1;
                         continue;

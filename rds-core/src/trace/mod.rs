@@ -196,6 +196,11 @@ impl TraceRecord {
     /// Converts a frame of the node's trace tap. Loopback frames never touch a wire and give
     /// `None`.
     pub fn from_tap(frame: &TapFrame) -> Option<Self> {
+        Self::from_tap_frame(frame.clone())
+    }
+
+    /// [`TraceRecord::from_tap`], taking the frame (its bytes are moved, not shared).
+    pub fn from_tap_frame(frame: TapFrame) -> Option<Self> {
         let transport = match frame.transport {
             TapTransport::Tcp { local, peer } => Transport::Tcp { local, peer },
             TapTransport::Ib {
@@ -224,7 +229,7 @@ impl TraceRecord {
             lane: frame.lane,
             transport,
             orig_len: frame.orig_len,
-            data: frame.data.clone(),
+            data: frame.data,
         })
     }
 

@@ -231,28 +231,26 @@ impl TcpSynth {
         }
     }
 
-    /// Synthesizes the packets a (validated) TCP record releases.
-    pub(crate) fn push(&mut self, rec: &TraceRecord) -> Vec<SynthPacket> {
+    /// Appends the packets a (validated) TCP record releases to `out`.
+    pub(crate) fn push_into(&mut self, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {
         let Transport::Tcp { local, peer } = rec.transport else {
-            return Vec::new();
+            return;
         };
         let (key, src_local) = match rec.dir {
             Direction::Tx => ((local, peer), true),
             Direction::Rx => ((peer, local), false),
         };
-        let mut out = Vec::new();
-        self.flush_stale(rec.ts_ns, &mut out);
+        self.flush_stale(rec.ts_ns, out);
         self.state(key, src_local);
         if rec.is_truncated() {
-            self.flush_key(&key, &mut out);
-            self.push_truncated(key, rec, &mut out);
+            self.flush_key(&key, out);
+            self.push_truncated(key, rec, out);
         } else {
-            self.push_complete(key, rec, &mut out);
+            self.push_complete(key, rec, out);
             if self.cfg.hold_ns == 0 {
-                self.flush_key(&key, &mut out);
+                self.flush_key(&key, out);
             }
         }
-        out
     }
 
     fn push_complete(&mut self, key: FlowKey, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {

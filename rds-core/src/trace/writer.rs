@@ -68,6 +68,8 @@ pub struct PcapSink<W: Write> {
     out: Option<W>,
     synth: Synth,
     stats: SinkStats,
+    /// The packets of the record being written (kept to spare an allocation per record).
+    scratch: Vec<SynthPacket>,
 }
 
 /// Writes the file header: nanosecond magic, version 2.4, [`PCAP_SNAPLEN`], little-endian.
@@ -153,6 +155,7 @@ impl<W: Write> PcapSink<W> {
             out: Some(start(out, DataLink::ETHERNET)?),
             synth: Synth::Tcp(Box::new(TcpSynth::new(cfg))),
             stats: SinkStats::default(),
+            scratch: Vec::new(),
         })
     }
 
@@ -187,6 +190,7 @@ impl<W: Write> PcapSink<W> {
             out: Some(start(out, DataLink::ERF)?),
             synth: Synth::Ib(IbSynth::default()),
             stats: SinkStats::default(),
+            scratch: Vec::new(),
         })
     }
 
@@ -232,10 +236,11 @@ impl<W: Write> PcapSink<W> {
         if self.out.is_none() {
             return Err(TraceError::Finished);
         }
-        let packets = match &mut self.synth {
-            Synth::Tcp(t) => t.push(rec),
-            Synth::Ib(i) => i.push(rec).into_iter().collect(),
-        };
+        let mut packets = std::mem::take(&mut self.scratch);
+        match &mut self.synth {
+            Synth::Tcp(t) => t.push_into(rec, &mut packets),
+            Synth::Ib(i) => packets.extend(i.push(rec)),
+        }
         self.stats.records += 1;
         if rec.is_truncated() {
             self.stats.truncated += 1;
@@ -243,9 +248,17 @@ impl<W: Write> PcapSink<W> {
         self.emit(packets)
     }
 
-    fn emit(&mut self, packets: Vec<SynthPacket>) -> Result<(), TraceError> {
+    /// Writes `packets` (and keeps the emptied vector for the next record).
+    fn emit(&mut self, mut packets: Vec<SynthPacket>) -> Result<(), TraceError> {
+        let res = self.emit_all(&mut packets);
+        packets.clear();
+        self.scratch = packets;
+        res
+    }
+
+    fn emit_all(&mut self, packets: &mut Vec<SynthPacket>) -> Result<(), TraceError> {
         let out = self.out.as_mut().ok_or(TraceError::Finished)?;
-        for p in packets {
+        for p in packets.drain(..) {
             write_record(out, &p)?;
             self.stats.packets += 1;
             if let Synth::Tcp(t) = &mut self.synth {
