@@ -416,3 +416,42 @@ fn passive_rejects_garbage() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("invalid json options from peer: "));
 }
+
+/// A peer asking for RDMA (-D 8192 in its options) while this side's address runs RDS/TCP:
+/// the passive side makes the original's RDMA check on its own address and ends with the
+/// original's message (plus why), exit 1, before answering the ok byte.
+#[test]
+fn passive_refuses_rdma_on_rds_tcp() {
+    let rt = tempfile::tempdir().unwrap();
+    let mut c = cmd(rt.path());
+    c.args(["-r", "127.50.17.3", "-p", "4216"]);
+    let child = spawn(c);
+    let mut opts = v1(
+        2,
+        1024,
+        63,
+        Ipv4Addr::new(127, 50, 17, 3),
+        Ipv4Addr::new(127, 50, 17, 4),
+        4216,
+        1,
+        5,
+        FLAGS_DEFAULT,
+        0,
+    );
+    // rdma_size: offset 28 of the full structure, 12 in V1 (no version prefix).
+    opts[12..16].copy_from_slice(&8192u32.to_be_bytes());
+    let (mut s, _) = run_fake_active("127.50.17", 4216, &opts, Some(0));
+    let mut b = [0u8; 1];
+    assert_eq!(s.read(&mut b).ok(), Some(0), "no ok byte, only EOF");
+    let out = wait_output(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "RDMA not supported by this kernel\nrds-stress: -D needs the RDS/IB transport; \
+             127.50.17.3 is not on an RDMA device: "
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 2, "{err}");
+}
