@@ -669,18 +669,22 @@ static int drain_wait(const struct sockaddr_in *ports, int nports, int transport
 /* ------------------------------------------------------------------------ */
 /* send                                                                       */
 
+static ssize_t recv_one(int fd, unsigned char *buf, size_t cap, struct sockaddr_in *from, int *trunc);
+
 static void usage_send(void)
 {
 	puts("rdstool send -b ADDR:PORT -d ADDR:PORT [-n COUNT] [-s SIZES] [-t tcp|ib|auto]\n"
 	     "             [--nonblock] [--sockets K] [--sndbuf BYTES] [--timeout SEC] [--no-drain]\n"
-	     "             [--linger-ms MS] [--text STRING]\n"
+	     "             [--linger-ms MS] [--text STRING] [--wait-go]\n"
 	     "  SIZES: N | N1,N2,... (cycled) | MIN:MAX (deterministic pseudo-random); k/m suffixes\n"
 	     "  --sockets K binds ports PORT..PORT+K-1 and sends round robin; message i uses\n"
 	     "  socket i%K and carries per-socket index i/K. Before closing (which makes the kernel\n"
 	     "  drop unsent messages) it waits until its messages have left the kernel's send and\n"
 	     "  retransmit queues (RDS_INFO_SEND/RETRANS_MESSAGES), unless --no-drain; then it\n"
 	     "  keeps the sockets open --linger-ms longer. --text sends STRING as every message\n"
-	     "  instead of the pattern.");
+	     "  instead of the pattern. --wait-go: after binding, prints 'send: waiting for go',\n"
+	     "  waits for any message on the (first) socket (see recv --go) and only then starts\n"
+	     "  (elapsed_ms counts from there).");
 }
 
 static int cmd_send(int argc, char **argv)
@@ -691,9 +695,9 @@ static int cmd_send(int argc, char **argv)
 		{ "nonblock", 0, 0, 'N' }, { "sockets", 1, 0, 'K' }, { "sndbuf", 1, 0, 'S' },
 		{ "timeout", 1, 0, 'T' }, { "no-drain", 0, 0, 'D' }, { "quiet", 0, 0, 'q' },
 		{ "linger-ms", 1, 0, 'L' }, { "text", 1, 0, 'X' }, { "help", 0, 0, 'h' },
-		{ 0, 0, 0, 0 } };
+		{ "wait-go", 0, 0, 'G' }, { 0, 0, 0, 0 } };
 	struct sockaddr_in bindaddr, dst;
-	int have_bind = 0, have_dst = 0, nsock = 1, drain = 1, c;
+	int have_bind = 0, have_dst = 0, nsock = 1, drain = 1, wait_go = 0, c;
 	uint64_t count = 1, timeout_s = 60, linger_ms = 0;
 	const char *text = NULL;
 	struct sizes sz;
@@ -713,6 +717,7 @@ static int cmd_send(int argc, char **argv)
 		case 'D': drain = 0; break;
 		case 'L': linger_ms = parse_u64(optarg, "--linger-ms"); break;
 		case 'X': text = optarg; break;
+		case 'G': wait_go = 1; break;
 		case 'q': g_quiet = 1; break;
 		case 'h': usage_send(); return 0;
 		default: usage_send(); return 2;
@@ -744,6 +749,28 @@ static int cmd_send(int argc, char **argv)
 		ports[k] = bindaddr;
 		ports[k].sin_port = htons((uint16_t)(ntohs(bindaddr.sin_port) + k));
 		fds[k] = rds_socket(&ports[k], &so);
+	}
+	if (wait_go) {
+		/* external start signal: any message on the first socket (recv --go) */
+		char gb[64];
+		printf("send: waiting for go on %s\n", sin_str(&ports[0], gb, sizeof(gb)));
+		fflush(stdout);
+		for (;;) {
+			int left = ms_left(deadline, 1 << 30);
+			if (left <= 0) {
+				printf("send: FAIL sent=0 reason=no go message before the time limit\n");
+				return 1;
+			}
+			set_timeo(fds[0], SO_RCVTIMEO, left < 500 ? left : 500);
+			struct sockaddr_in gfrom;
+			int gtrunc;
+			unsigned char g[64];
+			if (recv_one(fds[0], g, sizeof(g), &gfrom, &gtrunc) >= 0)
+				break;
+			if (errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR)
+				die(2, "recvmsg (waiting for go): %s", strerror(errno));
+		}
+		t0 = now_ns();
 	}
 	unsigned char *buf = malloc(maxsz ? maxsz : 1);
 	if (!buf)
@@ -912,11 +939,13 @@ static void usage_recv(void)
 {
 	puts("rdstool recv -b ADDR:PORT [-n COUNT] [-t tcp|ib|auto] [--rcvbuf BYTES]\n"
 	     "             [--pause-after M --pause-ms T] [--timeout SEC] [--extra-ms T]\n"
-	     "             [--no-verify] [--print] [--sources S] [--quiet]\n"
+	     "             [--no-verify] [--print] [--sources S] [--quiet] [--go ADDR:PORT]\n"
 	     "  Verifies per (source addr, source port) that messages carry indexes 0,1,2,...\n"
 	     "  with the pattern of `send`. --extra-ms waits T ms after COUNT and fails on any\n"
 	     "  further message (duplicate detection). --sources S requires exactly S sources.\n"
-	     "  --print prints 'msg SRC:PORT LEN HEX32 TEXT32' per message (first 32 bytes).");
+	     "  --print prints 'msg SRC:PORT LEN HEX32 TEXT32' per message (first 32 bytes).\n"
+	     "  --go sends a 1-byte message to ADDR:PORT right after binding (the start signal\n"
+	     "  of send --wait-go) and reports go_ms=, the time from it to the last message.");
 }
 
 static int cmd_recv(int argc, char **argv)
@@ -926,9 +955,9 @@ static int cmd_recv(int argc, char **argv)
 		{ "rcvbuf", 1, 0, 'R' }, { "pause-after", 1, 0, 'P' }, { "pause-ms", 1, 0, 'M' },
 		{ "timeout", 1, 0, 'T' }, { "extra-ms", 1, 0, 'X' }, { "no-verify", 0, 0, 'V' },
 		{ "sources", 1, 0, 'S' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' },
-		{ "print", 0, 0, 'p' }, { 0, 0, 0, 0 } };
-	struct sockaddr_in bindaddr;
-	int have_bind = 0, verify = 1, print = 0, c;
+		{ "print", 0, 0, 'p' }, { "go", 1, 0, 'g' }, { 0, 0, 0, 0 } };
+	struct sockaddr_in bindaddr, goaddr;
+	int have_bind = 0, verify = 1, print = 0, have_go = 0, c;
 	uint64_t count = 1, timeout_s = 60, pause_after = 0, pause_ms = 0, extra_ms = 0;
 	long want_sources = -1;
 	struct sockopts so = { RDS_TRANS_TCP, 0, 0, 0 };
@@ -944,6 +973,7 @@ static int cmd_recv(int argc, char **argv)
 		case 'X': extra_ms = parse_u64(optarg, "--extra-ms"); break;
 		case 'V': verify = 0; break;
 		case 'p': print = 1; break;
+		case 'g': parse_sin(optarg, &goaddr, 1, "--go"); have_go = 1; break;
 		case 'S': want_sources = (long)parse_u64(optarg, "--sources"); break;
 		case 'q': g_quiet = 1; break;
 		case 'h': usage_recv(); return 0;
@@ -963,7 +993,12 @@ static int cmd_recv(int argc, char **argv)
 	fflush(stdout);
 
 	uint64_t t0 = now_ns(), deadline = t0 + timeout_s * 1000000000ull;
-	uint64_t t_first = 0;
+	uint64_t t_first = 0, t_go = 0;
+	if (have_go) {
+		t_go = now_ns();
+		if (sendto(fd, "g", 1, 0, (struct sockaddr *)&goaddr, sizeof(goaddr)) != 1)
+			die(2, "sendto (--go): %s", strerror(errno));
+	}
 	size_t cap = MAX_MSG + 1;
 	unsigned char *buf = malloc(cap), *scratch = malloc(cap);
 	struct srctab *tab = calloc(1, sizeof(*tab));
@@ -1033,6 +1068,9 @@ static int cmd_recv(int argc, char **argv)
 	}
 	double ms = elapsed_ms(t0);
 	double data_ms = t_first ? (double)(now_ns() - t_first) / 1e6 : 0;
+	char gos[48] = "";
+	if (have_go)
+		snprintf(gos, sizeof(gos), " go_ms=%.3f", (double)(now_ns() - t_go) / 1e6);
 	if (!timed_out && extra_ms) {
 		uint64_t xdl = now_ns() + extra_ms * 1000000ull;
 		for (int iter = 0; iter < 100000; iter++) {
@@ -1060,9 +1098,9 @@ static int cmd_recv(int argc, char **argv)
 		printf("source %s msgs=%" PRIu64 " bytes=%" PRIu64 "\n",
 		       sin_str(&tab->s[i].addr, b, sizeof(b)), tab->s[i].msgs, tab->s[i].bytes);
 	printf("recv: %s received=%" PRIu64 " bytes=%" PRIu64 " sources=%d errors=%" PRIu64
-	       " extra=%" PRIu64 " elapsed_ms=%.1f MBps=%.2f data_ms=%.3f%s%s%s\n",
+	       " extra=%" PRIu64 " elapsed_ms=%.1f MBps=%.2f data_ms=%.3f%s%s%s%s\n",
 	       fail ? "FAIL" : "ok", got, bytes, tab->n, errors, extra, ms,
-	       data_ms > 0 ? (double)bytes / 1e3 / data_ms : 0.0, data_ms,
+	       data_ms > 0 ? (double)bytes / 1e3 / data_ms : 0.0, data_ms, gos,
 	       timed_out ? " reason=time-limit" : "", first_err[0] ? " first_error=" : "", first_err);
 	close(fd);
 	free(buf);
