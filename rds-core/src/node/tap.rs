@@ -585,7 +585,8 @@ impl Tap {
 
     /// Returns a taken batch's buffer to the session for reuse.
     pub fn recycle(&self, mut buf: Vec<u8>) {
-        if buf.capacity() < CHUNK_SIZE || buf.capacity() > 2 * CHUNK_SIZE {
+        // Only chunk-sized buffers: a batch must stay within one control frame.
+        if buf.capacity() < CHUNK_SIZE || buf.capacity() > CHUNK_SIZE.max(MAX_RECORD) {
             return;
         }
         buf.clear();
