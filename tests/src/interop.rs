@@ -360,11 +360,22 @@ impl Pause {
 
 /// Sends rdstool's pattern (the same as `rdstool send --sockets K`) from `socks`.
 pub fn send_pattern(socks: &[Socket], plan: &SendPlan, deadline: Instant) -> Result<SendReport> {
+    send_pattern_from(socks, plan, 0, deadline)
+}
+
+/// [`send_pattern`] from message `first` on (messages `first..plan.count`): the rest of a
+/// stream whose first part went out earlier, e.g. with other options.
+pub fn send_pattern_from(
+    socks: &[Socket],
+    plan: &SendPlan,
+    first: u64,
+    deadline: Instant,
+) -> Result<SendReport> {
     let t0 = Instant::now();
     let k = socks.len() as u64;
     let mut r = SendReport::default();
     let mut rbuf = vec![0u8; 64];
-    for i in 0..plan.count {
+    for i in first..plan.count {
         if let Some(p) = &plan.pause {
             p.check(deadline);
         }

@@ -21,7 +21,8 @@
 //!   quotes the kernel's log), then 5 pings and one more kernel message (2 fragments) get
 //!   through and nothing delivered before comes again;
 //! - `congestion-kernel-stops`: an `rdstool recv` with a 64 KiB rcvbuf stops reading for 3 s
-//!   after 4 of 60 16-KiB messages; our non-blocking sender gets ENOBUFS (each one counted in
+//!   after 4 of 60 16-KiB messages; once our first 12 have congested it and the kernel's map
+//!   update has arrived, our non-blocking sender gets ENOBUFS (each one counted in
 //!   our `cong_send_error`), waits for the congestion-update notification and resumes; then
 //!   the same with a blocking sender, which waits (`cong_send_blocked`); the kernel receives
 //!   everything exactly once in order, and our `cong_update_received` grows;
@@ -85,6 +86,9 @@ const CONG_K: [(u16, bool); 2] = [(7200, true), (7210, false)];
 const CONG_O: [(u16, bool); 2] = [(7300, true), (7310, false)];
 const CONG_COUNT: u64 = 60;
 const CONG_SIZE: usize = 16384;
+/// Messages our sender sends before it waits for the kernel's congestion map: 12 x 16 KiB,
+/// of which the paused receiver leaves 8 (128 KiB) unread, over its 64 KiB limit.
+const CONG_BURST: u64 = 12;
 /// The selftest endpoints' port (both guests).
 const ST_PORT: u16 = 7400;
 const ST_TOTAL: u64 = 5_000;
@@ -388,7 +392,12 @@ fn cong_text(d: &StepCounters) -> String {
 }
 
 /// Our sender at `me` against the kernel's receiver at `dest`, which stops reading for 3 s
-/// behind a 64 KiB rcvbuf (started by the host before the go file `cong-k-<port>`).
+/// after 4 messages behind a 64 KiB rcvbuf (started by the host before the go file
+/// `cong-k-<port>`). A first burst of [`CONG_BURST`] messages (blocking) congests the kernel's
+/// port; once the kernel's map update has arrived, the rest goes out `nonblock` or blocking,
+/// so the next send meets the congested port for certain (sending everything at once raced
+/// with the map: with room in the send buffer all 60 messages were queued in 45 ms, before the
+/// map arrived, and no send saw the congestion).
 fn cong_kernel_stops(
     node: &Node,
     me: SocketAddr,
@@ -397,24 +406,28 @@ fn cong_kernel_stops(
 ) -> Result<Socket> {
     wait_go(&format!("cong-k-{}", dest.port()), T)?;
     let s = ib_socket(node, me)?;
-    // A small send buffer paces the sender by the kernel's acknowledgements, so that it is
-    // still sending when the kernel's congestion map arrives (with room for all 60 messages
-    // it queues them in a few ms, before the kernel receiver has even paused).
-    s.set_send_buffer_size(65536);
+    s.set_send_buffer_size(4 << 20);
     s.set_cong_monitor(nonblock);
     let c0 = cong_counters(node);
-    let plan = SendPlan {
+    let mut plan = SendPlan {
         dest,
-        count: CONG_COUNT,
+        count: CONG_BURST,
         sizes: vec![CONG_SIZE],
-        nonblock,
+        nonblock: false,
         gap: Duration::ZERO,
         pause: None,
     };
-    let r = send_pattern(std::slice::from_ref(&s), &plan, deadline(120))?;
+    send_pattern(std::slice::from_ref(&s), &plan, deadline(60))?;
+    wait_until("the kernel's congestion map", secs(20), || {
+        node.counter(Counter::CongUpdateReceived) > c0[0]
+    })?;
+    plan.count = CONG_COUNT;
+    plan.nonblock = nonblock;
+    let r = send_pattern_from(std::slice::from_ref(&s), &plan, CONG_BURST, deadline(120))?;
     let d = cong_deltas(node, &c0);
     let line = format!(
-        "sent={} enobufs={} cong_updates={} eagain={} send_ms={} {}",
+        "sent={}+{} enobufs={} cong_updates={} eagain={} send_ms={} {}",
+        CONG_BURST,
         r.sent,
         r.enobufs,
         r.cong_updates,
