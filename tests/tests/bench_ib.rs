@@ -367,6 +367,7 @@ fn guest_client() -> Result<()> {
             len == 1 && from == pa(SINK),
             "not the bye answer: {len} B from {from}"
         );
+        step("stats", &nonzero_stats(&node));
         step("done", "");
         Ok(())
     })();
@@ -527,7 +528,9 @@ fn perftest(
     let srv = guest_addr(1);
     let extra = std::env::var("BENCH_PERFTEST_ARGS").unwrap_or_else(|_| "-e".to_string());
     let base = format!("-d rxe0 -x 1 -F -c RC {extra}");
-    let run = |prog: &str, size: usize, n: u64| -> Result<Vec<String>> {
+    // (client's data line, server's data line)
+    type Lines = (Vec<String>, Option<Vec<String>>);
+    let run = |prog: &str, size: usize, n: u64| -> Result<Lines> {
         let args = format!("{prog} {base} -s {size} -n {n}");
         let server = lab.spawn(1, &args, RUN_LIMIT)?;
         // The server listens on TCP 18515 for the exchange; the client retries briefly.
@@ -535,14 +538,23 @@ fn perftest(
         let out = lab.exec(2, &format!("{args} {srv}"), RUN_LIMIT)?;
         let sout = server.wait()?;
         let out = out.check(&format!("g2: {args}"))?;
-        sout.check(&format!("g1: {args}"))?;
-        perftest_line(&out.stdout).with_context(|| args.to_string())
+        let sout = sout.check(&format!("g1: {args}"))?;
+        Ok((
+            perftest_line(&out.stdout).with_context(|| args.to_string())?,
+            perftest_line(&sout.stdout).ok(),
+        ))
+    };
+    // A usable figure: finite and positive (perftest prints inf / -nan at times).
+    let col = |v: &[String], i: usize| -> Option<f64> {
+        v.get(i)
+            .and_then(|x| x.parse::<f64>().ok())
+            .filter(|x| x.is_finite() && *x > 0.0)
     };
     for &(size, n) in tput {
         // #bytes #iterations BW-peak BW-average[MiB/s] MsgRate[Mpps]
-        let v = run("ib_send_bw", size, n)?;
-        let bw: f64 = v.get(3).context("bw column")?.parse()?;
-        let mpps: f64 = v.get(4).context("msgrate column")?.parse()?;
+        let (v, _) = run("ib_send_bw", size, n)?;
+        let bw = col(&v, 3).unwrap_or(0.0);
+        let mpps = col(&v, 4).unwrap_or(0.0);
         // Whichever has more significant digits: the rate for small messages, else BW.
         let msgs = if mpps * 1e6 >= 1000.0 {
             mpps * 1e6
@@ -556,13 +568,29 @@ fn perftest(
             .push(format!("ib_send_bw {size}: {}", v.join(" ")));
     }
     for &(size, n) in rr {
-        // #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (one-way, µs)
-        let v = run("ib_send_lat", size, n)?;
-        let typ: f64 = v.get(4).context("t_typical")?.parse()?;
-        let p99: f64 = v.get(7).context("99% percentile")?.parse()?;
-        res.lat(size, 0, typ, p99);
-        res.notes
-            .push(format!("ib_send_lat {size}: {}", v.join(" ")));
+        // #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (one-way, µs);
+        // the client's figures, or the server's where the client printed inf.
+        let (v, sv) = run("ib_send_lat", size, n)?;
+        let pick = [Some(v.clone()), sv]
+            .into_iter()
+            .flatten()
+            .find(|l| col(l, 4).is_some() && col(l, 7).is_some());
+        match pick {
+            Some(l) => {
+                res.lat(
+                    size,
+                    0,
+                    col(&l, 4).unwrap_or(0.0),
+                    col(&l, 7).unwrap_or(0.0),
+                );
+                res.notes
+                    .push(format!("ib_send_lat {size}: {}", l.join(" ")));
+            }
+            None => res.notes.push(format!(
+                "ib_send_lat {size}: no usable figures: {}",
+                v.join(" ")
+            )),
+        }
     }
     Ok(())
 }
