@@ -252,6 +252,10 @@ pub struct JsonSummary {
     pub rx_per_sec: f64,
     /// Requests and acks both ways, KiB per second.
     pub tx_rx_kib_per_sec: f64,
+    /// RDMA KiB per second into this side's memory (the mbi column).
+    pub rdma_in_kib_per_sec: f64,
+    /// RDMA KiB per second out of this side's memory (the mbo column).
+    pub rdma_out_kib_per_sec: f64,
     /// Requests sent in total (whole run, warm-up included).
     pub requests_sent: u64,
     /// Requests received in total.

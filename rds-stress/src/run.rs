@@ -849,6 +849,8 @@ fn release_and_wait(
             tx_per_sec: scale * summary[Stat::ReqTx as usize].nr as f64,
             rx_per_sec: scale * summary[Stat::ReqRx as usize].nr as f64,
             tx_rx_kib_per_sec: scale * stats::throughput(&summary) / 1024.0,
+            rdma_in_kib_per_sec: scale * summary[Stat::MbusIn as usize].sum as f64 / 1024.0,
+            rdma_out_kib_per_sec: scale * summary[Stat::MbusOut as usize].sum as f64 / 1024.0,
             requests_sent: tot[Stat::ReqTx as usize].nr,
             requests_received: tot[Stat::ReqRx as usize].nr,
             tx_usecs_per_call: summary[Stat::SendmsgUsecs as usize].avg(),
