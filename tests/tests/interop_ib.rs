@@ -39,8 +39,13 @@
 //! - `selftest-netem`: the kernel selftest replica (`rdstool selftest-peer -t ib` in g1, our
 //!   [`selftest_peer`] in g2; 5,000 messages, no resets: test.py's resets are RDS/TCP sysctls)
 //!   with netem `loss 1% corrupt 1% duplicate 1%` on both guests' `eth0`, underneath rxe: RC
-//!   retransmits at the verbs level, so RDS sees no loss; per-pair SHA-256 digests
-//!   cross-checked both ways;
+//!   retransmits at the verbs level; per-pair SHA-256 digests cross-checked both ways (every
+//!   message exactly once). Seen on the 6.1 rxe: RC retransmission does not always hide the
+//!   loss; now and then a send completes with "transport retry counter exceeded"
+//!   (`IB_WC_RETRY_EXC_ERR`, on the kernel's QP and on ours), which drops the RDS connection;
+//!   both reconnect and RDS retransmits (0-2 resets in 5,000 messages, 8 in a 30,000-message
+//!   run, digests equal). The resets are reported (both sides' `conn_reset`,
+//!   `recv_drop_old_seq`), not asserted;
 //! - the kernel's view: `RDS_INFO_CONNECTIONS` shows the connection as `infiniband`, and its
 //!   `recv_drop_bad_checksum` stayed 0 (our header checksums verify);
 //! - `ipv6`: both guests get `fd00::2/64` / `fd00::4/64` on `eth0` (rxe adds them as GIDs 2);
@@ -1116,7 +1121,8 @@ fn selftest_netem(h: &mut Host, j: usize) -> Result<()> {
         )?;
         h.go(2, "st-go")?;
         let kout = job.wait()?;
-        let ours_done = h.wait_step(j, "st-done", 120);
+        // (our endpoint gives up 150 s after its start and then prints its report)
+        let ours_done = h.wait_step(j, "st-done", 170);
         let ours: String = h.jobs[j]
             .stdout_so_far()
             .lines()
