@@ -27,7 +27,8 @@
 //!   the same with a blocking sender, which waits (`cong_send_blocked`); the kernel receives
 //!   everything exactly once in order, and our `cong_update_received` grows;
 //! - `congestion-ours-stops`: our receiver with a 64 KiB rcvbuf stops reading for 3 s after 4
-//!   messages: its port is congested (more than 64 KiB queued), a non-blocking kernel sender
+//!   messages: its port is congested (more than 32 KiB queued: our node clears the bit only
+//!   below half the rcvbuf), a non-blocking kernel sender
 //!   sees ENOBUFS (its `cong_send_error` grows by exactly that many), a blocking one blocks
 //!   (its `cong_send_blocked` grows); both finish when we read on, nothing lost or duplicated;
 //!   our `cong_update_queued` grows (maps sent both ways);
@@ -497,8 +498,12 @@ fn cong_ours_stops(node: &Node, me: SocketAddr, k_port: u16, nonblock: bool) -> 
         "our receiver: {} extra={extra:?}",
         check.summary()
     );
+    // Congested, with more than half the rcvbuf queued: our node marks a port congested above
+    // rcvbuf but clears it only below rcvbuf/2 (the kernel clears it at once at or below its
+    // limit), so when the sender's first messages crossed 64 KiB before we read 4, the queue
+    // can sit at 48 KiB, congested, for the whole pause.
     ensure!(
-        queued.is_some_and(|(b, c)| c && b > 65536),
+        queued.is_some_and(|(b, c)| c && b > 65536 / 2),
         "our socket was not congested while paused: (rcv_bytes, congested) = {queued:?}"
     );
     ensure!(d[1] >= 2, "we queued {} map updates", d[1]);
