@@ -2339,6 +2339,25 @@ fn rdma_op_rides_the_first_fragment_and_names_its_key() {
         // RDMA extension: type 2, BE rkey, then the NONE terminator.
         assert_eq!(&t.hdr[32..38], &[2, 0x11, 0x22, 0x33, 0x44, 0]);
     }
+    // A read's bytes count as received (the initiator's view, as the kernel counts).
+    let mut args = RdmaArgs {
+        cookie: 5,
+        local: vec![LocalVec {
+            buf: RdmaBuffer::new(100).unwrap(),
+            off: 0,
+            len: 100,
+        }],
+        ..RdmaArgs::default()
+    };
+    args.write = false;
+    let read = SendExtras {
+        rdma: Some(Arc::new(RdmaOp::new(s, &args))),
+        rdma_dest: None,
+    };
+    send_op(&mut p, s, 6001, b"r", &read).unwrap();
+    assert_eq!(p.stat(A, Counter::SendRdma), 2);
+    assert_eq!(p.stat(A, Counter::SendRdmaBytes), 8000);
+    assert_eq!(p.stat(A, Counter::RecvRdmaBytes), 100);
     p.rx(B, 0, &out).unwrap();
     let evs = p.take_events(B);
     assert!(evs.contains(&Event::RdmaUnuse {

@@ -517,8 +517,15 @@ impl Stack {
         // regions); RDMA_DEST hands it a cookie. Neither can fail on an empty area.
         if let Some(op) = &extras.rdma {
             let _ = hdr.push_ext(ExtHeader::Rdma { rkey: op.rkey });
+            // As the kernel counts the initiator's side: a write's bytes are sent, a
+            // read's received.
             self.stats.inc(Counter::SendRdma);
-            self.stats.add(Counter::SendRdmaBytes, op.bytes);
+            let c = if op.write {
+                Counter::SendRdmaBytes
+            } else {
+                Counter::RecvRdmaBytes
+            };
+            self.stats.add(c, op.bytes);
         }
         if let Some(c) = extras.rdma_dest {
             let _ = hdr.push_ext(ExtHeader::RdmaDest {
