@@ -46,7 +46,11 @@
 //! 0.80-0.93 (64 KiB), and p50 latency 1.34-1.80 / 1.12-1.62 / 1.43-1.53 times the kernel's.
 //! An earlier run under heavier host load (same code but for inf handling) gave medians
 //! ours/kernel msgs/s 0.72 / 0.59 / 0.71 and p50 latency 2.18 / 1.60 / 1.30: the host's load
-//! moves the ratios by tens of percent; read them per round.
+//! moves the ratios by tens of percent; read them per round. A second run right after
+//! (commit 849a24d) gave medians ours/kernel msgs/s 1.21 / 1.25 / 0.87, p50 latency
+//! 1.46 / 1.28 / 1.47, ours/ib_send msgs/s 0.60 / 0.65 / 0.49, p50 2.56 / 1.70 / 2.08; no
+//! path of ours went down in either run (one conn_reset=1 on our receiver in the
+//! heavier-load run, not reproduced).
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_core::proto::TransportKind;
