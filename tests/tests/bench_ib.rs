@@ -78,6 +78,9 @@ const BUF: usize = 4 << 20;
 /// Time limit of one measurement (a stream or a ping-pong series).
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
+/// RDS pings (zero-length to port 0, answered inside the peer's RDS stack) per round.
+const PINGS: u64 = 200;
+
 const DEFAULT_TPUT: &str = "64:1000,4096:500,65536:100";
 const DEFAULT_RR: &str = "64:300,4096:200,65536:50";
 
@@ -400,6 +403,25 @@ fn guest_client() -> Result<()> {
                 ),
             );
         }
+        // RDS pings (zero-length to port 0): the peer's stack answers without its
+        // application, so the gap to the rr latency is the application's part.
+        let mut rtts = Vec::with_capacity(PINGS as usize);
+        let dl = Instant::now() + RUN_LIMIT;
+        for i in 0..PINGS {
+            let t = Instant::now();
+            rrs.send_to(&[], pa(0)).context("ping")?;
+            let (len, from) = recv_one(&rrs, &mut buf, dl).with_context(|| format!("pong {i}"))?;
+            ensure!(
+                len == 0 && from == pa(0),
+                "not a pong: {len} bytes from {from}"
+            );
+            rtts.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let (p50, p99) = p50_p99(&mut rtts);
+        step(
+            "rr",
+            &format!("size=0 rounds={PINGS} p50_us={p50:.1} p99_us={p99:.1} (ping)"),
+        );
         // Bye (the server exits on it), answered once it arrived.
         snd.send_to(b"b", pa(SINK)).context("bye")?;
         let (len, from) = recv_one(&snd, &mut buf, Instant::now() + Duration::from_secs(60))
@@ -527,7 +549,11 @@ impl Results {
                 };
                 s += &format!(
                     "{:>6}  {:<8} {:>10} {:>9} {:>10} {:>10}   {:>12} {:>11} {:>11}\n",
-                    size,
+                    if size == 0 {
+                        "ping".to_string()
+                    } else {
+                        size.to_string()
+                    },
                     name,
                     f(r.msgs_s, 1),
                     f(r.mb_s, 3),
@@ -768,6 +794,33 @@ fn kernel(lab: &Lab, res: &mut Results, tput: &[(usize, u64)], rr: &[(usize, u64
         res.lat(size, 1, num("p50_us")? / 2.0, num("p99_us")? / 2.0);
         res.notes.push(format!("kernel {size}: {l}"));
     }
+    let out = lab
+        .exec(
+            2,
+            &format!("rdstool ping -t ib -b {b} -d {a} -c {PINGS} -i 0 -W 5000"),
+            RUN_LIMIT,
+        )?
+        .check("kernel pings")?;
+    let mut rtts: Vec<f64> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("seq=")?
+                .split_once(" rtt_us=")?
+                .1
+                .parse()
+                .ok()
+        })
+        .collect();
+    ensure!(
+        rtts.len() as u64 == PINGS,
+        "kernel pings: {} of {PINGS} answered",
+        rtts.len()
+    );
+    let (p50, p99) = p50_p99(&mut rtts);
+    res.lat(0, 1, p50 / 2.0, p99 / 2.0);
+    res.notes
+        .push(format!("kernel ping: {}", ok_line(&out.stdout, "ping")?));
     if res.round == 0 {
         for g in 1..=2 {
             let c = lab.exec_ok(g, "rdstool info counters", T)?.stdout;
@@ -877,7 +930,8 @@ fn bench_ib() {
         "\nRDS over rxe (TCG, 1 vCPU per guest), medians of {done_rounds} round(s); latency = \
          round trip / 2; total {:.1} s\n{}\
          ratio columns: ours / that row's contender (msgs/s: above 1 = ours faster; latency:\n\
-         below 1 = ours faster); ib_send = ib_send_bw / ib_send_lat",
+         below 1 = ours faster); ib_send = ib_send_bw / ib_send_lat; ping = RDS ping\n\
+         (zero-length to port 0, answered inside the peer's RDS stack, no application)",
         t0.elapsed().as_secs_f64(),
         res.table(None)
     );
