@@ -1000,12 +1000,7 @@ impl Ib {
             }
             if self.tap.enabled() {
                 let (laddr, faddr, _) = stack.conn_addrs(conn);
-                let qps = IbQps {
-                    local_qpn: r.qp.qp_num(),
-                    peer_qpn: c.peer_qpn,
-                    local_lid: 0,
-                    peer_lid: 0,
-                };
+                let qps = tap_qps(r, c.peer_qpn);
                 self.tap.record_ib(
                     Dir::Tx,
                     laddr,
@@ -1097,12 +1092,7 @@ impl Ib {
                     count_rx(&self.stats, &mut r.rx_left, &self.buf[..len]);
                     if self.tap.enabled() && len >= HEADER_LEN {
                         let (laddr, faddr, _) = stack.conn_addrs(conn);
-                        let qps = IbQps {
-                            local_qpn: r.qp.qp_num(),
-                            peer_qpn: c.peer_qpn,
-                            local_lid: 0,
-                            peer_lid: 0,
-                        };
+                        let qps = tap_qps(r, c.peer_qpn);
                         let (h, pl) = self.buf[..len].split_at(HEADER_LEN);
                         self.tap
                             .record_ib(Dir::Rx, laddr, faddr, path, qps, false, h, pl);
@@ -1157,6 +1147,16 @@ impl Ib {
         if want_pull && c.more {
             self.pull(stack, now, conn, path);
         }
+    }
+}
+
+/// The queue pairs of a connection as traces show them (RoCE has no LIDs).
+fn tap_qps(r: &Res, peer_qpn: u32) -> IbQps {
+    IbQps {
+        local_qpn: r.qp.qp_num(),
+        peer_qpn,
+        local_lid: 0,
+        peer_lid: 0,
     }
 }
 
@@ -1271,6 +1271,37 @@ fn out_of_range(e: ib::OutOfRange) -> VerbsError {
 mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
+
+    /// Fragments, whole messages and ACK-only frames as the `ib_rx_*` / `ib_ack_received`
+    /// counters see them.
+    #[test]
+    fn receive_counters() {
+        use crate::wire::HeaderRepr;
+        let stats = IbStats::new();
+        let mut left = 0;
+        let frag = |h: HeaderRepr, n: usize| {
+            let mut f = h.to_bytes().to_vec();
+            f.resize(HEADER_LEN + n, 7);
+            f
+        };
+        // A 5000-byte message in two fragments, a 0-byte one, an ACK-only frame.
+        let big = HeaderRepr::data(1, 4000, 5000, 5000);
+        count_rx(&stats, &mut left, &frag(big, 4096));
+        assert_eq!(left, 904);
+        count_rx(&stats, &mut left, &frag(big, 904));
+        count_rx(
+            &stats,
+            &mut left,
+            &frag(HeaderRepr::data(2, 4000, 5000, 0), 0),
+        );
+        count_rx(&stats, &mut left, &frag(HeaderRepr::ack_only(2), 0));
+        count_rx(&stats, &mut left, &[0; 10]);
+        let get = |c: IbCounter| stats.snapshot()[c as usize].1;
+        assert_eq!(get(IbCounter::IbRxTotalFrags), 4);
+        assert_eq!(get(IbCounter::IbRxTotalIncs), 2);
+        assert_eq!(get(IbCounter::IbAckReceived), 1);
+        assert_eq!(left, 0);
+    }
 
     #[test]
     fn private_data_v4_bytes() {
