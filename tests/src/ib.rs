@@ -340,3 +340,54 @@ impl KernelRds {
         Ok((n as usize, from))
     }
 }
+
+/// An address the host passed to a guest role in the environment variable `name`.
+pub fn ip_env(name: &str) -> Result<Ipv4Addr> {
+    std::env::var(name)
+        .with_context(|| format!("{name} not set"))?
+        .parse()
+        .with_context(|| format!("{name} is not an IPv4 address"))
+}
+
+/// A socket of `node` on the IB transport, bound to `addr`.
+pub fn ib_socket(node: &Node, addr: SocketAddr) -> Result<rds_core::Socket> {
+    let s = rds_core::Socket::with_node(node);
+    s.set_transport(rds_core::proto::TransportKind::Ib)
+        .context("set_transport(Ib)")?;
+    s.bind(addr).with_context(|| format!("bind {addr}"))?;
+    Ok(s)
+}
+
+/// A binary of the workspace built with the running test (`target/<profile>/name`).
+pub fn release_bin(name: &str) -> Result<std::path::PathBuf> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let b = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .context("test executable not in target/<profile>/deps")?
+        .join(name);
+    if !b.is_file() {
+        bail!(
+            "{} is missing: build the workspace first (cargo test --workspace --release, or \
+             cargo build --release -p {name})",
+            b.display()
+        );
+    }
+    Ok(b)
+}
+
+/// The kernel's view in both guests for a failure report: RDS/rxe kernel messages, RDS
+/// connections and non-zero counters, then `extra` (a shell command) if not empty.
+pub fn diag(lab: &Lab, extra: &str) -> String {
+    let mut s = String::new();
+    let cmd = format!(
+        "dmesg | grep -i -E 'rds|rxe|infiniband' | tail -n 30; rdstool info conns; \
+         rdstool info counters | grep -v ' 0$'; {extra}"
+    );
+    for g in 1..=lab.guests() {
+        if let Ok(o) = lab.exec(g, &cmd, Duration::from_secs(30)) {
+            s += &format!("--- g{g} ---\n{}{}\n", o.stdout, o.stderr);
+        }
+    }
+    s
+}

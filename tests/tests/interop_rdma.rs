@@ -45,14 +45,14 @@
 //! `RDS_IB_DEBUG=1` on the host adds our transport's log to the guest output.
 
 use anyhow::{bail, ensure, Context, Result};
-use rds_core::proto::TransportKind;
 use rds_core::rdma::{
     cookie_offset, cookie_rkey, make_cookie, LocalVec, MrFlags, RdmaArgs, RdmaBuffer, RdmaMap,
     SendCtl,
 };
 use rds_core::{Node, RecvMsg, Socket};
 use rds_tests::ib::{
-    guest_cmd, install_self, load_kernel_rds_rdma, start_ib_node, step, wait_until, GUEST_ENV,
+    diag, guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, start_ib_node, step,
+    wait_until, GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, parse_counters};
 use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
@@ -379,12 +379,6 @@ fn env(name: &str) -> Result<String> {
     std::env::var(name).with_context(|| format!("{name} not set"))
 }
 
-fn ip_env(name: &str) -> Result<Ipv4Addr> {
-    env(name)?
-        .parse()
-        .with_context(|| format!("{name} is not an IPv4 address"))
-}
-
 /// The guest side (run by [`rdma_interop`] inside a guest; does nothing elsewhere).
 #[test]
 #[ignore = "runs inside a lab guest, started by rdma_interop"]
@@ -426,14 +420,6 @@ fn nonzero_stats(node: &Node) -> String {
 fn out(i: usize, line: &str) {
     println!("RDMA{i} {line}");
     let _ = std::io::stdout().flush();
-}
-
-fn ib_socket(node: &Node, addr: SocketAddr) -> Result<Socket> {
-    let s = Socket::with_node(node);
-    s.set_transport(TransportKind::Ib)
-        .context("set_transport(Ib)")?;
-    s.bind(addr).with_context(|| format!("bind {addr}"))?;
-    Ok(s)
 }
 
 /// Receives one message or notification before `dl`.
@@ -1203,20 +1189,6 @@ fn kernel_rdma_kernel(lab: &Lab, first: Reg, report: &mut Vec<String>) -> Result
     Ok(())
 }
 
-fn diag(lab: &Lab) -> String {
-    let mut s = String::new();
-    for g in 1..=2 {
-        if let Ok(o) = lab.exec(
-            g,
-            "dmesg | grep -i -E 'rds|rxe|infiniband' | tail -n 30; rdstool info conns; rdstool info counters | grep -v ' 0$'",
-            Duration::from_secs(30),
-        ) {
-            s += &format!("--- g{g} ---\n{}{}\n", o.stdout, o.stderr);
-        }
-    }
-    s
-}
-
 fn not_loaded(lab: &Lab, g: usize) -> Result<()> {
     lab.exec_ok(g, "! grep -q '^rds_rdma ' /proc/modules", T)
         .with_context(|| format!("rds_rdma must not be loaded in g{g}"))
@@ -1236,7 +1208,7 @@ fn run(lab: &Lab) -> Result<Vec<Outcome>> {
         let mut report = Vec::new();
         let r = f(&mut report).map(|()| report);
         if let Err(e) = &r {
-            eprintln!("{name} FAILED: {e:#}\n{}", diag(lab));
+            eprintln!("{name} FAILED: {e:#}\n{}", diag(lab, ""));
         }
         results.push((name, r, t0.elapsed()));
     };
@@ -1295,7 +1267,7 @@ fn rdma_interop() {
             }
         }
         Err(e) => {
-            eprintln!("FAILED: {e:#}\n{}", diag(&lab));
+            eprintln!("FAILED: {e:#}\n{}", diag(&lab, ""));
             failed.push("setup");
         }
     }

@@ -13,9 +13,10 @@
 //! --workspace --release`).
 
 use anyhow::{bail, ensure, Context, Result};
-use rds_core::proto::TransportKind;
 use rds_core::{CtlMode, Node, NodeConfig, Socket, Transports};
-use rds_tests::ib::{guest_cmd, install_self, step, wait_until, GUEST_ENV};
+use rds_tests::ib::{
+    guest_cmd, ib_socket, install_self, ip_env, release_bin, step, wait_until, GUEST_ENV,
+};
 use rds_tests::lab::{guest_addr, Lab, LabOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -28,13 +29,6 @@ const PORT1: u16 = 7000;
 const PORT2: u16 = 7001;
 const SIZES: [usize; 3] = [0, 5000, 1 << 20];
 const REPLY: usize = 100;
-
-fn ip_env(name: &str) -> Result<Ipv4Addr> {
-    std::env::var(name)
-        .with_context(|| format!("{name} not set"))?
-        .parse()
-        .with_context(|| format!("{name} is not an IPv4 address"))
-}
 
 fn node(addr: Ipv4Addr, ctl: CtlMode) -> Result<Node> {
     let mut cfg = NodeConfig::new([IpAddr::V4(addr)]);
@@ -52,10 +46,8 @@ fn node(addr: Ipv4Addr, ctl: CtlMode) -> Result<Node> {
     Ok(n)
 }
 
-fn ib_socket(node: &Node, addr: SocketAddr) -> Result<Socket> {
-    let s = Socket::with_node(node);
-    s.set_transport(TransportKind::Ib)?;
-    s.bind(addr)?;
+fn socket(node: &Node, addr: SocketAddr) -> Result<Socket> {
+    let s = ib_socket(node, addr)?;
     s.set_read_timeout(Some(Duration::from_secs(60)));
     s.set_send_buffer_size(4 << 20);
     Ok(s)
@@ -73,7 +65,7 @@ fn traced() -> Result<()> {
     let node = node(me, CtlMode::Named(NODE.into()))?;
     step("ready", "");
     wait_file("/mnt/share/go", "the capture to start")?;
-    let s = ib_socket(&node, SocketAddr::new(IpAddr::V4(me), PORT1))?;
+    let s = socket(&node, SocketAddr::new(IpAddr::V4(me), PORT1))?;
     let mut buf = vec![0u8; 1 << 20];
     s.send_to(&[], SocketAddr::new(IpAddr::V4(peer), 0))?;
     let m = s.recv_msg(&mut buf, Default::default())?;
@@ -93,7 +85,7 @@ fn traced() -> Result<()> {
 fn peer() -> Result<()> {
     let (me, _) = (ip_env("IB_OURS")?, ip_env("IB_PEER")?);
     let node = node(me, CtlMode::Off)?;
-    let s = ib_socket(&node, SocketAddr::new(IpAddr::V4(me), PORT2))?;
+    let s = socket(&node, SocketAddr::new(IpAddr::V4(me), PORT2))?;
     step("ready", "");
     let mut buf = vec![0u8; 1 << 20];
     let mut from = None;
@@ -124,21 +116,6 @@ fn guest_side() {
         step("failed", &format!("{e:#}"));
         panic!("guest side: {e:#}");
     }
-}
-
-fn release_bin(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .context("target directory")?;
-    let p = dir.join(name);
-    ensure!(
-        p.is_file(),
-        "{} missing: build it (cargo build --release)",
-        p.display()
-    );
-    Ok(p)
 }
 
 /// One decoded frame: the fields asked of tshark, by name.
