@@ -59,14 +59,14 @@
 //! about 0.7 ms of RTT/2 is the hand-off to and from our application thread.
 
 use anyhow::{bail, ensure, Context, Result};
-use rds_core::proto::TransportKind;
 use rds_core::Socket;
 use rds_tests::ib::{
-    guest_cmd, install_self, load_kernel_rds_rdma, start_ib_node, step, GUEST_ENV,
+    guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, start_ib_node, step,
+    GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, field_u64, fields, ok_line, MAX_MSG};
 use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Our ports: g1's sink and echo, g2's sender and ping-pong socket.
@@ -120,13 +120,6 @@ fn plan_env(name: &str, default: &str) -> Result<(String, Vec<(usize, u64)>)> {
     Ok((s, p))
 }
 
-fn ip_env(name: &str) -> Result<Ipv4Addr> {
-    std::env::var(name)
-        .with_context(|| format!("{name} not set"))?
-        .parse()
-        .with_context(|| format!("{name} is not an IPv4 address"))
-}
-
 /// Median and p99 of `v` (sorted in place), as rdstool rr computes them.
 fn p50_p99(v: &mut [f64]) -> (f64, f64) {
     if v.is_empty() {
@@ -158,11 +151,8 @@ fn guest_side() {
     }
 }
 
-fn ib_socket(node: &rds_core::Node, addr: SocketAddr) -> Result<Socket> {
-    let s = Socket::with_node(node);
-    s.set_transport(TransportKind::Ib)
-        .context("set_transport(Ib)")?;
-    s.bind(addr).with_context(|| format!("bind {addr}"))?;
+fn buffered_socket(node: &rds_core::Node, addr: SocketAddr) -> Result<Socket> {
+    let s = ib_socket(node, addr)?;
     s.set_send_buffer_size(BUF);
     s.set_recv_buffer_size(BUF);
     Ok(s)
@@ -241,8 +231,8 @@ fn guest_server() -> Result<()> {
     let node = start_ib_node(ours, 0xbe01)?;
     let at = |p| SocketAddr::new(IpAddr::V4(ours), p);
     let r = (|| -> Result<()> {
-        let sink = ib_socket(&node, at(SINK))?;
-        let echo = ib_socket(&node, at(ECHO))?;
+        let sink = buffered_socket(&node, at(SINK))?;
+        let echo = buffered_socket(&node, at(ECHO))?;
         step("ready", &format!("sink={} echo={}", at(SINK), at(ECHO)));
         let rounds: u64 = rr.iter().map(|(_, n)| n).sum();
         let total_limit = RUN_LIMIT * (tput.len() + rr.len() + 1) as u32;
@@ -335,8 +325,8 @@ fn guest_client() -> Result<()> {
     let at = |p| SocketAddr::new(IpAddr::V4(ours), p);
     let pa = |p| SocketAddr::new(IpAddr::V4(peer), p);
     let r = (|| -> Result<()> {
-        let snd = ib_socket(&node, at(SEND))?;
-        let rrs = ib_socket(&node, at(RR))?;
+        let snd = buffered_socket(&node, at(SEND))?;
+        let rrs = buffered_socket(&node, at(RR))?;
         let mut buf = vec![0u8; MAX_MSG];
         // Warm-up: the connection comes up on the first ping; then the hello to the sink.
         for i in 0..3 {
