@@ -63,12 +63,12 @@
 //! on the host adds the transport's CM log to the guest output.
 
 use anyhow::{bail, ensure, Context, Result};
-use rds_core::proto::TransportKind;
 use rds_core::stats::Counter;
 use rds_core::{CtlMode, Node, Socket};
 use rds_tests::ib::{
-    debug_env, guest_cmd, install_self, load_kernel_rds_rdma, start_ib_node, start_ib_node_with,
-    step, wait_go, wait_until, KernelRds, GUEST_ENV, RDS_TRANS_IB,
+    debug_env, diag, guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, release_bin,
+    start_ib_node, start_ib_node_with, step, wait_go, wait_until, KernelRds, GUEST_ENV,
+    RDS_TRANS_IB,
 };
 use rds_tests::interop::*;
 use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
@@ -121,16 +121,6 @@ fn deadline(s: u64) -> Instant {
     Instant::now() + secs(s)
 }
 
-fn env(name: &str) -> Result<String> {
-    std::env::var(name).with_context(|| format!("{name} not set"))
-}
-
-fn ip_env(name: &str) -> Result<Ipv4Addr> {
-    env(name)?
-        .parse()
-        .with_context(|| format!("{name} is not an IPv4 address"))
-}
-
 // ---------------------------------------------------------------------------------------------
 // The guest side
 
@@ -174,14 +164,6 @@ fn with_ib_node(
     }
     node.shutdown();
     r
-}
-
-fn ib_socket(node: &Node, addr: SocketAddr) -> Result<Socket> {
-    let s = Socket::with_node(node);
-    s.set_transport(TransportKind::Ib)
-        .context("set_transport(Ib)")?;
-    s.bind(addr).with_context(|| format!("bind {addr}"))?;
-    Ok(s)
 }
 
 /// Pings `target` (port 0) `n` times from `s`, each pong awaited (30 s each); the RTTs in µs.
@@ -779,37 +761,6 @@ fn job_line(job: GuestJob, cmd: &str) -> Result<String> {
     Ok(ok_line(&out, cmd)?.to_string())
 }
 
-fn diag(lab: &Lab) -> String {
-    let mut s = String::new();
-    for g in 1..=2 {
-        if let Ok(o) = lab.exec(
-            g,
-            "dmesg | grep -i -E 'rds|rxe|infiniband' | tail -n 30; rdstool info conns; rdstool info counters | grep -v ' 0$'; tc qdisc show dev eth0",
-            secs(30),
-        ) {
-            s += &format!("--- g{g} ---\n{}{}\n", o.stdout, o.stderr);
-        }
-    }
-    s
-}
-
-/// `target/release/<name>` next to this test executable's `deps` directory.
-fn release_bin(name: &str) -> Result<std::path::PathBuf> {
-    let exe = std::env::current_exe().context("current_exe")?;
-    let b = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .context("test executable not in target/<profile>/deps")?
-        .join(name);
-    ensure!(
-        b.is_file(),
-        "{} is missing: build the workspace first (cargo test --workspace --release, or \
-         cargo build --release -p {name})",
-        b.display()
-    );
-    Ok(b)
-}
-
 fn run(h: &mut Host) -> Result<()> {
     let (k, o) = (guest_addr(1), guest_addr(2));
     load_kernel_rds_rdma(h.lab, 1).context("loading rds_rdma in g1")?;
@@ -1308,7 +1259,7 @@ fn kernel_interop_ib() {
         for j in &h.jobs {
             eprintln!("--- guest g{} so far ---\n{}", j.guest(), j.stdout_so_far());
         }
-        eprintln!("{}", diag(&lab));
+        eprintln!("{}", diag(&lab, "tc qdisc show dev eth0"));
     }
     drop(h);
     lab.stop().expect("lab stop");
@@ -1467,7 +1418,7 @@ fn ours_to_ours_ib() {
         for j in &h.jobs {
             eprintln!("--- guest g{} so far ---\n{}", j.guest(), j.stdout_so_far());
         }
-        eprintln!("{}", diag(&lab));
+        eprintln!("{}", diag(&lab, "tc qdisc show dev eth0"));
     }
     drop(h);
     lab.stop().expect("lab stop");
