@@ -629,6 +629,9 @@ static long queued_for(int infofd, const struct sockaddr_in *ports, int nports, 
 	return count;
 }
 
+/* selftest-peer on IB: how long to keep the socket open for unacknowledged messages */
+#define IB_LINGER_MS 15000
+
 /* returns 0 when drained, -1 on deadline */
 /*
  * Closing an RDS socket drops its messages that are still queued (rds_send_drop_to).
@@ -2248,6 +2251,19 @@ static int cmd_selftest_peer(int argc, char **argv)
 	double dms = 0;
 	if (!fatal && drained_ok && sent_total)
 		drained_ok = drain_wait(&ep[me], 1, get_transport(fd), deadline + 10000000000ull, &dms) == 0;
+	/*
+	 * On IB our last messages can sit on the retransmit list unacknowledged (the peer acks
+	 * only when asked). If the connection resets now (rxe under netem: retry counter
+	 * exceeded), closing the socket would drop them for good; keep it open until the list
+	 * empties or IB_LINGER_MS pass, so that a reconnect can resend them.
+	 */
+	if (!fatal && sent_total && get_transport(fd) == RDS_TRANS_IB) {
+		int infofd = rds_socket_raw();
+		uint64_t until = now_ns() + IB_LINGER_MS * 1000000ull;
+		while (queued_for(infofd, &ep[me], 1, 1) > 0 && now_ns() < until)
+			sleep_ms(10);
+		close(infofd);
+	}
 	char hx[65];
 	for (int r = 0; r < 2; r++) {
 		sha256_hex(&h_send[r], hx);

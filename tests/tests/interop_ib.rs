@@ -46,12 +46,11 @@
 //!   (`IB_WC_RETRY_EXC_ERR`, on the kernel's QP and on ours), which drops the RDS connection;
 //!   both reconnect and RDS retransmits (0-2 resets in 5,000 messages, 8 in a 30,000-message
 //!   run, digests equal). The resets are reported (both sides' `conn_reset`,
-//!   `recv_drop_old_seq`), not asserted. Known flake (2 of ~20 runs): `rdstool selftest-peer`
-//!   on IB exits once it has received everything and its *send* queue is empty; its last
-//!   messages may still be on the kernel's retransmit list (IB acknowledges lazily), and
-//!   closing the socket drops them. A reset after that (the retry error above) loses them for
-//!   good: our endpoint then times out with the kernel's last messages missing (seen: kernel
-//!   `next_tx` 1829, ours `next_rx` 1780, 49 messages short);
+//!   `recv_drop_old_seq`), not asserted. `rdstool selftest-peer` on IB keeps its socket open
+//!   (up to 15 s) until its retransmit list is empty: its last messages may still be there
+//!   (IB acknowledges lazily), closing the socket would drop them, and a reset after that
+//!   (the retry error above) lost them for good (seen 2 of ~20 runs before: kernel `next_tx`
+//!   1829, ours `next_rx` 1780, 49 messages short);
 //! - the kernel's view: `RDS_INFO_CONNECTIONS` shows the connection as `infiniband`, and its
 //!   `recv_drop_bad_checksum` stayed 0 (our header checksums verify);
 //! - `ipv6`: both guests get `fd00::2/64` / `fd00::4/64` on `eth0` (rxe adds them as GIDs 2);
