@@ -391,3 +391,19 @@ pub fn diag(lab: &Lab, extra: &str) -> String {
     }
     s
 }
+
+/// The host side of a test whose guests run our IB node: `None` inside a guest (where the
+/// test executable runs only its guest roles); on the host, two guests booted without the
+/// kernel's `rds_rdma` (`--ib=0`), and when the boot started. Panics when the lab cannot boot:
+/// lab tests fail, never skip.
+pub fn host_lab() -> Option<(Lab, Instant)> {
+    if std::env::var_os(GUEST_ENV).is_some() {
+        return None;
+    }
+    let t0 = Instant::now();
+    let opts = crate::lab::LabOptions {
+        ib: false,
+        ..crate::lab::LabOptions::default()
+    };
+    Some((Lab::start(2, opts).expect("the kernel lab must boot"), t0))
+}

@@ -70,12 +70,12 @@ use anyhow::{bail, ensure, Context, Result};
 use rds_core::stats::Counter;
 use rds_core::{CtlMode, Node, Socket};
 use rds_tests::ib::{
-    debug_env, diag, guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, release_bin,
-    start_ib_node, start_ib_node_with, step, wait_go, wait_until, KernelRds, GUEST_ENV,
-    RDS_TRANS_IB,
+    debug_env, diag, guest_cmd, host_lab, ib_socket, install_self, ip_env, load_kernel_rds_rdma,
+    release_bin, start_ib_node, start_ib_node_with, step, wait_go, wait_until, KernelRds,
+    GUEST_ENV, RDS_TRANS_IB,
 };
 use rds_tests::interop::*;
-use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
+use rds_tests::lab::{guest_addr, GuestJob, Lab};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -1246,15 +1246,9 @@ fn ipv6(h: &mut Host, p2: &str) -> Result<()> {
 /// module comment).
 #[test]
 fn kernel_interop_ib() {
-    if std::env::var_os(GUEST_ENV).is_some() {
+    let Some((lab, t0)) = host_lab() else {
         return;
-    }
-    let t0 = Instant::now();
-    let opts = LabOptions {
-        ib: false,
-        ..LabOptions::default()
     };
-    let lab = Lab::start(2, opts).expect("the kernel lab must boot");
     let booted = t0.elapsed();
     let mut h = Host::new(&lab);
     let r = run(&mut h);
@@ -1406,15 +1400,9 @@ fn run_ours(h: &mut Host) -> Result<()> {
 /// g2 echoed by g1, checked for content, order, sizes and no extra message.
 #[test]
 fn ours_to_ours_ib() {
-    if std::env::var_os(GUEST_ENV).is_some() {
+    let Some((lab, t0)) = host_lab() else {
         return;
-    }
-    let t0 = Instant::now();
-    let opts = LabOptions {
-        ib: false,
-        ..LabOptions::default()
     };
-    let lab = Lab::start(2, opts).expect("the kernel lab must boot");
     let mut h = Host::new(&lab);
     let r = run_ours(&mut h);
     if let Err(e) = &r {

@@ -51,11 +51,11 @@ use rds_core::rdma::{
 };
 use rds_core::{Node, RecvMsg, Socket};
 use rds_tests::ib::{
-    diag, guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, start_ib_node, step,
-    wait_until, GUEST_ENV,
+    diag, guest_cmd, host_lab, ib_socket, install_self, ip_env, load_kernel_rds_rdma,
+    start_ib_node, step, wait_until, GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, parse_counters};
-use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
+use rds_tests::lab::{guest_addr, GuestJob, Lab};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -1239,15 +1239,9 @@ fn run(lab: &Lab) -> Result<Vec<Outcome>> {
 /// RDMA over rxe: our node and the kernel's `rds_rdma` in every pairing (module comment).
 #[test]
 fn rdma_interop() {
-    if std::env::var_os(GUEST_ENV).is_some() {
+    let Some((lab, t0)) = host_lab() else {
         return;
-    }
-    let t0 = Instant::now();
-    let opts = LabOptions {
-        ib: false,
-        ..LabOptions::default()
     };
-    let lab = Lab::start(2, opts).expect("the kernel lab must boot");
     let booted = t0.elapsed();
     let r = run(&lab);
     let mut failed = Vec::new();

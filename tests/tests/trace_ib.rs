@@ -15,13 +15,13 @@
 use anyhow::{bail, ensure, Context, Result};
 use rds_core::{CtlMode, Node, NodeConfig, Socket, Transports};
 use rds_tests::ib::{
-    guest_cmd, ib_socket, install_self, ip_env, release_bin, step, wait_until, GUEST_ENV,
+    guest_cmd, host_lab, ib_socket, install_self, ip_env, release_bin, step, wait_until, GUEST_ENV,
 };
-use rds_tests::lab::{guest_addr, Lab, LabOptions};
+use rds_tests::lab::{guest_addr, Lab};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const RUNTIME_DIR: &str = "/tmp/rds-trace-ib";
 const NODE: &str = "g1trace";
@@ -281,15 +281,9 @@ fn run(lab: &Lab) -> Result<Vec<String>> {
 
 #[test]
 fn ib_capture_decodes_in_tshark() {
-    if std::env::var_os(GUEST_ENV).is_some() {
+    let Some((lab, t0)) = host_lab() else {
         return;
-    }
-    let t0 = Instant::now();
-    let opts = LabOptions {
-        ib: false,
-        ..LabOptions::default()
     };
-    let lab = Lab::start(2, opts).expect("the kernel lab must boot");
     let r = run(&lab);
     lab.stop().expect("lab stop");
     match r {
