@@ -64,7 +64,7 @@ use rds_tests::ib::{
     guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, start_ib_node, step,
     GUEST_ENV,
 };
-use rds_tests::interop::{errno_of, field_u64, fields, ok_line, MAX_MSG};
+use rds_tests::interop::{errno_of, field_u64, fields, ok_line, send_queue_wait, MAX_MSG};
 use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -203,25 +203,6 @@ fn conn_summary(node: &rds_core::Node) -> String {
         .join("; ")
 }
 
-/// Waits until none of `addr`'s messages are in `node`'s send queue (all transmitted).
-fn sent_wait(node: &rds_core::Node, addr: SocketAddr, deadline: Instant) -> Result<()> {
-    loop {
-        let n = node
-            .send_queue()
-            .iter()
-            .filter(|m| m.lport == addr.port() && m.laddr == addr.ip())
-            .count();
-        if n == 0 {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{n} messages of {addr} still unsent at the time limit"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// g1: the sink (times each size's stream, answers "done") and, on a thread, the echo.
 fn guest_server() -> Result<()> {
     let ours = ip_env("IB_OURS")?;
@@ -304,7 +285,7 @@ fn guest_server() -> Result<()> {
                 "not the bye: {len} B from {from}"
             );
             sink.send_to(b"a", from).context("answering bye")?;
-            sent_wait(&node, at(SINK), Instant::now() + Duration::from_secs(60))?;
+            send_queue_wait(&node, at(SINK), Instant::now() + Duration::from_secs(60))?;
             step("stats", &nonzero_stats(&node));
             step("conns", &conn_summary(&node));
             step("done", &format!("echoed={echoed}"));
