@@ -3,12 +3,19 @@
 //! capture, with `rds-trace -w FILE` running (default and small snap length), and without again.
 //! Prints the ratios and the trace frames the node dropped, and the CPU time spent per MB
 //! delivered (the bench process, i.e. both nodes and the load threads, plus rds-trace), which
-//! other load on the machine disturbs less than throughput. Not a CI test:
+//! other load on the machine disturbs less than throughput, with the part of it spent by the
+//! capture (the node's trace session and file writer threads, and rds-trace). Not a CI test:
 //!
 //! ```text
 //! cargo bench -p rds-trace --bench capture_overhead
 //! RDS_BENCH_SECS=5 RDS_BENCH_SIZES=1024,65536 cargo bench -p rds-trace --bench capture_overhead
+//! RDS_BENCH_DIR=/dev/shm cargo bench -p rds-trace --bench capture_overhead
 //! ```
+//!
+//! The capture files go to a temporary directory in `RDS_BENCH_DIR` (default `/tmp`). On a
+//! virtual machine, writing to its disk costs the guest CPU time the host takes to emulate the
+//! device (counted as steal time), which slows the data path as much as the capture itself;
+//! `/dev/shm` (memory) leaves the device out.
 //!
 //! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up);
 //! `RDS_BENCH_ROUNDS` (default 2, at most 10) sets how often the phases are interleaved.
@@ -42,6 +49,22 @@ fn cpu_ticks(pid: &str) -> u64 {
     f.iter().sum()
 }
 
+/// CPU time of this process's capture threads (the node's trace session and file writer).
+fn capture_thread_ticks() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| {
+                let c = c.trim();
+                c == "rds-trace-out" || c == "capture-writer"
+            })
+        })
+        .map(|t| cpu_ticks(&format!("self/task/{}", t.file_name().to_string_lossy())))
+        .sum()
+}
+
 fn ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no memory effects.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -57,7 +80,8 @@ fn ticks_per_sec() -> f64 {
 struct Rate {
     bps: f64,
     cpu_per_mb: f64,
-    /// The part of `cpu_per_mb` spent by rds-trace.
+    /// The part of `cpu_per_mb` spent capturing: the node's trace session and file writer
+    /// threads, and rds-trace.
     trace_cpu_per_mb: f64,
 }
 
@@ -130,10 +154,12 @@ impl Load {
     /// process and of `other` (rds-trace) per MB delivered.
     fn measure(&self, secs: f64, other: Option<u32>) -> Rate {
         std::thread::sleep(Duration::from_millis(500));
+        // (this process, rds-trace, this process's capture threads)
         let cpu = || {
             (
                 cpu_ticks("self"),
                 other.map_or(0, |p| cpu_ticks(&p.to_string())),
+                capture_thread_ticks(),
             )
         };
         let c0 = cpu();
@@ -147,7 +173,7 @@ impl Load {
         Rate {
             bps: (b1 - b0) as f64 / t0.elapsed().as_secs_f64(),
             cpu_per_mb: per_mb(c1.0 + c1.1 - c0.0 - c0.1),
-            trace_cpu_per_mb: per_mb(c1.1 - c0.1),
+            trace_cpu_per_mb: per_mb((c1.1 + c1.2).saturating_sub(c0.1 + c0.2)),
         }
     }
 
@@ -228,7 +254,9 @@ fn main() {
     let run = tempfile::tempdir().unwrap();
     let a = node("bench-a", A, run.path());
     let b = node("bench-b", B, run.path());
-    let out = tempfile::tempdir().unwrap();
+    let out =
+        tempfile::tempdir_in(std::env::var("RDS_BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))
+            .unwrap();
     println!(
         "capture overhead: {SENDERS} senders {A} -> {B}, {secs} s per phase, {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -274,7 +302,7 @@ fn main() {
             let cap: u64 = v.iter().map(|x| x.1).sum();
             let drop: u64 = v.iter().map(|x| x.2).sum();
             println!(
-                "  capture {name} {:9.1} MB/s  ratio {:.3}  (runs: {})  cpu {:.2} ms/MB (x{:.2}; rds-trace {:.2})  trace frames captured {cap}, dropped {drop} ({:.1}%)",
+                "  capture {name} {:9.1} MB/s  ratio {:.3}  (runs: {})  cpu {:.2} ms/MB (x{:.2}; capture threads and rds-trace {:.2})  trace frames captured {cap}, dropped {drop} ({:.1}%)",
                 mb(mean(&bps(&rates))),
                 mean(&bps(&rates)) / b,
                 runs(&bps(&rates)),

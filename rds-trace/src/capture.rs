@@ -37,11 +37,13 @@ use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use nix::sys::signal::{SigSet, Signal};
 use rds_core::ctl::{
-    discover, read_frame, write_frame, FrameError, NodeEndpoint, Reply, Request, DAEMON_NAME,
-    MAX_DATA, MAX_JSON, PROTO_VERSION,
+    discover, read_frame, write_frame, write_frame_with_fd, FrameError, NodeEndpoint, Reply,
+    Request, TraceOutput, DAEMON_NAME, MAX_DATA, MAX_JSON, PROTO_VERSION,
 };
-use rds_core::node::tap::decode_records;
-use rds_core::trace::{PcapSink, TcpCaptureConfig, TraceError, TraceRecord, Transport};
+use rds_core::trace::{
+    open_capture_file, Capture, CaptureFile, CaptureLink, CaptureTally, TcpCaptureConfig,
+    TraceError,
+};
 use rds_core::wire::{HEADER_LEN, MAX_MSG_SIZE};
 
 /// How long the node has to end the session after the stop request.
@@ -78,30 +80,20 @@ pub enum CaptureTransport {
 }
 
 impl CaptureTransport {
-    fn name(self) -> &'static str {
+    fn link(self) -> CaptureLink {
         match self {
-            CaptureTransport::Tcp => "tcp",
-            CaptureTransport::Ib => "ib",
+            CaptureTransport::Tcp => CaptureLink::Tcp,
+            CaptureTransport::Ib => CaptureLink::Ib,
         }
-    }
-
-    fn holds(self, t: &Transport) -> bool {
-        matches!(
-            (self, t),
-            (CaptureTransport::Tcp, Transport::Tcp { .. })
-                | (CaptureTransport::Ib, Transport::Ib { .. })
-        )
     }
 }
 
 /// The default transport of a capture from the transports a node runs: IB when it runs IB
 /// and not TCP, else TCP.
 pub fn default_transport(node_transports: &[String]) -> CaptureTransport {
-    let has = |t: &str| node_transports.iter().any(|x| x == t);
-    if has("ib") && !has("tcp") {
-        CaptureTransport::Ib
-    } else {
-        CaptureTransport::Tcp
+    match CaptureLink::default_for(node_transports) {
+        CaptureLink::Tcp => CaptureTransport::Tcp,
+        CaptureLink::Ib => CaptureTransport::Ib,
     }
 }
 
@@ -297,29 +289,122 @@ fn controller(
     }
 }
 
-/// Where frames go: a file, or stdout (flushed after every batch).
-struct Out {
-    sink: PcapSink<BufWriter<File>>,
-    stdout: bool,
+/// Where the capture goes.
+enum Target {
+    /// A regular file: the node writes it. It is made under a temporary name in the same
+    /// directory, passed to the node with the request, and renamed to its name once the node
+    /// agreed to trace (a refused trace leaves no file, and an existing one untouched).
+    Node {
+        file: File,
+        tmp: PathBuf,
+        path: PathBuf,
+    },
+    /// Standard output (a pipe to wireshark), or a file that is not a regular one: the node
+    /// streams the frames and rds-trace writes them, flushing after every batch for stdout.
+    Stream { stdout: bool },
 }
 
-impl Out {
-    fn write(&mut self, rec: &TraceRecord) -> Result<(), TraceError> {
-        self.sink.write(rec)
-    }
-
-    fn flush(&mut self) -> Result<(), TraceError> {
-        self.sink.flush()
-    }
-
-    fn finish(self) -> Result<(), TraceError> {
-        let w = self.sink.finish()?;
-        let f = w.into_inner().map_err(|e| e.into_error())?;
-        if !self.stdout {
-            f.sync_all()?;
+impl Target {
+    fn choose(path: &std::path::Path) -> Target {
+        if path.as_os_str() == "-" {
+            return Target::Stream { stdout: true };
         }
-        Ok(())
+        let regular = std::fs::metadata(path).map_or(true, |m| m.is_file());
+        if regular {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let tmp = path.with_file_name(format!(
+                ".{}.rds-trace-{}",
+                name.unwrap_or_default(),
+                std::process::id()
+            ));
+            if let Ok(file) = open_capture_file(&tmp) {
+                return Target::Node {
+                    file,
+                    tmp,
+                    path: path.to_path_buf(),
+                };
+            }
+        }
+        Target::Stream { stdout: false }
     }
+
+    /// Removes the temporary file of a trace that did not start.
+    fn discard(&self) {
+        if let Target::Node { tmp, .. } = self {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// The bytes of a capture rds-trace writes itself.
+enum Dest {
+    /// The file made for the node (it may have `O_DIRECT`).
+    Direct(CaptureFile),
+    /// Stdout, or a file that is not a regular one.
+    Buffered(BufWriter<File>),
+}
+
+impl io::Write for Dest {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Dest::Direct(f) => f.write(b),
+            Dest::Buffered(w) => w.write(b),
+        }
+    }
+
+    fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+        match self {
+            Dest::Direct(f) => f.write_all(b),
+            Dest::Buffered(w) => w.write_all(b),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Dest::Direct(f) => f.flush(),
+            Dest::Buffered(w) => w.flush(),
+        }
+    }
+}
+
+impl Dest {
+    /// Writes what is left; a file is synced.
+    fn finish(self, stdout: bool) -> io::Result<()> {
+        match self {
+            Dest::Direct(f) => f.finish()?.sync_all(),
+            Dest::Buffered(w) => {
+                let f = w.into_inner().map_err(|e| e.into_error())?;
+                if stdout {
+                    Ok(())
+                } else {
+                    f.sync_all()
+                }
+            }
+        }
+    }
+}
+
+/// The output of a capture rds-trace writes itself.
+fn stream_output(opts: &Options, target: &Target) -> anyhow::Result<Dest> {
+    let buffered = |f: File| Dest::Buffered(BufWriter::with_capacity(1 << 20, f));
+    Ok(match target {
+        Target::Node { file, path, .. } => Dest::Direct(
+            file.try_clone()
+                .and_then(CaptureFile::new)
+                .with_context(|| format!("writing {}", path.display()))?,
+        ),
+        Target::Stream { stdout: true } => buffered(
+            io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .map(File::from)
+                .context("standard output")?,
+        ),
+        Target::Stream { stdout: false } => buffered(
+            File::create(&opts.file)
+                .with_context(|| format!("creating {}", opts.file.display()))?,
+        ),
+    })
 }
 
 fn is_broken_pipe(e: &TraceError) -> bool {
@@ -335,12 +420,9 @@ fn is_broken_pipe(e: &TraceError) -> bool {
 /// How the session ended.
 #[derive(Debug, Default)]
 struct Tally {
-    written: u64,
-    /// Frames of the other transport (and same-node loopback frames).
-    other: u64,
-    invalid: u64,
+    counts: CaptureTally,
     end: Option<(u64, u64)>,
-    transport: Option<CaptureTransport>,
+    link: Option<CaptureLink>,
 }
 
 /// `rds-trace -w FILE ...`.
@@ -348,13 +430,19 @@ struct Tally {
 /// # Errors
 /// No node, refused trace, output errors.
 pub fn run(opts: Options) -> anyhow::Result<u8> {
-    let to_stdout = opts.file.as_os_str() == "-";
-    if to_stdout && io::stdout().is_terminal() {
+    let target = Target::choose(&opts.file);
+    if matches!(target, Target::Stream { stdout: true }) && io::stdout().is_terminal() {
         bail!(
             "refusing to write a binary capture to a terminal: redirect stdout to a file, or \
              pipe it to 'wireshark -k -i -'"
         );
     }
+    let r = start_and_run(&opts, &target);
+    target.discard();
+    r
+}
+
+fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let (sig_tx, sig_rx) = mpsc::channel();
     signal_thread(sig_tx)?;
 
@@ -375,16 +463,28 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         other => bail!("node '{}': unexpected reply {other:?}", node.name),
     };
     let snaplen = effective_snaplen(opts.snaplen);
-    send(
-        &mut stream,
-        &Request::TraceStart {
-            snaplen,
-            peer: opts.peer,
-            port: opts.port,
-        },
-    )?;
-    let node_transports = match recv(&mut stream)?.0 {
-        Reply::TraceStarted { transports } => transports,
+    let output = match target {
+        Target::Node { .. } => Some(TraceOutput {
+            link: opts.transport.map(CaptureTransport::link),
+            count: opts.count,
+        }),
+        Target::Stream { .. } => None,
+    };
+    let start = Request::TraceStart {
+        snaplen,
+        peer: opts.peer,
+        port: opts.port,
+        output,
+    };
+    match target {
+        Target::Node { file, .. } => {
+            let json = serde_json::to_vec(&start)?;
+            write_frame_with_fd(&stream, &json, &[], file.as_fd())?;
+        }
+        Target::Stream { .. } => send(&mut stream, &start)?,
+    }
+    let (node_transports, link) = match recv(&mut stream)?.0 {
+        Reply::TraceStarted { transports, link } => (transports, link),
         Reply::Error { errno, message } if errno == libc::EPERM => bail!(
             "cannot trace node '{}': permission denied: tracing needs root or the node's \
              owner (uid {owner_uid}) ({message})",
@@ -397,62 +497,55 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         Reply::Error { message, .. } => bail!("cannot trace node '{}': {message}", node.name),
         other => bail!("node '{}': unexpected reply {other:?}", node.name),
     };
-    let transport = opts
-        .transport
-        .unwrap_or_else(|| default_transport(&node_transports));
+    let started_link = link;
+    let link = link.unwrap_or_else(|| {
+        opts.transport
+            .unwrap_or_else(|| default_transport(&node_transports))
+            .link()
+    });
     let started = Instant::now();
-    // Batches of up to 1 MiB: read straight into their buffers.
-    let mut frames_in = stream.try_clone().context("control socket")?;
     let stopper = Arc::new(Stopper {
         writer: Mutex::new(stream.try_clone().context("control socket")?),
         stop_sent: Mutex::new(None),
         aborted: AtomicBool::new(false),
     });
 
-    // The file is created once the node agreed to trace.
-    let file = if to_stdout {
-        io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .map(File::from)
-            .context("standard output")
-    } else {
-        File::create(&opts.file).with_context(|| format!("creating {}", opts.file.display()))
-    };
-    let file = match file {
-        Ok(f) => BufWriter::with_capacity(1 << 20, f),
-        Err(e) => {
+    // The file takes its name once the node agreed to trace.
+    if let Target::Node { tmp, path, .. } = target {
+        if let Err(e) = std::fs::rename(tmp, path) {
             stopper.stop();
-            return Err(e);
+            return Err(e).with_context(|| format!("creating {}", path.display()));
         }
-    };
-    let out = match transport {
-        CaptureTransport::Tcp => {
-            let cfg = if to_stdout {
-                TcpCaptureConfig {
-                    hold_ns: 0,
-                    ..TcpCaptureConfig::default()
-                }
-            } else {
-                TcpCaptureConfig::default()
-            };
-            PcapSink::ethernet(file, cfg)
-        }
-        CaptureTransport::Ib => PcapSink::erf(file),
     }
-    .map(|sink| Out {
-        sink,
-        stdout: to_stdout,
-    });
-    let mut out = match out {
-        Ok(o) => o,
-        Err(e) if is_broken_pipe(&e) => {
-            stopper.stop();
-            return Ok(0);
-        }
-        Err(e) => {
-            stopper.stop();
-            return Err(e).context("writing the capture header");
+    // A node that does not write files (it answered without a link type) streams the frames
+    // for us to write, as it does for stdout.
+    let node_writes = started_link.is_some() && matches!(target, Target::Node { .. });
+    let mut out = if node_writes {
+        None
+    } else {
+        let stdout = matches!(target, Target::Stream { stdout: true });
+        let capture = stream_output(opts, target).and_then(|w| {
+            let tcp = TcpCaptureConfig {
+                // Live to a pipe: no segment waits for the next frame.
+                hold_ns: if stdout {
+                    0
+                } else {
+                    TcpCaptureConfig::default().hold_ns
+                },
+                ..TcpCaptureConfig::default()
+            };
+            Capture::new(w, link, opts.count, tcp)
+                .map_err(|e| anyhow::Error::new(e).context("writing the capture header"))
+        });
+        match capture {
+            Ok(c) => Some((c, stdout)),
+            Err(e) => {
+                stopper.stop();
+                if e.downcast_ref::<TraceError>().is_some_and(is_broken_pipe) {
+                    return Ok(0);
+                }
+                return Err(e);
+            }
         }
     };
     let addr_list = addrs
@@ -463,7 +556,7 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
     eprintln!(
         "rds-trace: tracing node '{}' ({addr_list}), snaplen {snaplen}, transport {}",
         node.name,
-        transport.name()
+        link.name()
     );
 
     let done = Arc::new(AtomicBool::new(false));
@@ -477,13 +570,13 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
     }
 
     let mut t = Tally {
-        transport: Some(transport),
+        link: Some(link),
         ..Tally::default()
     };
     let mut output_error: Option<anyhow::Error> = None;
     let mut last_flush = Instant::now();
     let ended: anyhow::Result<()> = loop {
-        let (reply, data) = match recv_trace(&mut frames_in) {
+        let (reply, data) = match recv_trace(&mut stream) {
             Ok(r) => r,
             Err(e) => {
                 if stopper.aborted.load(Ordering::SeqCst) {
@@ -494,70 +587,38 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         };
         match reply {
             Reply::TraceFrames { .. } => {
+                let Some((c, stdout)) = out.as_mut() else {
+                    break Err(anyhow!("node '{}': frames for a file it writes", node.name));
+                };
                 if output_error.is_some() {
                     continue;
                 }
-                for f in decode_records(Bytes::from(data)) {
-                    if opts.count.is_some_and(|c| t.written >= c) {
-                        break;
-                    }
-                    let f = match f {
-                        Ok(f) => f,
-                        Err(e) => {
-                            if t.invalid == 0 {
-                                eprintln!("rds-trace: frames left out: {e}");
-                            }
-                            t.invalid += 1;
-                            break;
-                        }
-                    };
-                    let Some(rec) =
-                        TraceRecord::from_tap_frame(f).filter(|r| transport.holds(&r.transport))
-                    else {
-                        t.other += 1;
-                        continue;
-                    };
-                    match out.write(&rec) {
-                        Ok(()) => t.written += 1,
-                        Err(TraceError::Record(e)) => {
-                            if t.invalid == 0 {
-                                eprintln!("rds-trace: frame left out: {e}");
-                            }
-                            t.invalid += 1;
-                        }
-                        Err(e) if is_broken_pipe(&e) => {
-                            // The reader went away (wireshark closed): end quietly.
-                            output_error =
-                                Some(anyhow!(io::Error::from(io::ErrorKind::BrokenPipe)));
-                            break;
-                        }
-                        Err(e) => {
-                            output_error =
-                                Some(anyhow::Error::new(e).context("writing the capture"));
-                            break;
-                        }
-                    }
-                }
-                if output_error.is_some() || opts.count.is_some_and(|c| t.written >= c) {
-                    stopper.stop();
-                    continue;
-                }
-                if out.stdout || last_flush.elapsed() >= Duration::from_secs(1) {
+                let mut res = c.write_batch(Bytes::from(data));
+                if res.is_ok() && (*stdout || last_flush.elapsed() >= Duration::from_secs(1)) {
                     last_flush = Instant::now();
-                    if let Err(e) = out.flush() {
-                        if is_broken_pipe(&e) {
-                            output_error =
-                                Some(anyhow!(io::Error::from(io::ErrorKind::BrokenPipe)));
-                        } else {
-                            output_error =
-                                Some(anyhow::Error::new(e).context("writing the capture"));
-                        }
-                        stopper.stop();
-                    }
+                    res = c.flush();
+                }
+                if let Err(e) = res {
+                    output_error = Some(if is_broken_pipe(&e) {
+                        // The reader went away (wireshark closed): end quietly.
+                        anyhow!(io::Error::from(io::ErrorKind::BrokenPipe))
+                    } else {
+                        anyhow::Error::new(e).context("writing the capture")
+                    });
+                }
+                if output_error.is_some() || c.full() {
+                    stopper.stop();
                 }
             }
-            Reply::TraceEnd { captured, dropped } => {
+            Reply::TraceEnd {
+                captured,
+                dropped,
+                written,
+            } => {
                 t.end = Some((captured, dropped));
+                if let Some(w) = written {
+                    t.counts = w;
+                }
                 break Ok(());
             }
             Reply::Error { message, .. } => break Err(anyhow!("node '{}': {message}", node.name)),
@@ -565,7 +626,21 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         }
     };
     done.store(true, Ordering::SeqCst);
-    let finished = out.finish();
+    let finished: anyhow::Result<()> = match (out, target) {
+        (Some((c, stdout)), _) => match c.finish() {
+            Ok((w, counts)) => {
+                t.counts = counts;
+                match w.finish(stdout) {
+                    Err(e) if stdout && e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                    r => r.map_err(anyhow::Error::new),
+                }
+            }
+            Err(e) if is_broken_pipe(&e) => Ok(()),
+            Err(e) => Err(anyhow::Error::new(e)),
+        },
+        (None, Target::Node { file, .. }) => file.sync_all().map_err(anyhow::Error::new),
+        (None, Target::Stream { .. }) => Ok(()),
+    };
     if let Some(e) = output_error {
         if super::error_status(&e) == 0 {
             summary(&t);
@@ -574,9 +649,7 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
         return Err(e);
     }
     if let Err(e) = finished {
-        if !is_broken_pipe(&e) {
-            return Err(e).context("closing the capture");
-        }
+        return Err(e).context("closing the capture");
     }
     summary(&t);
     if let Some(n) = undelivered(&t, opts.count) {
@@ -593,24 +666,26 @@ pub fn run(opts: Options) -> anyhow::Result<u8> {
 }
 
 fn summary(t: &Tally) {
+    let c = &t.counts;
     match t.end {
-        Some((_, dropped)) => eprintln!("{} frames captured, {dropped} dropped", t.written),
-        None => eprintln!("{} frames captured", t.written),
+        Some((_, dropped)) => eprintln!("{} frames captured, {dropped} dropped", c.written),
+        None => eprintln!("{} frames captured", c.written),
     }
-    if t.other > 0 {
+    if c.other > 0 {
         eprintln!(
             "rds-trace: {} frames of other transports than {} (or same-node loopback) were not written",
-            t.other,
-            match t.transport {
-                Some(CaptureTransport::Ib) => "RDS/IB",
+            c.other,
+            match t.link {
+                Some(CaptureLink::Ib) => "RDS/IB",
                 _ => "RDS/TCP",
             }
         );
     }
-    if t.invalid > 0 {
+    if c.invalid > 0 {
         eprintln!(
-            "rds-trace: {} inconsistent frames were not written",
-            t.invalid
+            "rds-trace: {} inconsistent frames were not written (the first: {})",
+            c.invalid,
+            c.first_invalid.as_deref().unwrap_or("unknown")
         );
     }
 }
@@ -619,10 +694,11 @@ fn summary(t: &Tally) {
 /// queue at the stop would cause it). Not checked when `-c` cut the capture short.
 fn undelivered(t: &Tally, count: Option<u64>) -> Option<u64> {
     let (captured, _) = t.end?;
-    if count.is_some_and(|c| t.written >= c) {
+    let c = &t.counts;
+    if count.is_some_and(|n| c.written >= n) {
         return None;
     }
-    let delivered = t.written + t.other + t.invalid;
+    let delivered = c.written + c.other + c.invalid;
     (captured > delivered).then(|| captured - delivered)
 }
 

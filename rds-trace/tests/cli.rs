@@ -16,7 +16,7 @@ use std::time::Duration;
 use assert_cmd::Command;
 use bytes::Bytes;
 use common::*;
-use rds_core::ctl::{read_frame, write_frame, Reply, Request, PROTO_VERSION};
+use rds_core::ctl::{read_frame, write_frame, Reply, Request, TraceOutput, PROTO_VERSION};
 use rds_core::node::tap::{encode_record, Dir, TapFrame, TapTransport};
 use rds_core::trace::{Direction, PcapSink, TcpCaptureConfig, TraceRecord, Transport};
 use rds_core::wire::{ExtHeader, HeaderRepr};
@@ -361,8 +361,10 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                     reply(&mut s, &r, &[]);
                 }
                 Behaviour::Frames { n, dropped } => {
+                    // A node that streams the frames (no link type): rds-trace writes them.
                     let started = Reply::TraceStarted {
                         transports: vec!["tcp".into()],
+                        link: None,
                     };
                     reply(&mut s, &started, &[]);
                     // Each frame in a batch of its own, then a batch of two: a frame of
@@ -420,6 +422,7 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                             let r = Reply::TraceEnd {
                                 captured: n + 2,
                                 dropped,
+                                written: None,
                             };
                             reply(&mut s, &r, &[]);
                             break;
@@ -471,10 +474,20 @@ fn capture_client_against_a_fake_node() {
          node's owner (uid 4242) (permission denied: this needs root or the node's owner)\n"
     );
     assert!(!file.exists());
+    assert_eq!(
+        std::fs::read_dir(out_dir.path()).unwrap().count(),
+        0,
+        "the temporary capture file is left"
+    );
+    // A regular file: the node is asked to write it (its descriptor comes with the request).
     assert!(log.lock().unwrap().contains(&Request::TraceStart {
         snaplen: 96,
         peer: Some("192.0.2.2".parse().unwrap()),
         port: Some(4000),
+        output: Some(TraceOutput {
+            link: None,
+            count: None,
+        }),
     }));
 
     // Frames 1 and 2 share a TCP segment (the writer holds a partial segment up to 1 ms), so

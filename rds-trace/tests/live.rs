@@ -914,3 +914,110 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
     assert_eq!(report(&file, &[]), want);
     a.shutdown();
 }
+
+/// The control protocol of a session whose node writes the file (what rds-trace does for a
+/// regular file), with the errors rds-trace reports: no descriptor, a failing file (ENOSPC
+/// from /dev/full), and a count reached. The session's thread runs at the capture's lower
+/// priority.
+#[test]
+fn the_node_writes_the_capture_file_it_is_passed() {
+    use rds_core::ctl::{
+        read_frame, write_frame, write_frame_with_fd, Reply, Request, TraceOutput, PROTO_VERSION,
+    };
+    use rds_core::trace::{CaptureLink, CaptureTally};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    let _a = node("trace-a5", "127.7.5.1", 102);
+    let mut s = UnixStream::connect(run_dir().join("trace-a5.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let json = |r: &Request| serde_json::to_vec(r).unwrap();
+    let reply = |s: &mut UnixStream| -> Reply {
+        serde_json::from_slice(&read_frame(s).unwrap().0).unwrap()
+    };
+    write_frame(&mut s, &json(&Request::Hello { v: PROTO_VERSION }), &[]).unwrap();
+    assert!(matches!(reply(&mut s), Reply::Hello { .. }));
+    let start = |count| Request::TraceStart {
+        snaplen: 128,
+        peer: None,
+        port: None,
+        output: Some(TraceOutput { link: None, count }),
+    };
+
+    // No descriptor came with the request.
+    write_frame(&mut s, &json(&start(None)), &[]).unwrap();
+    match reply(&mut s) {
+        Reply::Error { errno, message } => {
+            assert_eq!(errno, libc::EBADF);
+            assert_eq!(message, "no capture file descriptor came with the request");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A file every write to fails: the error ends the session.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    write_frame_with_fd(&s, &json(&start(None)), &[], full.as_fd()).unwrap();
+    drop(full);
+    match reply(&mut s) {
+        Reply::TraceStarted { transports, link } => {
+            assert_eq!(transports, vec!["tcp".to_string()]);
+            assert_eq!(link, Some(CaptureLink::Tcp));
+        }
+        other => panic!("{other:?}"),
+    }
+    let nice = (0..100)
+        .find_map(|_| {
+            let n = session_nice();
+            if n.is_none() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            n
+        })
+        .expect("the session thread runs");
+    assert_eq!(nice, rds_core::ctl::server::TRACE_NICE);
+    write_frame(&mut s, &json(&Request::TraceStop), &[]).unwrap();
+    match reply(&mut s) {
+        Reply::Error { errno, message } => {
+            assert_eq!(errno, libc::ENOSPC, "{message}");
+            assert!(message.starts_with("writing the capture: "), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A count of 0: the node ends the session at once, with a valid empty capture.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.pcap");
+    let f = rds_core::trace::open_capture_file(&path).unwrap();
+    write_frame_with_fd(&s, &json(&start(Some(0))), &[], f.as_fd()).unwrap();
+    assert!(matches!(reply(&mut s), Reply::TraceStarted { .. }));
+    match reply(&mut s) {
+        Reply::TraceEnd { written, .. } => assert_eq!(written, Some(CaptureTally::default())),
+        other => panic!("{other:?}"),
+    }
+    drop(f);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 24);
+    assert!(reader_frames(&path).is_empty());
+    // The connection serves requests again.
+    write_frame(&mut s, &json(&Request::Hello { v: PROTO_VERSION }), &[]).unwrap();
+    assert!(matches!(reply(&mut s), Reply::Hello { .. }));
+}
+
+/// The nice value of this process's trace session thread, if one runs.
+fn session_nice() -> Option<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            if comm.trim() != "rds-trace-out" {
+                return None;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            // Field 19 (nice); fields after the command name start at 3.
+            let rest = stat.rsplit_once(')')?.1;
+            rest.split_whitespace().nth(16)?.parse().ok()
+        })
+}

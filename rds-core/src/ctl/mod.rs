@@ -39,18 +39,30 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::TcpSockInfo;
 use crate::proto::{ConnInfo, QueuedMsgInfo, SockInfo, TransportKind};
+use crate::trace::{CaptureLink, CaptureTally};
 
 /// Version of this protocol.
 ///
-/// 2: captured frames travel as binary trace records batched in [`Reply::TraceFrames`]
-/// (1 sent one JSON `trace_frame` reply per frame).
-pub const PROTO_VERSION: u32 = 2;
+/// 3: [`Request::TraceStart`] may pass the capture file's descriptor, and the node then writes
+/// the pcap file itself ([`TraceOutput`]). 2: captured frames travel as binary trace records
+/// batched in [`Reply::TraceFrames`] (1 sent one JSON `trace_frame` reply per frame).
+pub const PROTO_VERSION: u32 = 3;
 /// Largest JSON part of a frame.
 pub const MAX_JSON: usize = 1 << 20;
 /// Largest data part of a frame (a 1 MiB message and some room).
 pub const MAX_DATA: usize = (1 << 20) + 4096;
 /// The daemon's node name.
 pub const DAEMON_NAME: &str = "daemon";
+
+/// How the node writes a capture file whose descriptor came with [`Request::TraceStart`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceOutput {
+    /// Which transport's frames the file holds; `None`: [`CaptureLink::default_for`] the
+    /// node's transports.
+    pub link: Option<CaptureLink>,
+    /// End the trace after this many frames are written.
+    pub count: Option<u64>,
+}
 
 /// A request from a client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +115,11 @@ pub enum Request {
         peer: Option<IpAddr>,
         /// Only frames with this RDS port (source or destination).
         port: Option<u16>,
+        /// The node writes the capture file itself: the request's frame carries the file's
+        /// descriptor (`SCM_RIGHTS`, see [`write_frame_with_fd`]). `None`: the node streams
+        /// [`Reply::TraceFrames`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<TraceOutput>,
     },
     /// Stop the trace started on this connection.
     TraceStop,
@@ -281,10 +298,14 @@ pub enum Reply {
         /// Records in the data part.
         frames: u32,
     },
-    /// The trace started (the reply to [`Request::TraceStart`]); [`Reply::TraceFrames`] follow.
+    /// The trace started (the reply to [`Request::TraceStart`]); [`Reply::TraceFrames`] follow,
+    /// unless the node writes the file.
     TraceStarted {
         /// Transports the node runs ("tcp", "ib"), as in [`InfoSnapshot::transports`].
         transports: Vec<String>,
+        /// The link type of the file the node writes ([`TraceOutput`] only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<CaptureLink>,
     },
     /// The trace ended.
     TraceEnd {
@@ -292,6 +313,9 @@ pub enum Reply {
         captured: u64,
         /// Frames dropped because the consumer was too slow.
         dropped: u64,
+        /// What the node wrote to the file ([`TraceOutput`] only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        written: Option<CaptureTally>,
     },
     /// A client socket was created.
     Sock {
@@ -401,6 +425,48 @@ pub fn write_frame(w: &mut impl Write, json: &[u8], data: &[u8]) -> io::Result<(
         w.write_all(&all[n..])?;
     }
     w.flush()
+}
+
+/// [`write_frame`] on a Unix stream socket with `fd` passed along (`SCM_RIGHTS`).
+///
+/// # Errors
+/// The frame is too large, or the socket failed.
+pub fn write_frame_with_fd(
+    sock: &std::os::unix::net::UnixStream,
+    json: &[u8],
+    data: &[u8],
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut all = Vec::new();
+    write_frame(&mut all, json, data)?;
+    crate::sys::send_with_fd(sock.as_raw_fd(), &all, fd.as_raw_fd())
+}
+
+/// A Unix stream socket read through `recvmsg`, keeping the file descriptors passed with the
+/// bytes (a plain `read` would close them).
+#[derive(Debug)]
+pub struct FdReader<'a> {
+    sock: &'a std::os::unix::net::UnixStream,
+    /// Descriptors received so far, oldest first.
+    pub fds: Vec<std::os::fd::OwnedFd>,
+}
+
+impl<'a> FdReader<'a> {
+    /// Reads from `sock`.
+    pub fn new(sock: &'a std::os::unix::net::UnixStream) -> Self {
+        FdReader {
+            sock,
+            fds: Vec::new(),
+        }
+    }
+}
+
+impl Read for FdReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        crate::sys::recv_with_fds(self.sock.as_raw_fd(), buf, &mut self.fds)
+    }
 }
 
 /// Reads one frame: `(json, data)`.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{read_frame, write_frame, FrameError, InfoSnapshot, Reply, Request, SockOpt};
+use super::{read_frame, write_frame, FdReader, FrameError, InfoSnapshot, Reply, Request, SockOpt};
 use crate::node::tap::{self, TapBatch, TapFilter};
 use crate::node::{Inner, Node, Owner};
 use crate::proto::{Received, TransportKind};
 use crate::socket::{RecvFlags, Socket};
 use crate::sys;
+use crate::trace::{Capture, CaptureFile, CaptureLink, TcpCaptureConfig, TraceError};
 use crate::tunables::{TunableDef, TUNABLES};
 
 /// Frames a trace session may hold before dropping (and counting) new ones.
@@ -157,8 +158,16 @@ fn serve(mut stream: UnixStream, ctx: Arc<Ctx>) {
         .unwrap_or(u32::MAX);
     let privileged = uid == 0 || uid == ctx.owner_uid;
     let mut mine: Vec<u64> = Vec::new();
+    // Descriptors passed with requests (only TraceStart takes one; others are closed).
+    let mut fds: Vec<OwnedFd> = Vec::new();
     loop {
-        let (json, data) = match read_frame(&mut stream) {
+        let read = {
+            let mut r = FdReader::new(&stream);
+            let f = read_frame(&mut r);
+            fds.append(&mut r.fds);
+            f
+        };
+        let (json, data) = match read {
             Ok(f) => f,
             Err(FrameError::TooLarge { json, data }) => {
                 let _ = send(
@@ -196,17 +205,35 @@ fn serve(mut stream: UnixStream, ctx: Arc<Ctx>) {
             );
             break;
         };
+        // The capture file's descriptor comes with a TraceStart's bytes; any other is closed.
+        let file = fds.pop();
+        fds.clear();
         if let Request::TraceStart {
             snaplen,
             peer,
             port,
+            output,
         } = req
         {
             if !privileged {
                 let _ = send(&mut stream, &denied(), &[]);
                 continue;
             }
-            if !trace(&mut stream, &node, snaplen, TapFilter { peer, port }) {
+            let output = output.map(|o| (o, file));
+            // The session runs on a thread of its own at a lower priority ([`TRACE_NICE`]);
+            // threads it starts (the file's writer) inherit it.
+            let filter = TapFilter { peer, port };
+            let go_on = std::thread::scope(|sc| {
+                std::thread::Builder::new()
+                    .name("rds-trace-out".into())
+                    .spawn_scoped(sc, || {
+                        let _ = sys::set_thread_nice(TRACE_NICE);
+                        trace(&mut stream, &node, snaplen, filter, output)
+                    })
+                    .map(|h| h.join().unwrap_or(false))
+                    .unwrap_or(false)
+            });
+            if !go_on {
                 break;
             }
             continue;
@@ -246,9 +273,70 @@ const TRACE_BATCH_WAIT: Duration = Duration::from_millis(20);
 // Every batch the tap hands out fits the data part of one control frame.
 const _: () = assert!(tap::CHUNK_SIZE <= super::MAX_DATA && tap::MAX_RECORD <= super::MAX_DATA);
 
-/// Streams captured frames until the client stops or leaves. Returns whether the connection
-/// may continue.
-fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) -> bool {
+/// The nice value of a trace session's threads: the capture yields the CPU to the data path
+/// it observes (at full load it drops, and counts, what it cannot keep up with, rather than
+/// slowing the traffic; measured in `cargo bench -p rds-trace --bench capture_overhead`).
+pub const TRACE_NICE: i32 = 10;
+
+/// Where a trace session's frames go.
+enum TraceSink {
+    /// To the client, as [`Reply::TraceFrames`].
+    Stream,
+    /// Into the capture file the client passed (see [`super::TraceOutput`]).
+    File(Box<Capture<CaptureFile>>),
+}
+
+/// How often a capture file gets its held-back segments and gathered blocks written.
+const FILE_FLUSH: Duration = Duration::from_secs(1);
+
+/// The errno of a failed capture write.
+fn trace_errno(e: &TraceError) -> i32 {
+    match e {
+        TraceError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        TraceError::Pcap(pcap_file::PcapError::IoError(io)) => {
+            io.raw_os_error().unwrap_or(libc::EIO)
+        }
+        _ => libc::EIO,
+    }
+}
+
+/// Opens the capture of a session that writes the file: the pcap header goes out now.
+fn open_capture(
+    node: &Node,
+    out: &super::TraceOutput,
+    file: Option<OwnedFd>,
+) -> Result<Capture<CaptureFile>, Failed> {
+    let file = file.ok_or_else(|| {
+        Failed(
+            libc::EBADF,
+            "no capture file descriptor came with the request".into(),
+        )
+    })?;
+    let link = out
+        .link
+        .unwrap_or_else(|| CaptureLink::default_for(&transports(node)));
+    let cf = CaptureFile::new(std::fs::File::from(file)).map_err(|e| failed(&e))?;
+    Capture::new(cf, link, out.count, TcpCaptureConfig::default())
+        .map_err(|e| Failed(trace_errno(&e), format!("writing the capture: {e}")))
+}
+
+/// Runs a trace session until the client stops or leaves, or (writing a file) the count is
+/// reached. Frames go to the client or into the file the client passed. Returns whether the
+/// connection may continue.
+fn trace(
+    stream: &mut UnixStream,
+    node: &Node,
+    snaplen: u32,
+    filter: TapFilter,
+    output: Option<(super::TraceOutput, Option<OwnedFd>)>,
+) -> bool {
+    let mut sink = match output {
+        None => TraceSink::Stream,
+        Some((out, file)) => match open_capture(node, &out, file) {
+            Ok(c) => TraceSink::File(Box::new(c)),
+            Err(f) => return send(stream, &Reply::from(f), &[]).is_ok(),
+        },
+    };
     if let Err(e) = node
         .tap()
         .start(snaplen.max(48) as usize, TRACE_QUEUE, filter)
@@ -257,12 +345,18 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
     }
     let started = Reply::TraceStarted {
         transports: transports(node),
+        link: match &sink {
+            TraceSink::Stream => None,
+            TraceSink::File(c) => Some(c.link()),
+        },
     };
     if send(stream, &started, &[]).is_err() {
         node.tap().stop();
         return false;
     }
     let mut alive = true;
+    let mut write_error: Option<TraceError> = None;
+    let mut last_flush = std::time::Instant::now();
     loop {
         // A TraceStop (or the client leaving) ends the session.
         if sys::wait_readable(stream.as_raw_fd(), Duration::ZERO).unwrap_or(false) {
@@ -281,8 +375,22 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
         let Some(batches) = node.tap().take_batches(TRACE_BATCH_WAIT) else {
             break;
         };
-        if send_batches(stream, node, batches).is_err() {
-            alive = false;
+        match &mut sink {
+            TraceSink::Stream => {
+                if send_batches(stream, node, batches).is_err() {
+                    alive = false;
+                }
+            }
+            TraceSink::File(c) => {
+                write_batches(c, node, batches, &mut write_error);
+                if write_error.is_none() && last_flush.elapsed() >= FILE_FLUSH {
+                    last_flush = std::time::Instant::now();
+                    write_error = c.flush().err();
+                }
+                if write_error.is_some() || c.full() {
+                    break;
+                }
+            }
         }
         if !alive || !node.is_running() {
             break;
@@ -295,22 +403,65 @@ fn trace(stream: &mut UnixStream, node: &Node, snaplen: u32, filter: TapFilter) 
         if batches.is_empty() {
             break;
         }
-        if alive && send_batches(stream, node, batches).is_err() {
-            alive = false;
+        match &mut sink {
+            TraceSink::Stream => {
+                if alive && send_batches(stream, node, batches).is_err() {
+                    alive = false;
+                }
+            }
+            TraceSink::File(c) => write_batches(c, node, batches, &mut write_error),
         }
     }
+    let written = match sink {
+        TraceSink::Stream => None,
+        TraceSink::File(c) => match c.finish() {
+            Ok((cf, tally)) => match cf.finish() {
+                Ok(_) => Some(tally),
+                Err(e) => {
+                    write_error.get_or_insert(TraceError::Io(e));
+                    None
+                }
+            },
+            Err(e) => {
+                write_error.get_or_insert(e);
+                None
+            }
+        },
+    };
     if alive {
-        alive = send(
-            stream,
-            &Reply::TraceEnd {
+        let reply = match write_error {
+            Some(e) => error(trace_errno(&e), format!("writing the capture: {e}")),
+            None => Reply::TraceEnd {
                 captured: st.captured,
                 dropped: st.dropped,
+                written,
             },
-            &[],
-        )
-        .is_ok();
+        };
+        alive = send(stream, &reply, &[]).is_ok();
     }
     alive
+}
+
+/// Writes each batch into the capture file (nothing more after the first write error) and
+/// gives the buffers back to the tap.
+fn write_batches(
+    c: &mut Capture<CaptureFile>,
+    node: &Node,
+    batches: Vec<TapBatch>,
+    write_error: &mut Option<TraceError>,
+) {
+    for b in batches {
+        let data = Bytes::from(b.data);
+        if write_error.is_none() {
+            if let Err(e) = c.write_batch(data.clone()) {
+                *write_error = Some(e);
+            }
+        }
+        // The decoded frames shared the buffer; it is whole again once they are gone.
+        if let Ok(v) = data.try_into_mut() {
+            node.tap().recycle(v.into());
+        }
+    }
 }
 
 /// Sends each batch of trace records unchanged as one [`Reply::TraceFrames`] (one write per

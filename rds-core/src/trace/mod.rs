@@ -39,12 +39,16 @@ use bytes::Bytes;
 use crate::node::tap::{Dir, TapFrame, TapTransport};
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
+mod capture;
 mod checksum;
+mod direct;
 mod ib;
 mod reader;
 mod tcp;
 mod writer;
 
+pub use capture::{Capture, CaptureLink, CaptureTally};
+pub use direct::{open_capture_file, CaptureFile};
 pub use reader::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
 pub use writer::{PcapSink, SinkStats, TcpCaptureConfig};
 
