@@ -4,18 +4,26 @@
 //!    (several nodes and no daemon: an error listing them). Nodes are found in the runtime
 //!    directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
 //! 2. Say hello on its control socket and send [`Request::TraceStart`] with the snap length
-//!    and filters; the node answers [`Reply::TraceStarted`] with the transports it runs. The node refuses with `EPERM` unless we are root or its owner, and with
+//!    and filters. The node refuses with `EPERM` unless we are root or its owner, and with
 //!    `EBUSY` while another trace session runs on it (one per node).
-//! 3. Pick the capture's transport: `--transport`, else IB when the node runs only the IB
-//!    transport (as its [`Reply::TraceStarted`] says), else TCP. A pcap file has one link type, so a capture holds
-//!    one transport's frames: RDS/TCP frames through [`PcapSink::ethernet`], or RDS/IB
-//!    fragments through [`PcapSink::erf`]; frames of the other transport are counted and
-//!    reported, not written.
-//! 4. Decode every [`Reply::TraceFrames`] batch of binary trace records
-//!    ([`rds_core::node::tap::decode_records`]) and write its frames. `-w -` writes to stdout
-//!    and flushes after every batch.
-//! 5. At `-c COUNT` frames, `-G SECONDS`, SIGINT or SIGTERM: send [`Request::TraceStop`],
-//!    write what the node still sends until [`Reply::TraceEnd`], close the file and print
+//! 3. A regular file (or a new one) is written by the node itself: rds-trace creates it under
+//!    a temporary name in the same directory and passes its descriptor with the request
+//!    ([`TraceOutput`], `SCM_RIGHTS`); the node answers [`Reply::TraceStarted`] with the link
+//!    type it writes, and rds-trace renames the file to its name. The node decodes its tap's
+//!    batches and writes the pcap file past the page cache (`O_DIRECT` where the file system
+//!    takes it) on threads at a lower priority ([`rds_core::ctl::server::TRACE_NICE`]), so the
+//!    frames never cross a socket and the capture yields the CPU to the traffic it observes.
+//!    Stdout (`-w -`) and files that are not regular ones (a FIFO, a device, a symbolic link)
+//!    are written by rds-trace from the [`Reply::TraceFrames`] batches the node streams, as
+//!    is any file when a node answers without a link type.
+//! 4. The capture's transport: `--transport`, else IB when the node runs only the IB transport,
+//!    else TCP. A pcap file has one link type, so a capture holds one transport's frames:
+//!    RDS/TCP frames as Ethernet + IP + TCP packets, or RDS/IB fragments as ERF InfiniBand
+//!    records ([`rds_core::trace::Capture`]); frames of the other transport are counted and
+//!    reported, not written. `-w -` flushes after every batch.
+//! 5. At `-c COUNT` frames (a node writing the file ends the session itself), `-G SECONDS`,
+//!    SIGINT or SIGTERM: send [`Request::TraceStop`], write what the node still sends until
+//!    [`Reply::TraceEnd`] (with what the node wrote, when it writes), close the file and print
 //!    `N frames captured, M dropped` to stderr (N frames written, M frames the node's tap
 //!    dropped because the capture fell behind). A second signal, or a node that does not end
 //!    the session within 5 seconds of the stop, ends the capture without waiting.
@@ -309,7 +317,9 @@ impl Target {
         if path.as_os_str() == "-" {
             return Target::Stream { stdout: true };
         }
-        let regular = std::fs::metadata(path).map_or(true, |m| m.is_file());
+        // A new file, or an existing regular one (not a symbolic link, which is written
+        // through as before).
+        let regular = std::fs::symlink_metadata(path).map_or(true, |m| m.is_file());
         if regular {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let tmp = path.with_file_name(format!(

@@ -19,7 +19,10 @@
 //! A client sends a request and reads one reply, except after [`Request::TraceStart`]: the
 //! server answers [`Reply::TraceStarted`] and streams [`Reply::TraceFrames`] (each a batch of
 //! up to about 1 MiB of binary trace records, see [`crate::node::tap::REC_HDR_LEN`]) until the
-//! client closes or sends [`Request::TraceStop`], then ends with [`Reply::TraceEnd`]. A
+//! client closes or sends [`Request::TraceStop`], then ends with [`Reply::TraceEnd`]. When the
+//! request carries a [`TraceOutput`] and the frame carries a file descriptor
+//! ([`write_frame_with_fd`]), the node writes the pcap file itself instead of streaming, ends
+//! the session at the output's count, and reports what it wrote in [`Reply::TraceEnd`]. A
 //! request with `"v"` other than [`PROTO_VERSION`] in [`Request::Hello`] is refused. Malformed or oversized frames get a [`Reply::Error`]; an
 //! oversized frame also ends the connection (its bytes cannot be skipped safely).
 //!
