@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::*;
 use nix::sys::signal::Signal;
 use rds_core::trace::{CapturedFrame, PcapFrames};
@@ -742,7 +743,7 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
         sa("127.7.6.1", 40000),
         sa("127.7.6.2", 16385),
         &HeaderRepr::data(1, 1, 2, 0).to_bytes(),
-        &[],
+        &Bytes::new(),
     );
     for (d, solicited, h, payload) in &fed {
         let d = match d {

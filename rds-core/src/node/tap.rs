@@ -3,15 +3,18 @@
 //! length.
 //!
 //! When no trace runs, the data path pays one relaxed atomic load per frame
-//! ([`Tap::enabled`]). When one runs, each frame is encoded as one binary *trace record*
-//! ([`encode_record`]; layout in [`REC_HDR_LEN`]) straight into a preallocated chunk of
-//! [`CHUNK_SIZE`] bytes: one lock, one timestamp and one copy of the kept bytes (the snap
-//! length is applied before copying), no allocation while recycled chunks last. The consumer
-//! takes whole chunks ([`Tap::take_batches`]) and the control server writes each one
-//! unchanged as one control frame ([`crate::ctl::Reply::TraceFrames`]), so the node does no
-//! per-frame work beyond the copy. The queue is bounded in frames and bytes; when the
-//! consumer falls behind, frames are dropped and counted, never blocking the data path. One
-//! trace session at a time per node.
+//! ([`Tap::enabled`]). When one runs, each frame becomes one binary *trace record*
+//! ([`encode_record`]; layout in [`REC_HDR_LEN`]) in a preallocated chunk of at most
+//! [`CHUNK_SIZE`] record bytes: one lock, one timestamp, the fixed part and the 48 header bytes
+//! copied, and the payload (cut at the snap length first) either copied too (short ones, and
+//! transports that reuse their buffers) or, when the transport holds it in a [`Bytes`] and it
+//! is long, kept by reference: the data path does not copy it. The consumer takes whole chunks
+//! ([`Tap::take_batches`]), which it flattens into records back to back (copying the payloads
+//! kept by reference, on its own thread, outside the lock); the control server writes each
+//! batch as one control frame ([`crate::ctl::Reply::TraceFrames`]) or into the capture file.
+//! The queue is bounded in frames and bytes (payloads kept by reference count in full); when
+//! the consumer falls behind, frames are dropped and counted, never blocking the data path.
+//! One trace session at a time per node.
 //!
 //! RDS/TCP frames come from the TCP transport ([`Tap::record_tcp`]); RDS/IB fragments from
 //! the IB transport ([`Tap::record_ib`]: every posted SEND, ACK-only frames included, and
@@ -357,15 +360,79 @@ pub struct TapBatch {
     pub data: Vec<u8>,
 }
 
+/// Payloads shorter than this are copied into the chunk; longer ones are kept by reference
+/// (the transport's own buffer, shared) and copied by the consumer.
+const SHARE_MIN: usize = 256;
+
+/// A chunk being filled by the data path: trace records whose long payloads are not copied
+/// yet. `shared` holds them in order with the offset in `data` where each belongs; the
+/// consumer flattens the chunk into records back to back ([`Tap::take_batches`]).
+#[derive(Debug, Default)]
+struct Chunk {
+    frames: u32,
+    data: Vec<u8>,
+    shared: Vec<(usize, Bytes)>,
+    /// Length of the flattened records.
+    size: usize,
+}
+
+impl Chunk {
+    fn new(data: Vec<u8>) -> Self {
+        Chunk {
+            data,
+            ..Chunk::default()
+        }
+    }
+
+    /// The records back to back in `out` (cleared first); returns the batch and the inline
+    /// buffer, now free.
+    fn flatten(self, mut out: Vec<u8>) -> (TapBatch, Vec<u8>) {
+        if self.shared.is_empty() {
+            return (
+                TapBatch {
+                    frames: self.frames,
+                    data: self.data,
+                },
+                out,
+            );
+        }
+        out.clear();
+        out.reserve(self.size);
+        let mut last = 0;
+        for (off, b) in &self.shared {
+            out.extend_from_slice(&self.data[last..*off]);
+            out.extend_from_slice(b);
+            last = *off;
+        }
+        out.extend_from_slice(&self.data[last..]);
+        (
+            TapBatch {
+                frames: self.frames,
+                data: out,
+            },
+            self.data,
+        )
+    }
+
+    fn from_batch(b: TapBatch) -> Self {
+        Chunk {
+            frames: b.frames,
+            size: b.data.len(),
+            data: b.data,
+            shared: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Session {
     /// Sealed chunks, oldest first.
-    ready: VecDeque<TapBatch>,
+    ready: VecDeque<Chunk>,
     /// The chunk being written.
-    cur: TapBatch,
-    /// Recycled chunks.
+    cur: Chunk,
+    /// Recycled buffers.
     free: Vec<Vec<u8>>,
-    /// Record bytes queued (`ready` and `cur`).
+    /// Record bytes queued (`ready` and `cur`, flattened).
     bytes: usize,
     /// Frames queued.
     frames: usize,
@@ -381,54 +448,51 @@ struct Session {
 }
 
 impl Session {
-    /// Moves the current chunk to `ready` and starts a new one that holds at least `need`
-    /// bytes.
+    /// Moves the current chunk to `ready` and starts a new one whose buffer holds at least
+    /// `need` bytes.
     fn seal(&mut self, need: usize) {
         let next = match self.free.pop() {
             Some(v) if v.capacity() >= need => v,
             _ => Vec::with_capacity(need.max(CHUNK_SIZE)),
         };
-        let full = std::mem::replace(
-            &mut self.cur,
-            TapBatch {
-                frames: 0,
-                data: next,
-            },
-        );
+        let full = std::mem::replace(&mut self.cur, Chunk::new(next));
         if full.frames > 0 {
             self.ready.push_back(full);
         }
     }
 
-    /// Takes the oldest `max` frames at most (whole chunks when `max` is `None`).
-    fn take(&mut self, max: Option<usize>) -> Vec<TapBatch> {
+    /// Takes the oldest `max` frames at most, flattened (whole chunks, not flattened yet, when
+    /// `max` is `None`).
+    fn take(&mut self, max: Option<usize>) -> Vec<Chunk> {
         if self.ready.is_empty() && self.cur.frames > 0 {
             self.seal(0);
         }
-        let mut out: Vec<TapBatch> = match max {
+        let mut out: Vec<Chunk> = match max {
             None => self.ready.drain(..).collect(),
             Some(max) => {
                 let mut v = Vec::new();
                 let mut left = max.max(1);
                 while left > 0 {
-                    let Some(b) = self.ready.front_mut() else {
+                    let Some(c) = self.ready.pop_front() else {
                         break;
                     };
+                    let (mut b, _) = c.flatten(Vec::new());
                     if b.frames as usize <= left {
                         left -= b.frames as usize;
-                        v.extend(self.ready.pop_front());
+                        v.push(Chunk::from_batch(b));
                     } else {
-                        v.push(split_front(b, left));
+                        v.push(Chunk::from_batch(split_front(&mut b, left)));
+                        self.ready.push_front(Chunk::from_batch(b));
                         left = 0;
                     }
                 }
                 v
             }
         };
-        out.retain(|b| b.frames > 0);
-        for b in &out {
-            self.bytes -= b.data.len();
-            self.frames -= b.frames as usize;
+        out.retain(|c| c.frames > 0);
+        for c in &out {
+            self.bytes -= c.size;
+            self.frames -= c.frames as usize;
         }
         out
     }
@@ -500,10 +564,7 @@ impl Tap {
         }
         *s = Some(Session {
             ready: VecDeque::new(),
-            cur: TapBatch {
-                frames: 0,
-                data: Vec::with_capacity(CHUNK_SIZE),
-            },
+            cur: Chunk::new(Vec::with_capacity(CHUNK_SIZE)),
             free: Vec::new(),
             bytes: 0,
             frames: 0,
@@ -543,7 +604,7 @@ impl Tap {
         })
     }
 
-    fn take_inner(&self, max: Option<usize>, timeout: Duration) -> Option<Vec<TapBatch>> {
+    fn take_inner(&self, max: Option<usize>, timeout: Duration) -> Option<Vec<Chunk>> {
         let mut s = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let deadline = Instant::now() + timeout;
         loop {
@@ -580,7 +641,29 @@ impl Tap {
     /// `None` once the session stopped and everything was taken. Give each batch's buffer
     /// back with [`Tap::recycle`] to spare the data path an allocation.
     pub fn take_batches(&self, timeout: Duration) -> Option<Vec<TapBatch>> {
-        self.take_inner(None, timeout)
+        let chunks = self.take_inner(None, timeout)?;
+        Some(chunks.into_iter().map(|c| self.flatten(c)).collect())
+    }
+
+    /// Flattens a chunk outside the lock (the copies of shared payloads are the consumer's
+    /// work, not the data path's), into a recycled buffer.
+    fn flatten(&self, c: Chunk) -> TapBatch {
+        if c.shared.is_empty() {
+            return c.flatten(Vec::new()).0;
+        }
+        let need = c.size;
+        let buf = {
+            let mut s = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            s.as_mut()
+                .and_then(|s| {
+                    let i = s.free.iter().position(|v| v.capacity() >= need)?;
+                    Some(s.free.swap_remove(i))
+                })
+                .unwrap_or_else(|| Vec::with_capacity(need.max(CHUNK_SIZE)))
+        };
+        let (batch, inline) = c.flatten(buf);
+        self.recycle(inline);
+        batch
     }
 
     /// Returns a taken batch's buffer to the session for reuse.
@@ -606,7 +689,7 @@ impl Tap {
         Some(
             batches
                 .into_iter()
-                .flat_map(|b| decode_records(Bytes::from(b.data)))
+                .flat_map(|c| decode_records(Bytes::from(c.flatten(Vec::new()).0.data)))
                 .filter_map(Result::ok)
                 .collect(),
         )
@@ -624,6 +707,46 @@ impl Tap {
         transport: TapTransport,
         hdr: &[u8],
         payload: &[u8],
+    ) {
+        self.record_inner(dir, laddr, faddr, lane, transport, hdr, payload, None);
+    }
+
+    /// [`Tap::record`] of a payload the transport holds in a [`Bytes`]: a long one is kept
+    /// by reference (no copy on the data path).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_shared(
+        &self,
+        dir: Dir,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        lane: usize,
+        transport: TapTransport,
+        hdr: &[u8],
+        payload: &Bytes,
+    ) {
+        self.record_inner(
+            dir,
+            laddr,
+            faddr,
+            lane,
+            transport,
+            hdr,
+            payload,
+            Some(payload),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_inner(
+        &self,
+        dir: Dir,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        lane: usize,
+        transport: TapTransport,
+        hdr: &[u8],
+        payload: &[u8],
+        shared: Option<&Bytes>,
     ) {
         let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
@@ -654,9 +777,15 @@ impl Tap {
             s.dropped += 1;
             return;
         }
+        let share = shared.filter(|_| keep >= SHARE_MIN);
+        let inline = if share.is_some() {
+            REC_HDR_LEN + hdr.len()
+        } else {
+            rec
+        };
         let mut wake = false;
-        if s.cur.data.capacity() - s.cur.data.len() < rec {
-            s.seal(rec);
+        if s.cur.frames > 0 && s.cur.size + rec > CHUNK_SIZE {
+            s.seal(inline);
             wake = s.waiting;
         }
         let ts_ns = now_ns();
@@ -671,11 +800,15 @@ impl Tap {
             (hdr.len() + keep) as u32,
             orig_len,
         );
-        let d = &mut s.cur.data;
-        d.extend_from_slice(&head);
-        d.extend_from_slice(hdr);
-        d.extend_from_slice(&payload[..keep]);
-        s.cur.frames += 1;
+        let c = &mut s.cur;
+        c.data.extend_from_slice(&head);
+        c.data.extend_from_slice(hdr);
+        match share {
+            Some(b) => c.shared.push((c.data.len(), b.slice(..keep))),
+            None => c.data.extend_from_slice(&payload[..keep]),
+        }
+        c.size += rec;
+        c.frames += 1;
         s.bytes += rec;
         s.frames += 1;
         s.captured += 1;
@@ -696,9 +829,9 @@ impl Tap {
         local: SocketAddr,
         peer: SocketAddr,
         hdr: &[u8],
-        payload: &[u8],
+        payload: &Bytes,
     ) {
-        self.record(
+        self.record_shared(
             dir,
             laddr,
             faddr,
@@ -772,7 +905,7 @@ mod tests {
                 addr("10.0.0.1:40003"),
                 addr("10.0.0.2:16385"),
                 &hdr,
-                &[1, 2, 3, 4, 5, 6],
+                &Bytes::from_static(&[1, 2, 3, 4, 5, 6]),
             );
         }
         let st = tap.stop();
@@ -793,7 +926,7 @@ mod tests {
         tap.start(usize::MAX, 1 << 16, TapFilter::default())
             .unwrap();
         let hdr = [0u8; 48];
-        let payload = vec![7u8; 1 << 20];
+        let payload = Bytes::from(vec![7u8; 1 << 20]);
         let per = REC_HDR_LEN + 48 + (1 << 20);
         let fit = MAX_QUEUED_BYTES / per;
         let rec = |tap: &Tap| {
@@ -881,7 +1014,7 @@ mod tests {
         let tap = Tap::default();
         tap.start(MAX_SNAPLEN, 1 << 16, TapFilter::default())
             .unwrap();
-        let payload = vec![9u8; 1000];
+        let payload = Bytes::from(vec![9u8; 1000]);
         let per = REC_HDR_LEN + 48 + 1000;
         let n = CHUNK_SIZE / per + 5;
         for i in 0..n {
@@ -915,6 +1048,62 @@ mod tests {
         assert_eq!(tap.take_batches(Duration::ZERO).unwrap(), vec![]);
         tap.stop();
         assert!(tap.take_batches(Duration::ZERO).is_none());
+    }
+
+    /// Long payloads are kept by reference and short ones copied; the batches come out as the
+    /// same records `encode_record` writes, cut at the snap length, whatever the mix.
+    #[test]
+    fn shared_payloads_flatten_to_the_same_records() {
+        let tap = Tap::default();
+        tap.start(48 + 700, 1 << 16, TapFilter::default()).unwrap();
+        let mut want = Vec::new();
+        let mut frames = 0;
+        for (i, len) in [0usize, 10, 255, 256, 1000, 5, 70_000, 300]
+            .iter()
+            .enumerate()
+        {
+            let mut hdr = [0u8; 48];
+            hdr[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            let payload: Bytes = (0..*len).map(|x| (x * 31 + i) as u8).collect();
+            let (local, peer) = (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"));
+            tap.record_tcp(
+                Dir::Rx,
+                local.ip(),
+                peer.ip(),
+                1,
+                local,
+                peer,
+                &hdr,
+                &payload,
+            );
+            let keep = (*len).min(700);
+            let mut data = hdr.to_vec();
+            data.extend_from_slice(&payload[..keep]);
+            let f = TapFrame {
+                ts_ns: 0,
+                dir: Dir::Rx,
+                laddr: local.ip(),
+                faddr: peer.ip(),
+                lane: 1,
+                transport: TapTransport::Tcp { local, peer },
+                orig_len: (48 + len) as u32,
+                data: data.into(),
+            };
+            encode_record(&mut want, &f);
+            frames += 1;
+        }
+        let b = tap.take_batches(Duration::ZERO).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].frames, frames);
+        // The timestamps differ: compare with them zeroed.
+        let mut got = b[0].data.clone();
+        let mut off = 0;
+        while off < got.len() {
+            got[off + 8..off + 16].fill(0);
+            let cap = u32::from_le_bytes(got[off..off + 4].try_into().unwrap()) as usize;
+            off += REC_HDR_LEN + cap;
+        }
+        assert_eq!(got, want);
     }
 
     #[test]
