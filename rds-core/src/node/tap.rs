@@ -360,6 +360,16 @@ pub struct TapBatch {
     pub data: Vec<u8>,
 }
 
+/// What the records of one connection and direction share.
+#[derive(Debug, Clone, Copy)]
+struct Origin {
+    dir: Dir,
+    laddr: IpAddr,
+    faddr: IpAddr,
+    lane: u8,
+    transport: TapTransport,
+}
+
 /// Payloads shorter than this are copied into the chunk; longer ones are kept by reference
 /// (the transport's own buffer, shared) and copied by the consumer.
 const SHARE_MIN: usize = 256;
@@ -459,6 +469,76 @@ impl Session {
         if full.frames > 0 {
             self.ready.push_back(full);
         }
+    }
+
+    /// Queues one frame (or drops and counts it); returns whether a chunk was sealed while
+    /// the consumer waits for one.
+    fn push(
+        &mut self,
+        ts_ns: u64,
+        o: &Origin,
+        hdr: &[u8],
+        payload: &[u8],
+        shared: Option<&Bytes>,
+    ) -> bool {
+        if self.filter.peer.is_some_and(|p| p != o.faddr) {
+            return false;
+        }
+        if let Some(port) = self.filter.port {
+            let (sp, dp) = if hdr.len() >= 24 {
+                (
+                    u16::from_be_bytes([hdr[20], hdr[21]]),
+                    u16::from_be_bytes([hdr[22], hdr[23]]),
+                )
+            } else {
+                (0, 0)
+            };
+            if sp != port && dp != port {
+                return false;
+            }
+        }
+        let hdr = &hdr[..hdr.len().min(self.snaplen)];
+        let keep = payload.len().min(self.snaplen - hdr.len());
+        let rec = REC_HDR_LEN + hdr.len() + keep;
+        if self.frames >= self.cap || self.bytes + rec > MAX_QUEUED_BYTES {
+            self.dropped += 1;
+            return false;
+        }
+        let share = shared.filter(|_| keep >= SHARE_MIN);
+        let inline = if share.is_some() {
+            REC_HDR_LEN + hdr.len()
+        } else {
+            rec
+        };
+        let mut wake = false;
+        if self.cur.frames > 0 && self.cur.size + rec > CHUNK_SIZE {
+            self.seal(inline);
+            wake = self.waiting;
+        }
+        let orig_len = u32::try_from(hdr.len() + payload.len()).unwrap_or(u32::MAX);
+        let head = record_head(
+            ts_ns,
+            o.dir,
+            o.laddr,
+            o.faddr,
+            o.lane,
+            &o.transport,
+            (hdr.len() + keep) as u32,
+            orig_len,
+        );
+        let c = &mut self.cur;
+        c.data.extend_from_slice(&head);
+        c.data.extend_from_slice(hdr);
+        match share {
+            Some(b) => c.shared.push((c.data.len(), b.slice(..keep))),
+            None => c.data.extend_from_slice(&payload[..keep]),
+        }
+        c.size += rec;
+        c.frames += 1;
+        self.bytes += rec;
+        self.frames += 1;
+        self.captured += 1;
+        wake
     }
 
     /// Takes the oldest `max` frames at most, flattened (whole chunks, not flattened yet, when
@@ -748,70 +828,54 @@ impl Tap {
         payload: &[u8],
         shared: Option<&Bytes>,
     ) {
+        let o = Origin {
+            dir,
+            laddr,
+            faddr,
+            lane: lane.min(255) as u8,
+            transport,
+        };
         let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
             return;
         };
-        if let Some(p) = s.filter.peer {
-            if p != faddr {
-                return;
-            }
+        let wake = s.push(now_ns(), &o, hdr, payload, shared);
+        drop(guard);
+        if wake {
+            self.ready.notify_one();
         }
-        if let Some(port) = s.filter.port {
-            let (sp, dp) = if hdr.len() >= 24 {
-                (
-                    u16::from_be_bytes([hdr[20], hdr[21]]),
-                    u16::from_be_bytes([hdr[22], hdr[23]]),
-                )
-            } else {
-                (0, 0)
-            };
-            if sp != port && dp != port {
-                return;
-            }
-        }
-        let hdr = &hdr[..hdr.len().min(s.snaplen)];
-        let keep = payload.len().min(s.snaplen - hdr.len());
-        let rec = REC_HDR_LEN + hdr.len() + keep;
-        if s.frames >= s.cap || s.bytes + rec > MAX_QUEUED_BYTES {
-            s.dropped += 1;
-            return;
-        }
-        let share = shared.filter(|_| keep >= SHARE_MIN);
-        let inline = if share.is_some() {
-            REC_HDR_LEN + hdr.len()
-        } else {
-            rec
-        };
-        let mut wake = false;
-        if s.cur.frames > 0 && s.cur.size + rec > CHUNK_SIZE {
-            s.seal(inline);
-            wake = s.waiting;
-        }
-        let ts_ns = now_ns();
-        let orig_len = u32::try_from(hdr.len() + payload.len()).unwrap_or(u32::MAX);
-        let head = record_head(
-            ts_ns,
+    }
+
+    /// Records the RDS/TCP frames `(header, payload)` one read or one transmit pass of a
+    /// connection handled together: one lock and one timestamp for all (call only when
+    /// [`Tap::enabled`]). Long payloads are kept by reference, as in [`Tap::record_shared`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_tcp_many<'a>(
+        &self,
+        dir: Dir,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        lane: usize,
+        local: SocketAddr,
+        peer: SocketAddr,
+        frames: impl IntoIterator<Item = (&'a [u8], &'a Bytes)>,
+    ) {
+        let o = Origin {
             dir,
             laddr,
             faddr,
-            lane.min(255) as u8,
-            &transport,
-            (hdr.len() + keep) as u32,
-            orig_len,
-        );
-        let c = &mut s.cur;
-        c.data.extend_from_slice(&head);
-        c.data.extend_from_slice(hdr);
-        match share {
-            Some(b) => c.shared.push((c.data.len(), b.slice(..keep))),
-            None => c.data.extend_from_slice(&payload[..keep]),
+            lane: lane.min(255) as u8,
+            transport: TapTransport::Tcp { local, peer },
+        };
+        let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
+            return;
+        };
+        let ts_ns = now_ns();
+        let mut wake = false;
+        for (hdr, payload) in frames {
+            wake |= s.push(ts_ns, &o, hdr, payload, Some(payload));
         }
-        c.size += rec;
-        c.frames += 1;
-        s.bytes += rec;
-        s.frames += 1;
-        s.captured += 1;
         drop(guard);
         if wake {
             self.ready.notify_one();

@@ -21,7 +21,7 @@ use crate::stats::{TcpCounter, TcpStats};
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use crate::time::Instant;
 use crate::tunables::Tunables;
-use crate::wire::{MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
+use crate::wire::{HEADER_LEN, MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
 
 pub(crate) const TOKEN_WAKE: u64 = 0;
 const TOKEN_LISTENER: u64 = 1 << 32;
@@ -144,6 +144,8 @@ pub(crate) struct Tcp {
     by_path: HashMap<(ConnId, usize), usize>,
     rbuf: BytesMut,
     hdr_arena: BytesMut,
+    /// Frames of the current transmit pass for the trace tap (recorded together).
+    tap_tx: Vec<([u8; HEADER_LEN], Bytes)>,
     pending_flush: Vec<usize>,
     pub stats: Arc<TcpStats>,
     port_rng: crate::proto::Rng,
@@ -176,6 +178,7 @@ impl Tcp {
             by_path: HashMap::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             hdr_arena: BytesMut::new(),
+            tap_tx: Vec::new(),
             pending_flush: Vec::new(),
             stats,
             port_rng: crate::proto::Rng::new(seed),
@@ -648,17 +651,7 @@ impl Tcp {
                 break;
             };
             if tap.enabled() {
-                let (laddr, faddr, _) = stack.conn_addrs(conn);
-                tap.record_tcp(
-                    Dir::Tx,
-                    laddr,
-                    faddr,
-                    path,
-                    c.local,
-                    c.peer,
-                    &t.hdr,
-                    &t.payload,
-                );
+                self.tap_tx.push((t.hdr, t.payload.clone()));
             }
             if self.hdr_arena.capacity() - self.hdr_arena.len() < t.hdr.len() {
                 self.hdr_arena.reserve(48 * 256);
@@ -673,6 +666,19 @@ impl Tcp {
         }
         if c.out_bytes >= OUT_HIGH {
             c.more = true;
+        }
+        if !self.tap_tx.is_empty() {
+            let (laddr, faddr, _) = stack.conn_addrs(conn);
+            tap.record_tcp_many(
+                Dir::Tx,
+                laddr,
+                faddr,
+                path,
+                c.local,
+                c.peer,
+                self.tap_tx.iter().map(|(h, p)| (&h[..], p)),
+            );
+            self.tap_tx.clear();
         }
         if any {
             self.pending_flush.push(idx);
@@ -896,17 +902,15 @@ impl Tcp {
             return;
         };
         let (laddr, faddr, _) = stack.conn_addrs(conn);
-        for f in frames {
-            tap.record_tcp(
-                Dir::Rx,
-                laddr,
-                faddr,
-                path,
-                c.local,
-                c.peer,
-                &f.hdr.to_bytes(),
-                &f.payload,
-            );
-        }
+        let hdrs: Vec<[u8; HEADER_LEN]> = frames.iter().map(|f| f.hdr.to_bytes()).collect();
+        tap.record_tcp_many(
+            Dir::Rx,
+            laddr,
+            faddr,
+            path,
+            c.local,
+            c.peer,
+            hdrs.iter().zip(frames).map(|(h, f)| (&h[..], &f.payload)),
+        );
     }
 }
