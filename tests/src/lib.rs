@@ -8,6 +8,27 @@ pub mod lab;
 pub mod manpage;
 pub mod peer;
 
+/// The project's dissector, `wireshark/rds.lua`.
+pub fn lua_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../wireshark/rds.lua")
+        .canonicalize()
+        .expect("wireshark/rds.lua exists")
+}
+
+/// A tshark command (`exe`, see [`tshark`]) with a private HOME (no personal plugins or
+/// preferences), name resolution off, and the project's dissector loaded from the source tree.
+pub fn tshark_cmd(exe: &std::path::Path, home: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new(exe);
+    c.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("LC_ALL", "C.UTF-8")
+        .arg("-n")
+        .arg("-X")
+        .arg(format!("lua_script:{}", lua_script().display()));
+    c
+}
+
 /// tshark on `PATH`, or `None` when it is missing and `RDS_SKIP_TSHARK=1` (the caller then
 /// skips its tshark checks, with a printed SKIP). Without it and without that variable this
 /// fails, saying how to install it (CI installs it: `.ci/deps.d/tshark.sh`).

@@ -20,7 +20,6 @@ use rds_tests::ib::{
 use rds_tests::lab::{guest_addr, Lab};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 const RUNTIME_DIR: &str = "/tmp/rds-trace-ib";
@@ -137,15 +136,8 @@ const FIELDS: [&str; 10] = [
 fn decode(pcap: &std::path::Path) -> Result<Vec<Row>> {
     let exe = rds_tests::tshark().context("tshark")?;
     let home = tempfile::tempdir()?;
-    let lua = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../wireshark/rds.lua")
-        .canonicalize()?;
-    let mut c = std::process::Command::new(exe);
-    c.env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path().join(".config"))
-        .args(["-n", "-X"])
-        .arg(format!("lua_script:{}", lua.display()))
-        .arg("-r")
+    let mut c = rds_tests::tshark_cmd(&exe, home.path());
+    c.arg("-r")
         .arg(pcap)
         .args(["-T", "fields", "-E", "separator=|"]);
     for f in FIELDS {

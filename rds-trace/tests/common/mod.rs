@@ -10,28 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The project's dissector.
-pub fn lua_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../wireshark/rds.lua")
-        .canonicalize()
-        .expect("wireshark/rds.lua exists")
-}
-
-pub use rds_tests::tshark;
-
-/// A tshark command with a private HOME (no personal plugins or preferences) and the
-/// dissector loaded from the source tree.
-pub fn tshark_cmd(exe: &Path, home: &Path) -> Command {
-    let mut c = Command::new(exe);
-    c.env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("LC_ALL", "C.UTF-8")
-        .arg("-n")
-        .arg("-X")
-        .arg(format!("lua_script:{}", lua_script().display()));
-    c
-}
+#[allow(unused_imports)]
+pub use rds_tests::{lua_script, tshark, tshark_cmd};
 
 /// Runs tshark on `file` with `args`; fails on a non-zero exit or a Lua error.
 pub fn tshark_run(exe: &Path, home: &Path, file: &Path, args: &[&str]) -> String {
