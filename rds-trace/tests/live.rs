@@ -742,8 +742,7 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
         0,
         sa("127.7.6.1", 40000),
         sa("127.7.6.2", 16385),
-        &HeaderRepr::data(1, 1, 2, 0).to_bytes(),
-        &Bytes::new(),
+        [(&HeaderRepr::data(1, 1, 2, 0).to_bytes()[..], &Bytes::new())],
     );
     for (d, solicited, h, payload) in &fed {
         let d = match d {

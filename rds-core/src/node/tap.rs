@@ -370,6 +370,18 @@ struct Origin {
     transport: TapTransport,
 }
 
+impl Origin {
+    fn new(dir: Dir, laddr: IpAddr, faddr: IpAddr, lane: usize, transport: TapTransport) -> Self {
+        Origin {
+            dir,
+            laddr,
+            faddr,
+            lane: lane.min(255) as u8,
+            transport,
+        }
+    }
+}
+
 /// Payloads shorter than this are copied into the chunk; longer ones are kept by reference
 /// (the transport's own buffer, shared) and copied by the consumer.
 const SHARE_MIN: usize = 256;
@@ -788,69 +800,15 @@ impl Tap {
         hdr: &[u8],
         payload: &[u8],
     ) {
-        self.record_inner(dir, laddr, faddr, lane, transport, hdr, payload, None);
+        let o = Origin::new(dir, laddr, faddr, lane, transport);
+        self.push_all(&o, [(hdr, payload, None)]);
     }
 
-    /// [`Tap::record`] of a payload the transport holds in a [`Bytes`]: a long one is kept
-    /// by reference (no copy on the data path).
+    /// Records RDS/TCP frames `(header, payload)` of one connection and direction, such as
+    /// those of one read or one transmit pass: one lock and one timestamp for all (call only
+    /// when [`Tap::enabled`]). A long payload is kept by reference (no copy on the data path).
     #[allow(clippy::too_many_arguments)]
-    pub fn record_shared(
-        &self,
-        dir: Dir,
-        laddr: IpAddr,
-        faddr: IpAddr,
-        lane: usize,
-        transport: TapTransport,
-        hdr: &[u8],
-        payload: &Bytes,
-    ) {
-        self.record_inner(
-            dir,
-            laddr,
-            faddr,
-            lane,
-            transport,
-            hdr,
-            payload,
-            Some(payload),
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn record_inner(
-        &self,
-        dir: Dir,
-        laddr: IpAddr,
-        faddr: IpAddr,
-        lane: usize,
-        transport: TapTransport,
-        hdr: &[u8],
-        payload: &[u8],
-        shared: Option<&Bytes>,
-    ) {
-        let o = Origin {
-            dir,
-            laddr,
-            faddr,
-            lane: lane.min(255) as u8,
-            transport,
-        };
-        let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
-            return;
-        };
-        let wake = s.push(now_ns(), &o, hdr, payload, shared);
-        drop(guard);
-        if wake {
-            self.ready.notify_one();
-        }
-    }
-
-    /// Records the RDS/TCP frames `(header, payload)` one read or one transmit pass of a
-    /// connection handled together: one lock and one timestamp for all (call only when
-    /// [`Tap::enabled`]). Long payloads are kept by reference, as in [`Tap::record_shared`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_tcp_many<'a>(
+    pub fn record_tcp<'a>(
         &self,
         dir: Dir,
         laddr: IpAddr,
@@ -860,50 +818,30 @@ impl Tap {
         peer: SocketAddr,
         frames: impl IntoIterator<Item = (&'a [u8], &'a Bytes)>,
     ) {
-        let o = Origin {
-            dir,
-            laddr,
-            faddr,
-            lane: lane.min(255) as u8,
-            transport: TapTransport::Tcp { local, peer },
-        };
+        let o = Origin::new(dir, laddr, faddr, lane, TapTransport::Tcp { local, peer });
+        self.push_all(&o, frames.into_iter().map(|(h, p)| (h, &p[..], Some(p))));
+    }
+
+    /// Queues frames `(header, payload, the payload's Bytes if shareable)` of one origin under
+    /// one lock, with one timestamp.
+    fn push_all<'a>(
+        &self,
+        o: &Origin,
+        frames: impl IntoIterator<Item = (&'a [u8], &'a [u8], Option<&'a Bytes>)>,
+    ) {
         let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
             return;
         };
         let ts_ns = now_ns();
         let mut wake = false;
-        for (hdr, payload) in frames {
-            wake |= s.push(ts_ns, &o, hdr, payload, Some(payload));
+        for (hdr, payload, shared) in frames {
+            wake |= s.push(ts_ns, o, hdr, payload, shared);
         }
         drop(guard);
         if wake {
             self.ready.notify_one();
         }
-    }
-
-    /// [`Tap::record`] for an RDS/TCP frame.
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_tcp(
-        &self,
-        dir: Dir,
-        laddr: IpAddr,
-        faddr: IpAddr,
-        lane: usize,
-        local: SocketAddr,
-        peer: SocketAddr,
-        hdr: &[u8],
-        payload: &Bytes,
-    ) {
-        self.record_shared(
-            dir,
-            laddr,
-            faddr,
-            lane,
-            TapTransport::Tcp { local, peer },
-            hdr,
-            payload,
-        );
     }
 
     /// Records one RDS/IB fragment: call it (only when [`Tap::enabled`]) for every SEND the IB
@@ -968,8 +906,7 @@ mod tests {
                 3,
                 addr("10.0.0.1:40003"),
                 addr("10.0.0.2:16385"),
-                &hdr,
-                &Bytes::from_static(&[1, 2, 3, 4, 5, 6]),
+                [(&hdr[..], &Bytes::from_static(&[1, 2, 3, 4, 5, 6]))],
             );
         }
         let st = tap.stop();
@@ -1001,8 +938,7 @@ mod tests {
                 0,
                 addr("10.0.0.1:40000"),
                 addr("10.0.0.2:16385"),
-                &hdr,
-                &payload,
+                [(&hdr[..], &payload)],
             )
         };
         for _ in 0..fit + 3 {
@@ -1091,8 +1027,7 @@ mod tests {
                 1,
                 addr("10.0.0.1:40001"),
                 addr("10.0.0.2:16385"),
-                &hdr,
-                &payload,
+                [(&hdr[..], &payload)],
             );
         }
         // One full chunk is ready at once, the rest comes at the timeout.
@@ -1137,8 +1072,7 @@ mod tests {
                 1,
                 local,
                 peer,
-                &hdr,
-                &payload,
+                [(&hdr[..], &payload)],
             );
             let keep = (*len).min(700);
             let mut data = hdr.to_vec();

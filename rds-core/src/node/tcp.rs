@@ -669,7 +669,7 @@ impl Tcp {
         }
         if !self.tap_tx.is_empty() {
             let (laddr, faddr, _) = stack.conn_addrs(conn);
-            tap.record_tcp_many(
+            tap.record_tcp(
                 Dir::Tx,
                 laddr,
                 faddr,
@@ -903,7 +903,7 @@ impl Tcp {
         };
         let (laddr, faddr, _) = stack.conn_addrs(conn);
         let hdrs: Vec<[u8; HEADER_LEN]> = frames.iter().map(|f| f.hdr.to_bytes()).collect();
-        tap.record_tcp_many(
+        tap.record_tcp(
             Dir::Rx,
             laddr,
             faddr,
