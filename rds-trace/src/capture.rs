@@ -319,7 +319,12 @@ impl Target {
         }
         // A new file, or an existing regular one (not a symbolic link, which is written
         // through as before).
-        let regular = std::fs::symlink_metadata(path).map_or(true, |m| m.is_file());
+        let regular = match std::fs::symlink_metadata(path) {
+            Err(_) => true,
+            // An existing file we may not write keeps its error for the streamed path
+            // (renaming over it would replace a file we could not open).
+            Ok(m) => m.is_file() && std::fs::OpenOptions::new().write(true).open(path).is_ok(),
+        };
         if regular {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let tmp = path.with_file_name(format!(
@@ -715,6 +720,48 @@ fn undelivered(t: &Tally, count: Option<u64>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regular files (new or existing) are written by the node through a temporary file;
+    /// stdout, FIFOs and symbolic links are streamed.
+    #[test]
+    fn targets() {
+        let d = tempfile::tempdir().unwrap();
+        let kind = |p: &std::path::Path| {
+            let t = Target::choose(p);
+            let k = match &t {
+                Target::Node { tmp, path, .. } => {
+                    assert_eq!(tmp.parent(), path.parent());
+                    assert!(tmp.exists());
+                    "node"
+                }
+                Target::Stream { stdout: true } => "stdout",
+                Target::Stream { stdout: false } => "stream",
+            };
+            t.discard();
+            k
+        };
+        assert_eq!(kind(std::path::Path::new("-")), "stdout");
+        let new = d.path().join("new.pcap");
+        assert_eq!(kind(&new), "node");
+        assert!(
+            !new.exists(),
+            "the file gets its name only when the node agreed"
+        );
+        std::fs::write(&new, b"old").unwrap();
+        assert_eq!(kind(&new), "node");
+        assert_eq!(std::fs::read(&new).unwrap(), b"old");
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(kind(&fifo), "stream");
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&new, &link).unwrap();
+        assert_eq!(kind(&link), "stream");
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            3,
+            "no temporary file is left"
+        );
+    }
 
     #[test]
     fn snaplen_rules() {
