@@ -437,9 +437,10 @@ fn gid(ip: IpAddr) -> std::net::Ipv6Addr {
 }
 
 /// `-I` on a node with the IB transport: one row per IB connection. `LocalDev`/`RemoteDev`
-/// are the GIDs of the two addresses (see [`gid`]); the node does not report the service
-/// level or QP numbers, so `SL` is 0 and, with `-a` (the rds-tools 2.3 columns), `SrcQPNo`
-/// and `DstQPNo` are 0, the values the kernel reports for a connection without a QP.
+/// are the GIDs of the two addresses (see [`gid`]); `SL` is 0 (the service level of RoCE and
+/// of the default path). With `-a` (the rds-tools 2.3 columns), `SrcQPNo` and `DstQPNo` are the
+/// local and the peer's queue pair numbers, 0 for a connection without a queue pair (as the
+/// kernel reports it).
 pub fn ib(out: &mut String, snap: &InfoSnapshot, l: Layout) {
     title(out, "RDS IB Connections");
     let w = l.w();
@@ -467,7 +468,12 @@ pub fn ib(out: &mut String, snap: &InfoSnapshot, l: Layout) {
             gid(c.faddr).to_string()
         );
         if l.all_families {
-            let _ = write!(out, " {:>10} {:>10}", 0, 0);
+            let (src, dst) = snap
+                .ib_qps
+                .iter()
+                .find(|q| q.conn == c.id)
+                .map_or((0, 0), |q| (q.local_qpn, q.peer_qpn));
+            let _ = write!(out, " {src:>10} {dst:>10}");
         }
         out.push('\n');
     }
@@ -668,8 +674,10 @@ mod tests {
     fn ib_snap(conns: &[(&str, &str)]) -> InfoSnapshot {
         let mut s = snap();
         s.transports.push("infiniband".into());
-        for (l, f) in conns {
+        for (i, (l, f)) in conns.iter().enumerate() {
             let mut c = s.connections[0].clone();
+            // Ids of their own (a node numbers its connections).
+            c.id = serde_json::from_str(&(100 + i).to_string()).unwrap();
             c.laddr = l.parse().unwrap();
             c.faddr = f.parse().unwrap();
             c.kind = rds_core::proto::TransportKind::Ib;
@@ -693,7 +701,14 @@ mod tests {
 
     #[test]
     fn ib_rows_2_0_7_and_2_3() {
-        let snap = ib_snap(&[("10.0.0.1", "10.0.0.3"), ("fd00::1", "fd00::3")]);
+        let mut snap = ib_snap(&[("10.0.0.1", "10.0.0.3"), ("fd00::1", "fd00::3")]);
+        // The IPv4 connection has queue pairs; the IPv6 one has none (yet).
+        let id = snap.connections[snap.connections.len() - 2].id;
+        snap.ib_qps.push(rds_core::node::IbQpInfo {
+            conn: id,
+            local_qpn: 17,
+            peer_qpn: 0x12345,
+        });
         let mut s = String::new();
         category(&mut s, Category::Ib, &snap, V4).unwrap();
         assert_eq!(
@@ -714,7 +729,7 @@ mod tests {
                 format!("{w}LocalAddr{w}RemoteAddr  Tos  SL                         LocalDev"),
                 "                        RemoteDev    SrcQPNo    DstQPNo\n".into(),
                 format!("{w} 10.0.0.1{w}  10.0.0.3    0   0                  ::ffff:10.0.0.1"),
-                "                  ::ffff:10.0.0.3          0          0\n".into(),
+                "                  ::ffff:10.0.0.3         17      74565\n".into(),
                 format!("{w}  fd00::1{w}   fd00::3    0   0                          fd00::1"),
                 "                          fd00::3          0          0\n".into(),
             ]

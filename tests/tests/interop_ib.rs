@@ -34,8 +34,9 @@
 //!   our `cong_update_queued` grows (maps sent both ways);
 //! - `rds-info`: our `rds-info -I` (and `-I -a`, the rds-tools 2.3 columns), run in g2
 //!   against our node's control socket, shows exactly one row for the connection (addresses,
-//!   `Tos`/`SL` 0, the GIDs `::ffff:198.18.0.4` / `::ffff:198.18.0.2`, QP numbers 0: the node
-//!   does not report them); the kernel's `RDS_INFO_IB_CONNECTIONS` (`rdstool info ib`) shows
+//!   `Tos`/`SL` 0, the GIDs `::ffff:198.18.0.4` / `::ffff:198.18.0.2`, and with `-a` the QP
+//!   numbers: ours and the kernel's, the pair `rdma resource show qp` lists as an RC queue pair
+//!   in each guest, mirrored); the kernel's `RDS_INFO_IB_CONNECTIONS` (`rdstool info ib`) shows
 //!   the same connection mirrored (its src/dst GIDs are our RemoteDev/LocalDev);
 //! - `selftest-netem`: the kernel selftest replica (`rdstool selftest-peer -t ib` in g1, our
 //!   [`selftest_peer`] in g2; 5,000 messages, no resets: test.py's resets are RDS/TCP sysctls)
@@ -1005,12 +1006,46 @@ fn rds_info(h: &mut Host, j: usize, info: &str) -> Result<()> {
     );
     ensure!(got == want, "rds-info -I:\n{got}--- want ---\n{want}");
     let got_a = run("-I -a")?;
+    // The queue pair numbers: ours (SrcQPNo) and the kernel's (DstQPNo), as the RC queue
+    // pairs of both guests show them (`rdma resource show qp`: lqpn, rqpn).
+    let qps = |g: usize| -> Result<Vec<(u32, u32)>> {
+        let out = h.exec(g, "rdma resource show qp", 60)?;
+        Ok(out
+            .lines()
+            .filter(|l| l.contains(" type RC "))
+            .filter_map(|l| {
+                let t: Vec<&str> = l.split_whitespace().collect();
+                let num = |k: &str| {
+                    let i = t.iter().position(|x| *x == k)?;
+                    t.get(i + 1)?.parse::<u32>().ok()
+                };
+                Some((num("lqpn")?, num("rqpn")?))
+            })
+            .collect())
+    };
+    let (kernel_qps, our_qps) = (qps(1)?, qps(2)?);
+    let row = got_a.lines().nth(3).unwrap_or("");
+    let nums: Vec<u32> = row
+        .split_whitespace()
+        .rev()
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let (src, dst) = match nums[..] {
+        [dst, src] => (src, dst),
+        _ => bail!("rds-info -I -a: no QP numbers in {row:?}:\n{got_a}"),
+    };
+    ensure!(
+        src != 0 && dst != 0 && our_qps.contains(&(src, dst)) && kernel_qps.contains(&(dst, src)),
+        "rds-info -I -a: SrcQPNo {src} DstQPNo {dst}; RC queue pairs (lqpn, rqpn) in g2 (ours) \
+         {our_qps:?}, in g1 (kernel) {kernel_qps:?}"
+    );
     let w = " ".repeat(28);
     let want_a = [
         String::new(),
         "RDS IB Connections:".into(),
         format!("{w}LocalAddr{w}RemoteAddr  Tos  SL                         LocalDev                        RemoteDev    SrcQPNo    DstQPNo"),
-        format!("{}198.18.0.4{}198.18.0.2    0   0                ::ffff:198.18.0.4                ::ffff:198.18.0.2          0          0", " ".repeat(27), " ".repeat(28)),
+        format!("{}198.18.0.4{}198.18.0.2    0   0                ::ffff:198.18.0.4                ::ffff:198.18.0.2 {src:>10} {dst:>10}", " ".repeat(27), " ".repeat(28)),
         String::new(),
     ]
     .join("\n");

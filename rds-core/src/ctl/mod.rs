@@ -40,7 +40,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::TcpSockInfo;
+use crate::node::{IbQpInfo, TcpSockInfo};
 use crate::proto::{ConnInfo, QueuedMsgInfo, SockInfo, TransportKind};
 use crate::trace::{CaptureLink, CaptureTally};
 
@@ -245,6 +245,9 @@ pub struct InfoSnapshot {
     /// Why the IB transport does not run although the node was asked to run it.
     #[serde(default)]
     pub ib_unavailable: Option<String>,
+    /// Queue pair numbers of the IB connections that have a queue pair.
+    #[serde(default)]
+    pub ib_qps: Vec<IbQpInfo>,
 }
 
 /// A reply from the server.

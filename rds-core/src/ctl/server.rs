@@ -825,5 +825,6 @@ pub fn snapshot(node: &Node) -> InfoSnapshot {
         counters: counters(node),
         transports: transports(node),
         ib_unavailable: node.ib_unavailable(),
+        ib_qps: node.ib_qps(),
     }
 }

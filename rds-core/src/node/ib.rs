@@ -275,6 +275,17 @@ fn mr_free_class(len: usize) -> IbCounter {
     }
 }
 
+/// The queue pairs of one IB connection, for `rds-info -I -a` (`SrcQPNo`, `DstQPNo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IbQpInfo {
+    /// The engine's connection.
+    pub conn: ConnId,
+    /// This side's queue pair number.
+    pub local_qpn: u32,
+    /// The peer's queue pair number (from the connection exchange; 0 until known).
+    pub peer_qpn: u32,
+}
+
 struct IbConn {
     id: CmId,
     conn: ConnId,
@@ -508,6 +519,22 @@ impl Ib {
         id.listen(64).map_err(to_io)?;
         self.listeners.push((ip, id));
         Ok(true)
+    }
+
+    /// The queue pair numbers of the connections that have a queue pair.
+    pub(crate) fn qps(&self) -> Vec<IbQpInfo> {
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| {
+                let r = c.res.as_ref()?;
+                Some(IbQpInfo {
+                    conn: c.conn,
+                    local_qpn: r.qp.qp_num(),
+                    peer_qpn: c.peer_qpn,
+                })
+            })
+            .collect()
     }
 
     /// Live connections (any state).

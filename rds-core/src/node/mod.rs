@@ -29,6 +29,7 @@ use crate::sys;
 use crate::time::Instant;
 use crate::tunables::Tunables;
 
+pub use ib::IbQpInfo;
 use tap::Tap;
 pub use tcp::TcpSockInfo;
 
@@ -374,6 +375,11 @@ impl Node {
     /// Whether the IB transport runs.
     pub fn ib_running(&self) -> bool {
         lock(&self.inner.ib).is_some()
+    }
+
+    /// Queue pair numbers of the IB connections that have a queue pair (RDS_INFO_IB_CONNECTIONS).
+    pub fn ib_qps(&self) -> Vec<IbQpInfo> {
+        lock(&self.inner.ib).as_ref().map_or(Vec::new(), Ib::qps)
     }
 
     /// Live IB connections of the transport (any state).
