@@ -423,13 +423,8 @@ fn stream_output(opts: &Options, target: &Target) -> anyhow::Result<Dest> {
 }
 
 fn is_broken_pipe(e: &TraceError) -> bool {
-    match e {
-        TraceError::Io(io) => io.kind() == io::ErrorKind::BrokenPipe,
-        TraceError::Pcap(pcap_file::PcapError::IoError(io)) => {
-            io.kind() == io::ErrorKind::BrokenPipe
-        }
-        _ => false,
-    }
+    e.io_error()
+        .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
 }
 
 /// How the session ended.

@@ -376,6 +376,16 @@ pub fn release_bin(name: &str) -> Result<std::path::PathBuf> {
     Ok(b)
 }
 
+/// The node's non-zero counters, `name=value` separated by spaces (for step reports).
+pub fn nonzero_stats(node: &Node) -> String {
+    node.stats()
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The kernel's view in both guests for a failure report: RDS/rxe kernel messages, RDS
 /// connections and non-zero counters, then `extra` (a shell command) if not empty.
 pub fn diag(lab: &Lab, extra: &str) -> String {

@@ -61,8 +61,8 @@
 use anyhow::{bail, ensure, Context, Result};
 use rds_core::Socket;
 use rds_tests::ib::{
-    guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, start_ib_node, step,
-    GUEST_ENV,
+    guest_cmd, ib_socket, install_self, ip_env, load_kernel_rds_rdma, nonzero_stats, start_ib_node,
+    step, GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, field_u64, fields, ok_line, send_queue_wait, MAX_MSG};
 use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
@@ -175,16 +175,6 @@ fn recv_one(s: &Socket, buf: &mut [u8], deadline: Instant) -> Result<(usize, Soc
             Err(e) => return Err(e).context("recv"),
         }
     }
-}
-
-/// The node's non-zero counters, `name=value` separated by spaces.
-fn nonzero_stats(node: &rds_core::Node) -> String {
-    node.stats()
-        .into_iter()
-        .filter(|(_, v)| *v != 0)
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Our connections: peer, state and how often each path came up (a reset shows as ups > 1).

@@ -72,8 +72,8 @@ use rds_core::stats::Counter;
 use rds_core::{CtlMode, Node, Socket};
 use rds_tests::ib::{
     debug_env, diag, guest_cmd, host_lab, ib_socket, install_self, ip_env, load_kernel_rds_rdma,
-    release_bin, start_ib_node, start_ib_node_with, step, wait_go, wait_until, KernelRds,
-    GUEST_ENV, RDS_TRANS_IB,
+    nonzero_stats, release_bin, start_ib_node, start_ib_node_with, step, wait_go, wait_until,
+    KernelRds, GUEST_ENV, RDS_TRANS_IB,
 };
 use rds_tests::interop::*;
 use rds_tests::lab::{guest_addr, GuestJob, Lab};
@@ -193,15 +193,6 @@ fn ping_n(s: &Socket, target: SocketAddr, n: usize) -> Result<Vec<u128>> {
         rtts.push(t.elapsed().as_micros());
     }
     Ok(rtts)
-}
-
-fn nonzero_stats(node: &Node) -> String {
-    node.stats()
-        .into_iter()
-        .filter(|(_, v)| *v != 0)
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Receives exactly `count` pattern messages from the single source port `from_port` on `s`

@@ -52,7 +52,7 @@ use rds_core::rdma::{
 use rds_core::{Node, RecvMsg, Socket};
 use rds_tests::ib::{
     diag, guest_cmd, host_lab, ib_socket, install_self, ip_env, load_kernel_rds_rdma,
-    start_ib_node, step, wait_until, GUEST_ENV,
+    nonzero_stats, start_ib_node, step, wait_until, GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, parse_counters};
 use rds_tests::lab::{guest_addr, GuestJob, Lab};
@@ -405,15 +405,6 @@ fn guest_side() {
         step("failed", &format!("{e:#}"));
         panic!("guest side: {e:#}");
     }
-}
-
-fn nonzero_stats(node: &Node) -> String {
-    node.stats()
-        .into_iter()
-        .filter(|(_, v)| *v != 0)
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Prints one line of case `i` for the host.

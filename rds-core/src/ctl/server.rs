@@ -291,13 +291,9 @@ const FILE_FLUSH: Duration = Duration::from_secs(1);
 
 /// The errno of a failed capture write.
 fn trace_errno(e: &TraceError) -> i32 {
-    match e {
-        TraceError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-        TraceError::Pcap(pcap_file::PcapError::IoError(io)) => {
-            io.raw_os_error().unwrap_or(libc::EIO)
-        }
-        _ => libc::EIO,
-    }
+    e.io_error()
+        .and_then(std::io::Error::raw_os_error)
+        .unwrap_or(libc::EIO)
 }
 
 /// Opens the capture of a session that writes the file: the pcap header goes out now.

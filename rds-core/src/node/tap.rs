@@ -816,7 +816,7 @@ impl Tap {
         lane: usize,
         local: SocketAddr,
         peer: SocketAddr,
-        frames: impl IntoIterator<Item = (&'a [u8], &'a Bytes)>,
+        frames: impl IntoIterator<Item = (impl AsRef<[u8]>, &'a Bytes)>,
     ) {
         let o = Origin::new(dir, laddr, faddr, lane, TapTransport::Tcp { local, peer });
         self.push_all(&o, frames.into_iter().map(|(h, p)| (h, &p[..], Some(p))));
@@ -827,7 +827,7 @@ impl Tap {
     fn push_all<'a>(
         &self,
         o: &Origin,
-        frames: impl IntoIterator<Item = (&'a [u8], &'a [u8], Option<&'a Bytes>)>,
+        frames: impl IntoIterator<Item = (impl AsRef<[u8]>, &'a [u8], Option<&'a Bytes>)>,
     ) {
         let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
@@ -836,7 +836,7 @@ impl Tap {
         let ts_ns = now_ns();
         let mut wake = false;
         for (hdr, payload, shared) in frames {
-            wake |= s.push(ts_ns, o, hdr, payload, shared);
+            wake |= s.push(ts_ns, o, hdr.as_ref(), payload, shared);
         }
         drop(guard);
         if wake {

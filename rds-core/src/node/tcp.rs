@@ -902,7 +902,6 @@ impl Tcp {
             return;
         };
         let (laddr, faddr, _) = stack.conn_addrs(conn);
-        let hdrs: Vec<[u8; HEADER_LEN]> = frames.iter().map(|f| f.hdr.to_bytes()).collect();
         tap.record_tcp(
             Dir::Rx,
             laddr,
@@ -910,7 +909,7 @@ impl Tcp {
             path,
             c.local,
             c.peer,
-            hdrs.iter().zip(frames).map(|(h, f)| (&h[..], &f.payload)),
+            frames.iter().map(|f| (f.hdr.to_bytes(), &f.payload)),
         );
     }
 }

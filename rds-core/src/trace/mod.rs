@@ -369,6 +369,16 @@ pub enum TraceError {
     Io(#[from] std::io::Error),
 }
 
+impl TraceError {
+    /// The output's I/O error, if that is what this is.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            TraceError::Io(io) | TraceError::Pcap(pcap_file::PcapError::IoError(io)) => Some(io),
+            _ => None,
+        }
+    }
+}
+
 /// The synthetic MAC address of a node in Ethernet captures: `02:00:a:b:c:d` for the local
 /// (capturing) node, `02:01:a:b:c:d` for its peer, where `a.b.c.d` are the last four bytes of
 /// `ip` (the IPv4 address itself). Locally administered unicast addresses.
