@@ -487,6 +487,23 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
     cvt(r).map(|_| ())
 }
 
+/// Moves the calling thread to the `SCHED_IDLE` policy (`idle`), where it runs only when no
+/// thread of a normal policy wants its CPU, or back to `SCHED_OTHER` at its nice value. Threads
+/// it starts afterwards inherit the policy. Leaving `SCHED_IDLE` needs `CAP_SYS_NICE` or an
+/// `RLIMIT_NICE` that allows the thread's nice value (`EPERM` otherwise).
+pub fn set_thread_idle(idle: bool) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    let policy = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    // SAFETY: sched_setscheduler only reads the sched_param, which lives across the call;
+    // pid 0 is the calling thread.
+    let r = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    cvt(r).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

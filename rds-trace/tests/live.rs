@@ -917,8 +917,8 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
 
 /// The control protocol of a session whose node writes the file (what rds-trace does for a
 /// regular file), with the errors rds-trace reports: no descriptor, a failing file (ENOSPC
-/// from /dev/full), and a count reached. The session's thread runs at the capture's lower
-/// priority.
+/// from /dev/full), and a count reached. The session's threads run at the capture's lower
+/// priority (the session thread under SCHED_IDLE while it captures).
 #[test]
 fn the_node_writes_the_capture_file_it_is_passed() {
     use rds_core::ctl::{
@@ -968,16 +968,30 @@ fn the_node_writes_the_capture_file_it_is_passed() {
         }
         other => panic!("{other:?}"),
     }
-    let nice = (0..100)
-        .find_map(|_| {
-            let n = session_nice();
-            if n.is_none() {
+    // The file's writer runs at the capture's nice value; the session thread, once it
+    // captures, under SCHED_IDLE.
+    let sched = |comm: &str, policy: i32| {
+        (0..200).find_map(|_| {
+            let s = thread_sched(comm).filter(|s| s.1 == policy);
+            if s.is_none() {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            n
+            s
         })
-        .expect("the session thread runs");
-    assert_eq!(nice, rds_core::ctl::server::TRACE_NICE);
+    };
+    let nice = rds_core::ctl::server::TRACE_NICE;
+    assert_eq!(
+        sched("capture-writer", libc::SCHED_OTHER),
+        Some((nice, libc::SCHED_OTHER)),
+        "{:?}",
+        thread_sched("capture-writer")
+    );
+    assert_eq!(
+        sched("rds-trace-out", libc::SCHED_IDLE),
+        Some((nice, libc::SCHED_IDLE)),
+        "{:?}",
+        thread_sched("rds-trace-out")
+    );
     write_frame(&mut s, &json(&Request::TraceStop), &[]).unwrap();
     match reply(&mut s) {
         Reply::Error { errno, message } => {
@@ -1005,19 +1019,19 @@ fn the_node_writes_the_capture_file_it_is_passed() {
     assert!(matches!(reply(&mut s), Reply::Hello { .. }));
 }
 
-/// The nice value of this process's trace session thread, if one runs.
-fn session_nice() -> Option<i32> {
+/// The nice value and scheduling policy of this process's thread named `comm`, if one runs.
+fn thread_sched(comm: &str) -> Option<(i32, i32)> {
     std::fs::read_dir("/proc/self/task")
         .ok()?
         .flatten()
         .find_map(|t| {
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            if comm.trim() != "rds-trace-out" {
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            if name.trim() != comm {
                 return None;
             }
             let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-            // Field 19 (nice); fields after the command name start at 3.
-            let rest = stat.rsplit_once(')')?.1;
-            rest.split_whitespace().nth(16)?.parse().ok()
+            // Fields 19 (nice) and 41 (policy); fields after the command name start at 3.
+            let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            Some((f.get(16)?.parse().ok()?, f.get(38)?.parse().ok()?))
         })
 }

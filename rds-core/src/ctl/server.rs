@@ -220,8 +220,8 @@ fn serve(mut stream: UnixStream, ctx: Arc<Ctx>) {
                 continue;
             }
             let output = output.map(|o| (o, file));
-            // The session runs on a thread of its own at a lower priority ([`TRACE_NICE`]);
-            // threads it starts (the file's writer) inherit it.
+            // The session runs on a thread of its own at a lower priority ([`TRACE_NICE`],
+            // then `SCHED_IDLE` while it captures; see `trace`).
             let filter = TapFilter { peer, port };
             let go_on = std::thread::scope(|sc| {
                 std::thread::Builder::new()
@@ -273,9 +273,13 @@ const TRACE_BATCH_WAIT: Duration = Duration::from_millis(20);
 // Every batch the tap hands out fits the data part of one control frame.
 const _: () = assert!(tap::CHUNK_SIZE <= super::MAX_DATA && tap::MAX_RECORD <= super::MAX_DATA);
 
-/// The nice value of a trace session's threads: the capture yields the CPU to the data path
-/// it observes (at full load it drops, and counts, what it cannot keep up with, rather than
-/// slowing the traffic; measured in `cargo bench -p rds-trace --bench capture_overhead`).
+/// The nice value of a trace session's threads. The capture yields the CPU to the data path it
+/// observes: the file's writer runs at this nice value, and the session thread, which turns
+/// the tap's records into pcap packets, runs under `SCHED_IDLE` while it captures (only on CPU
+/// time the traffic leaves), back at this nice value to write out what was queued once the
+/// session stops (when the node may leave `SCHED_IDLE`: root, `CAP_SYS_NICE` or `RLIMIT_NICE`
+/// ≥ 10). At full load it drops, and counts, what it cannot keep up with rather than slow the
+/// traffic (measured in `cargo bench -p rds-trace --bench capture_overhead`).
 pub const TRACE_NICE: i32 = 10;
 
 /// Where a trace session's frames go.
@@ -339,6 +343,9 @@ fn trace(
     {
         return send(stream, &error(libc::EBUSY, e.to_string()), &[]).is_ok();
     }
+    // The file's writer (started with the capture) stays at the nice value; the session
+    // thread itself now only takes CPU time the traffic leaves.
+    let _ = sys::set_thread_idle(true);
     let started = Reply::TraceStarted {
         transports: transports(node),
         link: match &sink {
@@ -393,6 +400,8 @@ fn trace(
         }
     }
     let st = node.tap().stop();
+    // What is queued is bounded: write it out at the nice value again (best effort).
+    let _ = sys::set_thread_idle(false);
     // Deliver the frames captured before the stop (they are counted as captured), then end;
     // the queue is emptied either way so that the next session starts empty.
     while let Some(batches) = node.tap().take_batches(Duration::ZERO) {

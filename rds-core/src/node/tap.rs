@@ -13,7 +13,10 @@
 //! kept by reference, on its own thread, outside the lock); the control server writes each
 //! batch as one control frame ([`crate::ctl::Reply::TraceFrames`]) or into the capture file.
 //! The queue is bounded in frames and bytes (payloads kept by reference count in full); when
-//! the consumer falls behind, frames are dropped and counted, never blocking the data path.
+//! the consumer falls behind, frames are dropped and counted, never blocking the data path,
+//! and until the consumer takes records again the data path counts them with one atomic
+//! operation, without the lock. A transmit pass gathers its frames in [`TxFrames`], which takes
+//! a reference to a payload only when the snap length keeps enough of it.
 //! One trace session at a time per node.
 //!
 //! RDS/TCP frames come from the TCP transport ([`Tap::record_tcp`]); RDS/IB fragments from
@@ -22,7 +25,7 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -483,18 +486,20 @@ impl Session {
         }
     }
 
-    /// Queues one frame (or drops and counts it); returns whether a chunk was sealed while
-    /// the consumer waits for one.
+    /// Queues one frame (or drops and counts it): `payload` is the frame's payload as far as the
+    /// caller has it (all of it, or at least what the snap length keeps), `len` its length on
+    /// the wire, `shared` the payload's `Bytes` when it may be kept by reference.
     fn push(
         &mut self,
         ts_ns: u64,
         o: &Origin,
         hdr: &[u8],
         payload: &[u8],
+        len: usize,
         shared: Option<&Bytes>,
-    ) -> bool {
+    ) -> Pushed {
         if self.filter.peer.is_some_and(|p| p != o.faddr) {
-            return false;
+            return Pushed::Filtered;
         }
         if let Some(port) = self.filter.port {
             let (sp, dp) = if hdr.len() >= 24 {
@@ -506,7 +511,7 @@ impl Session {
                 (0, 0)
             };
             if sp != port && dp != port {
-                return false;
+                return Pushed::Filtered;
             }
         }
         let hdr = &hdr[..hdr.len().min(self.snaplen)];
@@ -514,7 +519,7 @@ impl Session {
         let rec = REC_HDR_LEN + hdr.len() + keep;
         if self.frames >= self.cap || self.bytes + rec > MAX_QUEUED_BYTES {
             self.dropped += 1;
-            return false;
+            return Pushed::Dropped;
         }
         let share = shared.filter(|_| keep >= SHARE_MIN);
         let inline = if share.is_some() {
@@ -527,7 +532,7 @@ impl Session {
             self.seal(inline);
             wake = self.waiting;
         }
-        let orig_len = u32::try_from(hdr.len() + payload.len()).unwrap_or(u32::MAX);
+        let orig_len = u32::try_from(hdr.len() + len).unwrap_or(u32::MAX);
         let head = record_head(
             ts_ns,
             o.dir,
@@ -550,7 +555,7 @@ impl Session {
         self.bytes += rec;
         self.frames += 1;
         self.captured += 1;
-        wake
+        Pushed::Queued { wake }
     }
 
     /// Takes the oldest `max` frames at most, flattened (whole chunks, not flattened yet, when
@@ -611,6 +616,103 @@ fn split_front(b: &mut TapBatch, n: usize) -> TapBatch {
     }
 }
 
+/// What [`Session::push`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pushed {
+    /// Queued; `wake`: a chunk was sealed while the consumer waits for one.
+    Queued { wake: bool },
+    /// Not wanted by the session's filter.
+    Filtered,
+    /// Dropped (and counted): the queue is full.
+    Dropped,
+}
+
+/// Bits of [`Tap::overflow`]: the session stopped (frames are no longer counted).
+const OVERFLOW_STOPPED: u64 = 1 << 63;
+/// The queue is full: the data path counts frames as dropped without taking the lock.
+const OVERFLOW_FULL: u64 = 1 << 62;
+/// The frames dropped that way.
+const OVERFLOW_COUNT: u64 = OVERFLOW_FULL - 1;
+
+/// The payload of a frame in [`TxFrames`].
+#[derive(Debug)]
+enum TxPayload {
+    /// Kept by reference.
+    Shared(Bytes),
+    /// The kept bytes are `TxFrames::inline[start..end]`; `len` is the payload's length.
+    Inline {
+        start: usize,
+        end: usize,
+        len: usize,
+    },
+}
+
+/// The frames of one transmit pass, gathered for one [`TxFrames::record`] after the transport
+/// moved them to its output queue. A payload the session keeps long enough to hold by
+/// reference is cloned (a `Bytes` reference); of any other, only the bytes the snap length
+/// keeps are copied, so a short snap length costs no reference counting on the data path.
+#[derive(Debug, Default)]
+pub struct TxFrames {
+    frames: Vec<([u8; HEADER_LEN], TxPayload)>,
+    inline: Vec<u8>,
+}
+
+impl TxFrames {
+    /// Adds a frame (call only when [`Tap::enabled`]).
+    pub fn push(&mut self, tap: &Tap, hdr: &[u8; HEADER_LEN], payload: &Bytes) {
+        let keep = payload.len().min(tap.snap_payload.load(Ordering::Relaxed));
+        let p = if keep >= SHARE_MIN {
+            TxPayload::Shared(payload.clone())
+        } else {
+            let start = self.inline.len();
+            self.inline.extend_from_slice(&payload[..keep]);
+            TxPayload::Inline {
+                start,
+                end: self.inline.len(),
+                len: payload.len(),
+            }
+        };
+        self.frames.push((*hdr, p));
+    }
+
+    /// Whether no frame was added since the last [`TxFrames::record`].
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Records the frames as [`Tap::record_tcp`] does (sent by this node) and forgets them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &mut self,
+        tap: &Tap,
+        laddr: IpAddr,
+        faddr: IpAddr,
+        lane: usize,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) {
+        let o = Origin::new(
+            Dir::Tx,
+            laddr,
+            faddr,
+            lane,
+            TapTransport::Tcp { local, peer },
+        );
+        let inline = &self.inline;
+        tap.push_all(
+            &o,
+            self.frames.iter().map(|(h, p)| match p {
+                TxPayload::Shared(b) => (&h[..], &b[..], b.len(), Some(b)),
+                TxPayload::Inline { start, end, len } => {
+                    (&h[..], &inline[*start..*end], *len, None)
+                }
+            }),
+        );
+        self.frames.clear();
+        self.inline.clear();
+    }
+}
+
 /// Why a trace cannot start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TapError {
@@ -623,6 +725,15 @@ pub enum TapError {
 #[derive(Debug, Default)]
 pub struct Tap {
     enabled: AtomicBool,
+    /// Payload bytes the session keeps of a frame at most (snap length − 48): the data path
+    /// decides with it whether a payload is worth a reference ([`TxFrames::push`]).
+    snap_payload: AtomicUsize,
+    /// While the queue is full (and the session has no filter), the data path counts the
+    /// frames it drops here instead of taking the lock: [`OVERFLOW_FULL`] set (under the
+    /// lock) when a frame was dropped, cleared when the consumer takes records;
+    /// [`OVERFLOW_STOPPED`] set by [`Tap::stop`], which folds the count
+    /// ([`OVERFLOW_COUNT`]) into the session's.
+    overflow: AtomicU64,
     session: Mutex<Option<Session>>,
     ready: Condvar,
 }
@@ -668,6 +779,10 @@ impl Tap {
             stopped: false,
             waiting: false,
         });
+        let snaplen = snaplen.clamp(HEADER_LEN, MAX_SNAPLEN);
+        self.snap_payload
+            .store(snaplen - HEADER_LEN, Ordering::Relaxed);
+        self.overflow.store(0, Ordering::Relaxed);
         self.enabled.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -676,7 +791,12 @@ impl Tap {
     pub fn stop(&self) -> TapStats {
         self.enabled.store(false, Ordering::Relaxed);
         let mut s = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        // Frames counted without the lock until now; none are after this.
+        let fast = self.overflow.fetch_or(OVERFLOW_STOPPED, Ordering::Relaxed) & OVERFLOW_COUNT;
         let st = s.as_mut().map_or(TapStats::default(), |s| {
+            if !s.stopped {
+                s.dropped += fast;
+            }
             s.stopped = true;
             TapStats {
                 captured: s.captured,
@@ -692,7 +812,12 @@ impl Tap {
         let s = self.session.lock().unwrap_or_else(|p| p.into_inner());
         s.as_ref().map_or(TapStats::default(), |s| TapStats {
             captured: s.captured,
-            dropped: s.dropped,
+            dropped: s.dropped
+                + if s.stopped {
+                    0
+                } else {
+                    self.overflow.load(Ordering::Relaxed) & OVERFLOW_COUNT
+                },
         })
     }
 
@@ -702,7 +827,9 @@ impl Tap {
         loop {
             let sess = s.as_mut()?;
             if !sess.ready.is_empty() {
-                return Some(sess.take(max));
+                let v = sess.take(max);
+                self.overflow.fetch_and(!OVERFLOW_FULL, Ordering::Relaxed);
+                return Some(v);
             }
             if sess.stopped {
                 let v = sess.take(max);
@@ -714,7 +841,9 @@ impl Tap {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Some(sess.take(max));
+                let v = sess.take(max);
+                self.overflow.fetch_and(!OVERFLOW_FULL, Ordering::Relaxed);
+                return Some(v);
             }
             sess.waiting = true;
             s = self
@@ -801,7 +930,7 @@ impl Tap {
         payload: &[u8],
     ) {
         let o = Origin::new(dir, laddr, faddr, lane, transport);
-        self.push_all(&o, [(hdr, payload, None)]);
+        self.push_all(&o, [(hdr, payload, payload.len(), None)]);
     }
 
     /// Records RDS/TCP frames `(header, payload)` of one connection and direction, such as
@@ -819,24 +948,48 @@ impl Tap {
         frames: impl IntoIterator<Item = (impl AsRef<[u8]>, &'a Bytes)>,
     ) {
         let o = Origin::new(dir, laddr, faddr, lane, TapTransport::Tcp { local, peer });
-        self.push_all(&o, frames.into_iter().map(|(h, p)| (h, &p[..], Some(p))));
+        self.push_all(
+            &o,
+            frames
+                .into_iter()
+                .map(|(h, p)| (h, &p[..], p.len(), Some(p))),
+        );
     }
 
-    /// Queues frames `(header, payload, the payload's Bytes if shareable)` of one origin under
-    /// one lock, with one timestamp.
+    /// Queues frames `(header, payload as far as kept, payload length, the payload's Bytes if
+    /// shareable)` of one origin under one lock, with one timestamp; or, while the queue is
+    /// full, counts them as dropped without the lock.
     fn push_all<'a>(
         &self,
         o: &Origin,
-        frames: impl IntoIterator<Item = (impl AsRef<[u8]>, &'a [u8], Option<&'a Bytes>)>,
+        frames: impl IntoIterator<Item = (impl AsRef<[u8]>, &'a [u8], usize, Option<&'a Bytes>)>,
     ) {
+        if self.overflow.load(Ordering::Relaxed) & OVERFLOW_FULL != 0 {
+            let n = frames.into_iter().count() as u64;
+            let _ = self
+                .overflow
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    (v & OVERFLOW_STOPPED == 0).then_some(v + n)
+                });
+            return;
+        }
         let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
             return;
         };
         let ts_ns = now_ns();
-        let mut wake = false;
-        for (hdr, payload, shared) in frames {
-            wake |= s.push(ts_ns, o, hdr.as_ref(), payload, shared);
+        let (mut wake, mut dropped) = (false, false);
+        for (hdr, payload, len, shared) in frames {
+            match s.push(ts_ns, o, hdr.as_ref(), payload, len, shared) {
+                Pushed::Queued { wake: w } => wake |= w,
+                Pushed::Filtered => {}
+                Pushed::Dropped => dropped = true,
+            }
+        }
+        // Only a session without a filter: the lock-free count cannot tell which frames the
+        // filter would have wanted.
+        if dropped && s.filter == TapFilter::default() {
+            self.overflow.fetch_or(OVERFLOW_FULL, Ordering::Relaxed);
         }
         drop(guard);
         if wake {
@@ -1094,14 +1247,149 @@ mod tests {
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].frames, frames);
         // The timestamps differ: compare with them zeroed.
-        let mut got = b[0].data.clone();
+        assert_eq!(without_ts(b[0].data.clone()), want);
+    }
+
+    /// Records with their timestamps zeroed (frames recorded separately differ only there).
+    fn without_ts(mut b: Vec<u8>) -> Vec<u8> {
         let mut off = 0;
-        while off < got.len() {
-            got[off + 8..off + 16].fill(0);
-            let cap = u32::from_le_bytes(got[off..off + 4].try_into().unwrap()) as usize;
+        while off < b.len() {
+            b[off + 8..off + 16].fill(0);
+            let cap = u32::from_le_bytes(b[off..off + 4].try_into().unwrap()) as usize;
             off += REC_HDR_LEN + cap;
         }
-        assert_eq!(got, want);
+        b
+    }
+
+    /// A transmit pass gathered in `TxFrames` records exactly what `record_tcp` records, at
+    /// any snap length; a payload is referenced only when the snap length keeps enough of it.
+    #[test]
+    fn tx_frames_record_what_record_tcp_does() {
+        let (local, peer) = (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"));
+        let payloads: Vec<Bytes> = [0usize, 10, 255, 256, 1000, 70_000]
+            .iter()
+            .map(|len| (0..*len).map(|x| (x * 7) as u8).collect())
+            .collect();
+        let hdr = |i: usize| {
+            let mut h = [0u8; 48];
+            h[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            h
+        };
+        for snaplen in [48, 48 + 100, 48 + 256, 48 + 700, MAX_SNAPLEN] {
+            let tap = Tap::default();
+            tap.start(snaplen, 1 << 16, TapFilter::default()).unwrap();
+            let mut tx = TxFrames::default();
+            assert!(tx.is_empty());
+            for (i, p) in payloads.iter().enumerate() {
+                let unique = p.is_unique();
+                tx.push(&tap, &hdr(i), p);
+                let referenced = p.len().min(snaplen - 48) >= SHARE_MIN;
+                assert_eq!(
+                    unique && !p.is_unique(),
+                    referenced,
+                    "snaplen {snaplen} len {}",
+                    p.len()
+                );
+            }
+            assert!(!tx.is_empty());
+            tx.record(&tap, local.ip(), peer.ip(), 2, local, peer);
+            assert!(tx.is_empty());
+            tap.record_tcp(
+                Dir::Tx,
+                local.ip(),
+                peer.ip(),
+                2,
+                local,
+                peer,
+                payloads.iter().enumerate().map(|(i, p)| (hdr(i), p)),
+            );
+            let b = tap.take_batches(Duration::ZERO).unwrap();
+            assert_eq!(b.len(), 1);
+            let n = payloads.len();
+            assert_eq!(b[0].frames as usize, 2 * n);
+            let all = without_ts(b[0].data.clone());
+            let mut direct = 0;
+            for _ in 0..n {
+                let cap = u32::from_le_bytes(all[direct..direct + 4].try_into().unwrap());
+                direct += REC_HDR_LEN + cap as usize;
+            }
+            assert_eq!(all[..direct], all[direct..], "snaplen {snaplen}");
+            tap.stop();
+        }
+    }
+
+    /// Once the queue is full, frames are counted as dropped without the lock until the
+    /// consumer takes records; the count ends with the session and nothing is lost from it.
+    #[test]
+    fn a_full_queue_counts_drops_without_the_lock() {
+        let (local, peer) = (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"));
+        let payload = Bytes::from_static(&[1; 8]);
+        let rec = |tap: &Tap, n: usize| {
+            tap.record_tcp(
+                Dir::Rx,
+                local.ip(),
+                peer.ip(),
+                0,
+                local,
+                peer,
+                (0..n).map(|_| ([0u8; 48], &payload)),
+            )
+        };
+        let tap = Tap::default();
+        tap.start(100, 2, TapFilter::default()).unwrap();
+        rec(&tap, 3);
+        let full = |tap: &Tap| tap.overflow.load(Ordering::Relaxed) & OVERFLOW_FULL != 0;
+        assert!(full(&tap));
+        rec(&tap, 4);
+        assert_eq!(tap.overflow.load(Ordering::Relaxed) & OVERFLOW_COUNT, 4);
+        assert_eq!(
+            tap.stats(),
+            TapStats {
+                captured: 2,
+                dropped: 5
+            }
+        );
+        // Taking makes room: the next frames are queued again.
+        assert_eq!(tap.take(1, Duration::ZERO).unwrap().len(), 1);
+        assert!(!full(&tap));
+        rec(&tap, 2);
+        assert!(full(&tap));
+        let st = tap.stop();
+        assert_eq!(
+            st,
+            TapStats {
+                captured: 3,
+                dropped: 6
+            }
+        );
+        // After the stop nothing more is counted.
+        rec(&tap, 5);
+        assert_eq!(tap.stats(), st);
+        let mut left = 0;
+        while let Some(f) = tap.take(10, Duration::ZERO) {
+            left += f.len();
+        }
+        assert_eq!(left, 2);
+
+        // With a filter, every frame goes through it: no lock-free count.
+        tap.start(
+            100,
+            1,
+            TapFilter {
+                peer: Some(peer.ip()),
+                port: None,
+            },
+        )
+        .unwrap();
+        rec(&tap, 2);
+        assert!(!full(&tap));
+        assert_eq!(
+            tap.stop(),
+            TapStats {
+                captured: 1,
+                dropped: 1
+            }
+        );
     }
 
     #[test]

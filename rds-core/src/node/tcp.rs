@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::tap::{Dir, Tap};
+use super::tap::{Dir, Tap, TxFrames};
 use crate::proto::{AcceptError, ConnId, DropReason, Frame, Stack, StreamParser};
 use crate::stats::{TcpCounter, TcpStats};
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use crate::time::Instant;
 use crate::tunables::Tunables;
-use crate::wire::{HEADER_LEN, MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
+use crate::wire::{MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
 
 pub(crate) const TOKEN_WAKE: u64 = 0;
 const TOKEN_LISTENER: u64 = 1 << 32;
@@ -145,7 +145,7 @@ pub(crate) struct Tcp {
     rbuf: BytesMut,
     hdr_arena: BytesMut,
     /// Frames of the current transmit pass for the trace tap (recorded together).
-    tap_tx: Vec<([u8; HEADER_LEN], Bytes)>,
+    tap_tx: TxFrames,
     pending_flush: Vec<usize>,
     pub stats: Arc<TcpStats>,
     port_rng: crate::proto::Rng,
@@ -178,7 +178,7 @@ impl Tcp {
             by_path: HashMap::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             hdr_arena: BytesMut::new(),
-            tap_tx: Vec::new(),
+            tap_tx: TxFrames::default(),
             pending_flush: Vec::new(),
             stats,
             port_rng: crate::proto::Rng::new(seed),
@@ -651,7 +651,7 @@ impl Tcp {
                 break;
             };
             if tap.enabled() {
-                self.tap_tx.push((t.hdr, t.payload.clone()));
+                self.tap_tx.push(tap, &t.hdr, &t.payload);
             }
             if self.hdr_arena.capacity() - self.hdr_arena.len() < t.hdr.len() {
                 self.hdr_arena.reserve(48 * 256);
@@ -669,16 +669,7 @@ impl Tcp {
         }
         if !self.tap_tx.is_empty() {
             let (laddr, faddr, _) = stack.conn_addrs(conn);
-            tap.record_tcp(
-                Dir::Tx,
-                laddr,
-                faddr,
-                path,
-                c.local,
-                c.peer,
-                self.tap_tx.iter().map(|(h, p)| (&h[..], p)),
-            );
-            self.tap_tx.clear();
+            self.tap_tx.record(tap, laddr, faddr, path, c.local, c.peer);
         }
         if any {
             self.pending_flush.push(idx);
