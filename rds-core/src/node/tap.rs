@@ -1217,16 +1217,8 @@ mod tests {
             let mut hdr = [0u8; 48];
             hdr[..8].copy_from_slice(&(i as u64).to_be_bytes());
             let payload: Bytes = (0..*len).map(|x| (x * 31 + i) as u8).collect();
-            let (local, peer) = (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"));
-            tap.record_tcp(
-                Dir::Rx,
-                local.ip(),
-                peer.ip(),
-                1,
-                local,
-                peer,
-                [(&hdr[..], &payload)],
-            );
+            let (local, peer) = endpoints();
+            record_rx(&tap, 1, [(&hdr[..], &payload)]);
             let keep = (*len).min(700);
             let mut data = hdr.to_vec();
             data.extend_from_slice(&payload[..keep]);
@@ -1250,6 +1242,21 @@ mod tests {
         assert_eq!(without_ts(b[0].data.clone()), want);
     }
 
+    /// The TCP endpoints of the tests' frames: local, peer.
+    fn endpoints() -> (SocketAddr, SocketAddr) {
+        (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"))
+    }
+
+    /// Records received frames of [`endpoints`] on `lane`.
+    fn record_rx<'a>(
+        tap: &Tap,
+        lane: usize,
+        frames: impl IntoIterator<Item = (impl AsRef<[u8]>, &'a Bytes)>,
+    ) {
+        let (local, peer) = endpoints();
+        tap.record_tcp(Dir::Rx, local.ip(), peer.ip(), lane, local, peer, frames);
+    }
+
     /// Records with their timestamps zeroed (frames recorded separately differ only there).
     fn without_ts(mut b: Vec<u8>) -> Vec<u8> {
         let mut off = 0;
@@ -1265,7 +1272,7 @@ mod tests {
     /// any snap length; a payload is referenced only when the snap length keeps enough of it.
     #[test]
     fn tx_frames_record_what_record_tcp_does() {
-        let (local, peer) = (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"));
+        let (local, peer) = endpoints();
         let payloads: Vec<Bytes> = [0usize, 10, 255, 256, 1000, 70_000]
             .iter()
             .map(|len| (0..*len).map(|x| (x * 7) as u8).collect())
@@ -1322,19 +1329,9 @@ mod tests {
     /// consumer takes records; the count ends with the session and nothing is lost from it.
     #[test]
     fn a_full_queue_counts_drops_without_the_lock() {
-        let (local, peer) = (addr("10.0.0.1:40001"), addr("10.0.0.2:16385"));
+        let peer = endpoints().1;
         let payload = Bytes::from_static(&[1; 8]);
-        let rec = |tap: &Tap, n: usize| {
-            tap.record_tcp(
-                Dir::Rx,
-                local.ip(),
-                peer.ip(),
-                0,
-                local,
-                peer,
-                (0..n).map(|_| ([0u8; 48], &payload)),
-            )
-        };
+        let rec = |tap: &Tap, n: usize| record_rx(tap, 0, (0..n).map(|_| ([0u8; 48], &payload)));
         let tap = Tap::default();
         tap.start(100, 2, TapFilter::default()).unwrap();
         rec(&tap, 3);
