@@ -681,7 +681,6 @@ impl TxFrames {
     }
 
     /// Records the frames as [`Tap::record_tcp`] does (sent by this node) and forgets them.
-    #[allow(clippy::too_many_arguments)]
     pub fn record(
         &mut self,
         tap: &Tap,
@@ -765,6 +764,7 @@ impl Tap {
         if s.as_ref().is_some_and(|s| !s.stopped) {
             return Err(TapError::Busy);
         }
+        let snaplen = snaplen.clamp(HEADER_LEN, MAX_SNAPLEN);
         *s = Some(Session {
             ready: VecDeque::new(),
             cur: Chunk::new(Vec::with_capacity(CHUNK_SIZE)),
@@ -772,14 +772,13 @@ impl Tap {
             bytes: 0,
             frames: 0,
             cap: cap.max(1),
-            snaplen: snaplen.clamp(HEADER_LEN, MAX_SNAPLEN),
+            snaplen,
             filter,
             dropped: 0,
             captured: 0,
             stopped: false,
             waiting: false,
         });
-        let snaplen = snaplen.clamp(HEADER_LEN, MAX_SNAPLEN);
         self.snap_payload
             .store(snaplen - HEADER_LEN, Ordering::Relaxed);
         self.overflow.store(0, Ordering::Relaxed);
@@ -826,12 +825,7 @@ impl Tap {
         let deadline = Instant::now() + timeout;
         loop {
             let sess = s.as_mut()?;
-            if !sess.ready.is_empty() {
-                let v = sess.take(max);
-                self.overflow.fetch_and(!OVERFLOW_FULL, Ordering::Relaxed);
-                return Some(v);
-            }
-            if sess.stopped {
+            if sess.stopped && sess.ready.is_empty() {
                 let v = sess.take(max);
                 if v.is_empty() {
                     *s = None;
@@ -840,8 +834,9 @@ impl Tap {
                 return Some(v);
             }
             let now = Instant::now();
-            if now >= deadline {
+            if !sess.ready.is_empty() || now >= deadline {
                 let v = sess.take(max);
+                // There is room again: frames go through the lock until the next drop.
                 self.overflow.fetch_and(!OVERFLOW_FULL, Ordering::Relaxed);
                 return Some(v);
             }
