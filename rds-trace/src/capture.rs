@@ -44,7 +44,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use bytes::Bytes;
 use nix::sys::signal::{SigSet, Signal};
 use rds_core::ctl::{
     discover, read_frame, write_frame, write_frame_with_fd, FrameError, NodeEndpoint, Reply,
@@ -605,7 +604,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
                 if output_error.is_some() {
                     continue;
                 }
-                let mut res = c.write_batch(Bytes::from(data));
+                let mut res = c.write_batch(&data);
                 if res.is_ok() && (*stdout || last_flush.elapsed() >= Duration::from_secs(1)) {
                     last_flush = Instant::now();
                     res = c.flush();

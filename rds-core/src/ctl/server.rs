@@ -456,16 +456,12 @@ fn write_batches(
     write_error: &mut Option<TraceError>,
 ) {
     for b in batches {
-        let data = Bytes::from(b.data);
         if write_error.is_none() {
-            if let Err(e) = c.write_batch(data.clone()) {
+            if let Err(e) = c.write_batch(&b.data) {
                 *write_error = Some(e);
             }
         }
-        // The decoded frames shared the buffer; it is whole again once they are gone.
-        if let Ok(v) = data.try_into_mut() {
-            node.tap().recycle(v.into());
-        }
+        node.tap().recycle(b.data);
     }
 }
 

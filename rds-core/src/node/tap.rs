@@ -284,6 +284,161 @@ pub enum RecordDecodeError {
     BadCode(usize),
 }
 
+/// One trace record of a batch, read in place ([`decode_record_refs`]): the fields are
+/// decoded when asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapFrameRef<'a> {
+    head: &'a [u8; REC_HDR_LEN],
+    data: &'a [u8],
+}
+
+impl<'a> TapFrameRef<'a> {
+    fn le16(&self, o: usize) -> u16 {
+        u16::from_le_bytes([self.head[o], self.head[o + 1]])
+    }
+
+    fn le32(&self, o: usize) -> u32 {
+        u32::from_le_bytes([
+            self.head[o],
+            self.head[o + 1],
+            self.head[o + 2],
+            self.head[o + 3],
+        ])
+    }
+
+    fn flag(&self, f: u8) -> bool {
+        self.head[19] & f != 0
+    }
+
+    /// Nanoseconds since the Unix epoch.
+    pub fn ts_ns(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.head[8..16]);
+        u64::from_le_bytes(b)
+    }
+
+    /// Direction.
+    pub fn dir(&self) -> Dir {
+        // `decode_at` admits 0 and 1 only.
+        if self.head[16] == 0 {
+            Dir::Tx
+        } else {
+            Dir::Rx
+        }
+    }
+
+    /// Local RDS address.
+    pub fn laddr(&self) -> IpAddr {
+        get_ip(&self.head[20..36], self.flag(F_LADDR6))
+    }
+
+    /// Peer RDS address.
+    pub fn faddr(&self) -> IpAddr {
+        get_ip(&self.head[36..52], self.flag(F_FADDR6))
+    }
+
+    /// Path (lane) index.
+    pub fn lane(&self) -> u8 {
+        self.head[17]
+    }
+
+    /// Transport endpoints.
+    pub fn transport(&self) -> TapTransport {
+        match self.head[18] {
+            T_TCP => TapTransport::Tcp {
+                local: SocketAddr::new(
+                    get_ip(&self.head[52..68], self.flag(F_TCP_LOCAL6)),
+                    self.le16(68),
+                ),
+                peer: SocketAddr::new(
+                    get_ip(&self.head[70..86], self.flag(F_TCP_PEER6)),
+                    self.le16(86),
+                ),
+            },
+            T_IB => TapTransport::Ib {
+                local_qpn: self.le32(52),
+                peer_qpn: self.le32(56),
+                local_lid: self.le16(60),
+                peer_lid: self.le16(62),
+                solicited: self.flag(F_SOLICITED),
+            },
+            // `decode_at` admits the three codes only.
+            _ => TapTransport::Loopback,
+        }
+    }
+
+    /// Length on the wire: 48 + payload bytes of this frame.
+    pub fn orig_len(&self) -> u32 {
+        self.le32(4)
+    }
+
+    /// Header and payload, cut at the snap length.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// The record as an owned frame whose bytes are `data`.
+    fn with_data(&self, data: Bytes) -> TapFrame {
+        TapFrame {
+            ts_ns: self.ts_ns(),
+            dir: self.dir(),
+            laddr: self.laddr(),
+            faddr: self.faddr(),
+            lane: self.lane(),
+            transport: self.transport(),
+            orig_len: self.orig_len(),
+            data,
+        }
+    }
+}
+
+/// Decodes the record at `off` of `batch`: the record and the offset of the next one, `None`
+/// at the end, or why the record is malformed.
+fn decode_at(
+    batch: &[u8],
+    off: usize,
+) -> Option<Result<(TapFrameRef<'_>, usize), RecordDecodeError>> {
+    let rest = batch.get(off..).filter(|r| !r.is_empty())?;
+    let Some((head, rest)) = rest.split_first_chunk::<REC_HDR_LEN>() else {
+        return Some(Err(RecordDecodeError::Truncated(off)));
+    };
+    let cap = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let Some(data) = rest.get(..cap) else {
+        return Some(Err(RecordDecodeError::Truncated(off)));
+    };
+    if head[16] > 1 || !matches!(head[18], T_LOOPBACK | T_TCP | T_IB) {
+        return Some(Err(RecordDecodeError::BadCode(off)));
+    }
+    Some(Ok((TapFrameRef { head, data }, off + REC_HDR_LEN + cap)))
+}
+
+/// Decodes a batch of binary trace records (see [`REC_HDR_LEN`]), borrowing each frame's
+/// bytes from `batch`. Stops after the first malformed record, which it yields as an error.
+pub fn decode_record_refs(batch: &[u8]) -> RecordRefIter<'_> {
+    RecordRefIter { batch, off: 0 }
+}
+
+/// Iterator of [`decode_record_refs`].
+#[derive(Debug)]
+pub struct RecordRefIter<'a> {
+    batch: &'a [u8],
+    off: usize,
+}
+
+impl<'a> Iterator for RecordRefIter<'a> {
+    type Item = Result<TapFrameRef<'a>, RecordDecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = decode_at(self.batch, self.off)?;
+        // Any error ends the batch.
+        self.off = match &r {
+            Ok((_, next)) => *next,
+            Err(_) => self.batch.len(),
+        };
+        Some(r.map(|(f, _)| f))
+    }
+}
+
 /// Decodes a batch of binary trace records (see [`REC_HDR_LEN`]); each frame's bytes are a
 /// slice of `batch` (no copy). Stops after the first malformed record, which it yields as an
 /// error.
@@ -302,54 +457,16 @@ impl Iterator for RecordIter {
     type Item = Result<TapFrame, RecordDecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let off = self.off;
-        let rest = self.batch.get(off..)?;
-        if rest.is_empty() {
-            return None;
-        }
-        // Any error ends the batch.
-        self.off = self.batch.len();
-        let Some(h) = rest.get(..REC_HDR_LEN) else {
-            return Some(Err(RecordDecodeError::Truncated(off)));
+        let (f, next) = match decode_at(&self.batch, self.off)? {
+            Ok(r) => r,
+            Err(e) => {
+                // Any error ends the batch.
+                self.off = self.batch.len();
+                return Some(Err(e));
+            }
         };
-        let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
-        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
-        let cap = le32(0) as usize;
-        if rest.len() - REC_HDR_LEN < cap {
-            return Some(Err(RecordDecodeError::Truncated(off)));
-        }
-        let dir = match h[16] {
-            0 => Dir::Tx,
-            1 => Dir::Rx,
-            _ => return Some(Err(RecordDecodeError::BadCode(off))),
-        };
-        let flags = h[19];
-        let transport = match h[18] {
-            T_LOOPBACK => TapTransport::Loopback,
-            T_TCP => TapTransport::Tcp {
-                local: SocketAddr::new(get_ip(&h[52..68], flags & F_TCP_LOCAL6 != 0), le16(68)),
-                peer: SocketAddr::new(get_ip(&h[70..86], flags & F_TCP_PEER6 != 0), le16(86)),
-            },
-            T_IB => TapTransport::Ib {
-                local_qpn: le32(52),
-                peer_qpn: le32(56),
-                local_lid: le16(60),
-                peer_lid: le16(62),
-                solicited: flags & F_SOLICITED != 0,
-            },
-            _ => return Some(Err(RecordDecodeError::BadCode(off))),
-        };
-        let frame = TapFrame {
-            ts_ns: u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]),
-            dir,
-            laddr: get_ip(&h[20..36], flags & F_LADDR6 != 0),
-            faddr: get_ip(&h[36..52], flags & F_FADDR6 != 0),
-            lane: h[17],
-            transport,
-            orig_len: le32(4),
-            data: self.batch.slice(off + REC_HDR_LEN..off + REC_HDR_LEN + cap),
-        };
-        self.off = off + REC_HDR_LEN + cap;
+        let frame = f.with_data(self.batch.slice(next - f.data.len()..next));
+        self.off = next;
         Some(Ok(frame))
     }
 }
@@ -489,9 +606,12 @@ impl Session {
     /// Queues one frame (or drops and counts it): `payload` is the frame's payload as far as the
     /// caller has it (all of it, or at least what the snap length keeps), `len` its length on
     /// the wire, `shared` the payload's `Bytes` when it may be kept by reference.
+    ///
+    /// `head` is the fixed part of the frame's record with the lengths (its first 8 bytes)
+    /// still to fill: it is the same for every frame of one call of [`Tap::push_all`].
     fn push(
         &mut self,
-        ts_ns: u64,
+        head: &[u8; REC_HDR_LEN],
         o: &Origin,
         hdr: &[u8],
         payload: &[u8],
@@ -533,18 +653,11 @@ impl Session {
             wake = self.waiting;
         }
         let orig_len = u32::try_from(hdr.len() + len).unwrap_or(u32::MAX);
-        let head = record_head(
-            ts_ns,
-            o.dir,
-            o.laddr,
-            o.faddr,
-            o.lane,
-            &o.transport,
-            (hdr.len() + keep) as u32,
-            orig_len,
-        );
         let c = &mut self.cur;
-        c.data.extend_from_slice(&head);
+        let at = c.data.len();
+        c.data.extend_from_slice(head);
+        c.data[at..at + 4].copy_from_slice(&((hdr.len() + keep) as u32).to_le_bytes());
+        c.data[at + 4..at + 8].copy_from_slice(&orig_len.to_le_bytes());
         c.data.extend_from_slice(hdr);
         match share {
             Some(b) => c.shared.push((c.data.len(), b.slice(..keep))),
@@ -972,10 +1085,19 @@ impl Tap {
         let Some(s) = guard.as_mut().filter(|s| !s.stopped) else {
             return;
         };
-        let ts_ns = now_ns();
+        let head = record_head(
+            now_ns(),
+            o.dir,
+            o.laddr,
+            o.faddr,
+            o.lane,
+            &o.transport,
+            0,
+            0,
+        );
         let (mut wake, mut dropped) = (false, false);
         for (hdr, payload, len, shared) in frames {
-            match s.push(ts_ns, o, hdr.as_ref(), payload, len, shared) {
+            match s.push(&head, o, hdr.as_ref(), payload, len, shared) {
                 Pushed::Queued { wake: w } => wake |= w,
                 Pushed::Filtered => {}
                 Pushed::Dropped => dropped = true,

@@ -5,11 +5,10 @@
 
 use std::io::Write;
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{PcapSink, TcpCaptureConfig, TraceError, TraceRecord, Transport};
-use crate::node::tap::decode_records;
+use super::{PcapSink, RecordRef, TcpCaptureConfig, TraceError, Transport};
+use crate::node::tap::decode_record_refs;
 
 /// The transport whose frames a capture file holds (a pcap file has one link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,8 +122,8 @@ impl<W: Write> Capture<W> {
     ///
     /// # Errors
     /// Writing to the output failed (nothing more should be written).
-    pub fn write_batch(&mut self, batch: Bytes) -> Result<(), TraceError> {
-        for f in decode_records(batch) {
+    pub fn write_batch(&mut self, batch: &[u8]) -> Result<(), TraceError> {
+        for f in decode_record_refs(batch) {
             if self.full() {
                 break;
             }
@@ -135,13 +134,12 @@ impl<W: Write> Capture<W> {
                     break;
                 }
             };
-            let Some(rec) =
-                TraceRecord::from_tap_frame(f).filter(|r| self.link.holds(&r.transport))
+            let Some(rec) = RecordRef::from_tap(&f).filter(|r| self.link.holds(&r.transport))
             else {
                 self.tally.other += 1;
                 continue;
             };
-            match self.sink.write(&rec) {
+            match self.sink.write_ref(&rec) {
                 Ok(()) => self.tally.written += 1,
                 Err(TraceError::Record(e)) => self.invalid(e.to_string()),
                 Err(e) => return Err(e),

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::checksum::{crc16, crc32};
-use super::tcp::SynthPacket;
-use super::{Direction, TraceRecord, Transport, ERF_TYPE_INFINIBAND};
+use super::writer::pcap_record_header;
+use super::{Direction, RecordRef, Transport, ERF_TYPE_INFINIBAND};
 
 /// ERF header length (no extension headers).
 pub(crate) const ERF_LEN: usize = 16;
@@ -54,8 +54,9 @@ pub(crate) struct IbSynth {
 }
 
 impl IbSynth {
-    /// One ERF record for a (validated) IB record.
-    pub(crate) fn push(&mut self, rec: &TraceRecord) -> Option<SynthPacket> {
+    /// Appends the pcap record of the ERF record of a (validated) IB record to `out`; returns
+    /// whether it did (not for other transports).
+    pub(crate) fn push(&mut self, rec: &RecordRef<'_>, out: &mut Vec<u8>) -> bool {
         let Transport::Ib {
             local_qpn,
             peer_qpn,
@@ -64,7 +65,7 @@ impl IbSynth {
             solicited,
         } = rec.transport
         else {
-            return None;
+            return false;
         };
         let (slid, dlid, dqpn, iface) = match rec.dir {
             Direction::Tx => (local_lid, peer_lid, peer_qpn, 0u8),
@@ -83,45 +84,45 @@ impl IbSynth {
         let pad = (4 - frag % 4) % 4;
         // LRH PktLen counts 4-byte words from the LRH through the ICRC.
         let words = (LRH_LEN + BTH_LEN + frag + pad + 4) / 4;
+        let pkt_len = words * 4 + 2;
 
-        let mut pkt = Vec::with_capacity(words * 4 + 2);
-        // LRH: VL 0, LVer 0, SL 0, LNH 2.
-        pkt.push(0x00);
-        pkt.push(LNH_IBA_LOCAL);
-        pkt.extend_from_slice(&dlid.to_be_bytes());
-        pkt.extend_from_slice(&((words & 0x7ff) as u16).to_be_bytes());
-        pkt.extend_from_slice(&slid.to_be_bytes());
-        // BTH: opcode, SE | M | PadCnt | TVer, P_Key, reserved, DestQP, AckReq | PSN.
-        pkt.push(OP_RC_SEND_ONLY);
-        pkt.push((u8::from(solicited) << 7) | ((pad as u8) << 4));
-        pkt.extend_from_slice(&P_KEY_DEFAULT.to_be_bytes());
-        pkt.push(0);
-        pkt.extend_from_slice(&(dqpn & 0xff_ffff).to_be_bytes()[1..]);
-        pkt.extend_from_slice(&((1u32 << 31) | psn).to_be_bytes());
-        pkt.extend_from_slice(&rec.data);
-        pkt.resize(LRH_LEN + BTH_LEN + frag + pad, 0);
-        // ICRC: the variant fields (LRH VL, BTH reserved byte) count as all ones.
-        let mut masked = [0u8; LRH_LEN + BTH_LEN];
-        masked.copy_from_slice(&pkt[..LRH_LEN + BTH_LEN]);
-        masked[0] |= 0xf0;
-        masked[LRH_LEN + 4] = 0xff;
-        let icrc = crc32(&[&masked, &pkt[LRH_LEN + BTH_LEN..]]);
-        pkt.extend_from_slice(&icrc.to_le_bytes());
-        let vcrc = crc16(&pkt);
-        pkt.extend_from_slice(&vcrc.to_le_bytes());
-
-        let mut out = Vec::with_capacity(ERF_LEN + pkt.len());
+        out.reserve(16 + ERF_LEN + pkt_len);
+        out.extend_from_slice(&pcap_record_header(
+            rec.ts_ns,
+            ERF_LEN + pkt_len,
+            (ERF_LEN + wire_len) as u32,
+        ));
         out.extend_from_slice(&erf_timestamp(rec.ts_ns).to_le_bytes());
         out.push(ERF_TYPE_INFINIBAND);
         out.push(ERF_FLAG_VLEN | iface);
-        out.extend_from_slice(&((ERF_LEN + pkt.len()) as u16).to_be_bytes());
+        out.extend_from_slice(&((ERF_LEN + pkt_len) as u16).to_be_bytes());
         out.extend_from_slice(&0u16.to_be_bytes()); // loss counter
         out.extend_from_slice(&(wire_len as u16).to_be_bytes());
-        out.extend_from_slice(&pkt);
-        Some(SynthPacket {
-            ts_ns: rec.ts_ns,
-            data: out,
-            orig_len: (ERF_LEN + wire_len) as u32,
-        })
+        let pkt = out.len();
+        // LRH: VL 0, LVer 0, SL 0, LNH 2.
+        out.push(0x00);
+        out.push(LNH_IBA_LOCAL);
+        out.extend_from_slice(&dlid.to_be_bytes());
+        out.extend_from_slice(&((words & 0x7ff) as u16).to_be_bytes());
+        out.extend_from_slice(&slid.to_be_bytes());
+        // BTH: opcode, SE | M | PadCnt | TVer, P_Key, reserved, DestQP, AckReq | PSN.
+        out.push(OP_RC_SEND_ONLY);
+        out.push((u8::from(solicited) << 7) | ((pad as u8) << 4));
+        out.extend_from_slice(&P_KEY_DEFAULT.to_be_bytes());
+        out.push(0);
+        out.extend_from_slice(&(dqpn & 0xff_ffff).to_be_bytes()[1..]);
+        out.extend_from_slice(&((1u32 << 31) | psn).to_be_bytes());
+        out.extend_from_slice(rec.data);
+        out.resize(pkt + LRH_LEN + BTH_LEN + frag + pad, 0);
+        // ICRC: the variant fields (LRH VL, BTH reserved byte) count as all ones.
+        let mut masked = [0u8; LRH_LEN + BTH_LEN];
+        masked.copy_from_slice(&out[pkt..pkt + LRH_LEN + BTH_LEN]);
+        masked[0] |= 0xf0;
+        masked[LRH_LEN + 4] = 0xff;
+        let icrc = crc32(&[&masked, &out[pkt + LRH_LEN + BTH_LEN..]]);
+        out.extend_from_slice(&icrc.to_le_bytes());
+        let vcrc = crc16(&out[pkt..]);
+        out.extend_from_slice(&vcrc.to_le_bytes());
+        true
     }
 }

@@ -36,7 +36,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 
-use crate::node::tap::{Dir, TapFrame, TapTransport};
+use crate::node::tap::{Dir, TapFrame, TapFrameRef, TapTransport};
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 mod capture;
@@ -205,40 +205,96 @@ impl TraceRecord {
 
     /// [`TraceRecord::from_tap`], taking the frame (its bytes are moved, not shared).
     pub fn from_tap_frame(frame: TapFrame) -> Option<Self> {
-        let transport = match frame.transport {
-            TapTransport::Tcp { local, peer } => Transport::Tcp { local, peer },
-            TapTransport::Ib {
-                local_qpn,
-                peer_qpn,
-                local_lid,
-                peer_lid,
-                solicited,
-            } => Transport::Ib {
-                local_qpn,
-                peer_qpn,
-                local_lid,
-                peer_lid,
-                solicited,
-            },
-            TapTransport::Loopback => return None,
-        };
         Some(TraceRecord {
             ts_ns: frame.ts_ns,
-            dir: match frame.dir {
-                Dir::Tx => Direction::Tx,
-                Dir::Rx => Direction::Rx,
-            },
+            dir: direction_of(frame.dir),
             local: frame.laddr,
             peer: frame.faddr,
             lane: frame.lane,
-            transport,
+            transport: transport_of(frame.transport)?,
             orig_len: frame.orig_len,
             data: frame.data,
         })
     }
 
+    /// The record as the writers take it.
+    pub(crate) fn view(&self) -> RecordRef<'_> {
+        RecordRef {
+            ts_ns: self.ts_ns,
+            dir: self.dir,
+            lane: self.lane,
+            transport: self.transport,
+            orig_len: self.orig_len,
+            data: &self.data,
+        }
+    }
+
     /// Checks what the writers rely on; see [`RecordError`].
     pub fn validate(&self) -> Result<(), RecordError> {
+        self.view().validate()
+    }
+}
+
+fn direction_of(d: Dir) -> Direction {
+    match d {
+        Dir::Tx => Direction::Tx,
+        Dir::Rx => Direction::Rx,
+    }
+}
+
+/// The transport of a tapped frame; `None` for same-node loopback, which never touches a wire.
+fn transport_of(t: TapTransport) -> Option<Transport> {
+    match t {
+        TapTransport::Tcp { local, peer } => Some(Transport::Tcp { local, peer }),
+        TapTransport::Ib {
+            local_qpn,
+            peer_qpn,
+            local_lid,
+            peer_lid,
+            solicited,
+        } => Some(Transport::Ib {
+            local_qpn,
+            peer_qpn,
+            local_lid,
+            peer_lid,
+            solicited,
+        }),
+        TapTransport::Loopback => None,
+    }
+}
+
+/// A [`TraceRecord`] with its bytes borrowed, without the RDS addresses (which the capture
+/// formats take from the transport): what the pcap writers take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordRef<'a> {
+    pub ts_ns: u64,
+    pub dir: Direction,
+    pub lane: u8,
+    pub transport: Transport,
+    pub orig_len: u32,
+    pub data: &'a [u8],
+}
+
+impl<'a> RecordRef<'a> {
+    /// A frame of a tap batch; `None` for loopback frames.
+    pub(crate) fn from_tap(f: &TapFrameRef<'a>) -> Option<Self> {
+        Some(RecordRef {
+            ts_ns: f.ts_ns(),
+            dir: direction_of(f.dir()),
+            lane: f.lane(),
+            transport: transport_of(f.transport())?,
+            orig_len: f.orig_len(),
+            data: f.data(),
+        })
+    }
+
+    /// Whether the captured bytes are shorter than the frame.
+    pub(crate) fn is_truncated(&self) -> bool {
+        (self.data.len() as u64) < u64::from(self.orig_len)
+    }
+
+    /// Checks what the writers rely on; see [`RecordError`].
+    pub(crate) fn validate(&self) -> Result<(), RecordError> {
         if self.lane > 7 {
             return Err(RecordError::BadLane(self.lane));
         }

@@ -13,10 +13,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
 use super::checksum::{fold, sum16};
+use super::writer::pcap_record_header;
 use super::writer::TcpCaptureConfig;
-use super::{node_mac, Direction, TraceRecord, Transport};
+use super::{node_mac, Direction, RecordRef, Transport};
 
-/// One synthesized packet: link-layer bytes as captured and the length on the wire.
+/// One synthesized packet: link-layer bytes as captured and the length on the wire (what
+/// [`segment_slow`] builds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SynthPacket {
     pub ts_ns: u64,
@@ -77,6 +79,9 @@ impl std::fmt::Debug for Dirs {
     }
 }
 
+/// Up to this many directions, [`Dirs::find`] scans instead of hashing.
+const SCAN: usize = 8;
+
 impl Dirs {
     fn find(&self, key: &FlowKey) -> Option<usize> {
         if let Some((k, i)) = self.last.get() {
@@ -84,39 +89,29 @@ impl Dirs {
                 return Some(i);
             }
         }
-        let i = *self.index.get(key)?;
+        // A few directions (the usual case) are found faster by comparing than by hashing.
+        let i = if self.all.len() <= SCAN {
+            self.all.iter().position(|(k, _)| k == key)?
+        } else {
+            *self.index.get(key)?
+        };
         self.last.set(Some((*key, i)));
         Some(i)
     }
 
-    fn get(&self, key: &FlowKey) -> Option<&DirState> {
-        self.find(key).map(|i| &self.all[i].1)
-    }
-
-    fn get_mut(&mut self, key: &FlowKey) -> Option<&mut DirState> {
-        self.find(key).map(|i| &mut self.all[i].1)
-    }
-
-    fn get_or_insert_with(&mut self, key: FlowKey, f: impl FnOnce() -> DirState) -> &mut DirState {
-        let i = match self.find(&key) {
-            Some(i) => i,
-            None => {
-                let i = self.all.len();
-                let mut st = f();
-                if let Some(j) = self.index.get(&(key.1, key.0)).copied() {
-                    st.rev = Some(j);
-                    self.all[j].1.rev = Some(i);
-                }
-                self.all.push((key, st));
-                self.index.insert(key, i);
-                i
-            }
-        };
-        &mut self.all[i].1
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&FlowKey, &DirState)> {
-        self.all.iter().map(|(k, v)| (k, v))
+    fn index_or_insert(&mut self, key: FlowKey, f: impl FnOnce() -> DirState) -> usize {
+        if let Some(i) = self.find(&key) {
+            return i;
+        }
+        let i = self.all.len();
+        let mut st = f();
+        if let Some(j) = self.index.get(&(key.1, key.0)).copied() {
+            st.rev = Some(j);
+            self.all[j].1.rev = Some(i);
+        }
+        self.all.push((key, st));
+        self.index.insert(key, i);
+        i
     }
 }
 
@@ -154,12 +149,7 @@ pub(crate) struct TcpSynth {
     /// At most the oldest `pending_ts` of a held segment (`u64::MAX`: none held), so that
     /// most records need no scan for stale segments.
     min_pending_ts: u64,
-    /// Buffers of written packets, reused for new ones (no allocation per packet).
-    pool: Vec<Vec<u8>>,
 }
-
-/// Packet buffers [`TcpSynth`] keeps for reuse.
-const POOL: usize = 256;
 
 /// The initial sequence number of a direction: FNV-1a over both endpoints, or the fixed value.
 fn isn_for(cfg: &TcpCaptureConfig, src: SocketAddr, dst: SocketAddr) -> u32 {
@@ -190,15 +180,6 @@ impl TcpSynth {
             dirs: Dirs::default(),
             last_ts: 0,
             min_pending_ts: u64::MAX,
-            pool: Vec::new(),
-        }
-    }
-
-    /// Gives a written packet's buffer back for reuse.
-    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.pool.len() < POOL {
-            buf.clear();
-            self.pool.push(buf);
         }
     }
 
@@ -210,9 +191,10 @@ impl TcpSynth {
         }
     }
 
-    fn state(&mut self, key: FlowKey, src_local: bool) -> &mut DirState {
+    /// Where direction `key` is in [`Dirs`], created on first use.
+    fn dir_index(&mut self, key: FlowKey, src_local: bool) -> usize {
         let cfg = &self.cfg;
-        self.dirs.get_or_insert_with(key, || DirState {
+        self.dirs.index_or_insert(key, || DirState {
             isn: isn_for(cfg, key.0, key.1),
             rev_isn: isn_for(cfg, key.1, key.0),
             rev: None,
@@ -226,49 +208,51 @@ impl TcpSynth {
         })
     }
 
-    /// The ACK number of segments from `key.0` to `key.1`: the next sequence number of the
-    /// reverse direction (everything it emitted so far).
-    fn ack_for(&self, key: &FlowKey) -> u32 {
-        let Some(st) = self.dirs.get(key) else {
-            return isn_for(&self.cfg, key.1, key.0);
-        };
-        match st.rev.and_then(|j| self.dirs.all.get(j)) {
-            Some((_, r)) => r.isn.wrapping_add(r.sent as u32),
+    /// The ACK number of segments of direction `i`: the next sequence number of the reverse
+    /// direction (everything it emitted so far).
+    fn ack_for(&self, i: usize) -> u32 {
+        let st = &self.dirs.all[i].1;
+        match st.rev {
+            Some(j) => {
+                let r = &self.dirs.all[j].1;
+                r.isn.wrapping_add(r.sent as u32)
+            }
             None => st.rev_isn,
         }
     }
 
-    /// Appends the packets a (validated) TCP record releases to `out`.
-    pub(crate) fn push_into(&mut self, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {
+    /// Appends the pcap records of the packets a (validated) TCP record releases to `out`;
+    /// returns how many.
+    pub(crate) fn push(&mut self, rec: &RecordRef<'_>, out: &mut Vec<u8>) -> u64 {
         let Transport::Tcp { local, peer } = rec.transport else {
-            return;
+            return 0;
         };
         let (key, src_local) = match rec.dir {
             Direction::Tx => ((local, peer), true),
             Direction::Rx => ((peer, local), false),
         };
-        self.flush_stale(rec.ts_ns, out);
-        self.state(key, src_local);
+        let mut n = self.flush_stale(rec.ts_ns, out);
+        let i = self.dir_index(key, src_local);
         if rec.is_truncated() {
-            self.flush_key(&key, out);
-            self.push_truncated(key, rec, out);
+            n += self.flush_dir(i, out);
+            n += self.push_truncated(i, rec, out);
         } else {
-            self.push_complete(key, rec, out);
+            n += self.push_complete(i, rec, out);
             if self.cfg.hold_ns == 0 {
-                self.flush_key(&key, out);
+                n += self.flush_dir(i, out);
             }
         }
+        n
     }
 
-    fn push_complete(&mut self, key: FlowKey, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {
-        let mss = self.mss(&key);
-        let ack = self.ack_for(&key);
-        let data = &rec.data[..];
+    fn push_complete(&mut self, i: usize, rec: &RecordRef<'_>, out: &mut Vec<u8>) -> u64 {
+        let mss = self.mss(&self.dirs.all[i].0);
+        let ack = self.ack_for(i);
+        let data = rec.data;
+        let (key, st) = &mut self.dirs.all[i];
         let mut pos = 0usize;
+        let mut n = 0;
         loop {
-            let Some(st) = self.dirs.get_mut(&key) else {
-                return;
-            };
             let boundary = (st.sent / mss + 1) * mss;
             let need = (boundary - st.sent) as usize;
             if st.pending.len() + (data.len() - pos) < need {
@@ -277,23 +261,26 @@ impl TcpSynth {
                     st.pending_ts = rec.ts_ns;
                     self.min_pending_ts = self.min_pending_ts.min(rec.ts_ns);
                 }
-                return;
+                return n;
             }
             let take = need - st.pending.len();
-            let pending = std::mem::take(&mut st.pending);
+            // Taken out for the call and put back, so its buffer is kept.
+            let mut pending = std::mem::take(&mut st.pending);
             let psh = pos + take == data.len();
-            let pkt = segment(
-                self.pool.pop().unwrap_or_default(),
+            segment(
+                out,
                 st,
                 &mut self.last_ts,
-                &key,
+                key,
                 ack,
                 &[&pending, &data[pos..pos + take]],
                 need as u64,
                 psh,
                 rec.ts_ns,
             );
-            out.push(pkt);
+            pending.clear();
+            st.pending = pending;
+            n += 1;
             pos += take;
         }
     }
@@ -302,50 +289,46 @@ impl TcpSynth {
     /// captured bytes and reports at least one byte more than it carries (so the packet is
     /// marked as cut). The frame's remaining bytes are left out: the stream offset jumps to
     /// the frame's end, which shows as a sequence gap before the next segment.
-    fn push_truncated(&mut self, key: FlowKey, rec: &TraceRecord, out: &mut Vec<SynthPacket>) {
-        let mss = self.mss(&key);
+    fn push_truncated(&mut self, i: usize, rec: &RecordRef<'_>, out: &mut Vec<u8>) -> u64 {
+        let ack = self.ack_for(i);
+        let mss = self.mss(&self.dirs.all[i].0);
+        let (key, st) = &mut self.dirs.all[i];
         let max_payload = if key.0.is_ipv4() {
             MAX_PAYLOAD_V4
         } else {
             MAX_PAYLOAD_V6
         };
-        let ack = self.ack_for(&key);
         let orig = u64::from(rec.orig_len);
         let cap = rec.data.len() as u64;
         let reported = orig.min(mss.max(cap + 1)).min(max_payload);
         let captured = cap.min(reported - 1) as usize;
-        let Some(st) = self.dirs.get_mut(&key) else {
-            return;
-        };
-        let pkt = segment(
-            self.pool.pop().unwrap_or_default(),
+        segment(
+            out,
             st,
             &mut self.last_ts,
-            &key,
+            key,
             ack,
             &[&rec.data[..captured]],
             reported,
             reported == orig,
             rec.ts_ns,
         );
-        out.push(pkt);
         // `segment` advanced the offset by `reported`; skip the rest of the frame.
         st.sent += orig - reported;
+        1
     }
 
-    /// Emits the held partial segment of `key`, if any.
-    fn flush_key(&mut self, key: &FlowKey, out: &mut Vec<SynthPacket>) {
-        let ack = self.ack_for(key);
-        let Some(st) = self.dirs.get_mut(key) else {
-            return;
-        };
+    /// Emits the held partial segment of direction `i`, if any.
+    fn flush_dir(&mut self, i: usize, out: &mut Vec<u8>) -> u64 {
+        let ack = self.ack_for(i);
+        let (key, st) = &mut self.dirs.all[i];
         if st.pending.is_empty() {
-            return;
+            return 0;
         }
-        let pending = std::mem::take(&mut st.pending);
+        let mut pending = std::mem::take(&mut st.pending);
         let ts = st.pending_ts.max(self.last_ts);
-        let pkt = segment(
-            self.pool.pop().unwrap_or_default(),
+        segment(
+            out,
             st,
             &mut self.last_ts,
             key,
@@ -355,46 +338,60 @@ impl TcpSynth {
             true,
             ts,
         );
-        out.push(pkt);
+        pending.clear();
+        st.pending = pending;
+        1
     }
 
     /// Emits held segments older than the hold time at `now`, oldest first.
-    fn flush_stale(&mut self, now: u64, out: &mut Vec<SynthPacket>) {
+    fn flush_stale(&mut self, now: u64, out: &mut Vec<u8>) -> u64 {
         let hold = self.cfg.hold_ns;
         if self.min_pending_ts == u64::MAX || self.min_pending_ts.saturating_add(hold) >= now {
-            return;
+            return 0;
         }
-        let mut stale: Vec<(u64, FlowKey)> = self
+        let mut stale: Vec<(u64, FlowKey, usize)> = self
             .dirs
+            .all
             .iter()
-            .filter(|(_, st)| !st.pending.is_empty() && st.pending_ts.saturating_add(hold) < now)
-            .map(|(k, st)| (st.pending_ts, *k))
+            .enumerate()
+            .filter(|(_, (_, st))| {
+                !st.pending.is_empty() && st.pending_ts.saturating_add(hold) < now
+            })
+            .map(|(i, (k, st))| (st.pending_ts, *k, i))
             .collect();
         stale.sort();
-        for (_, key) in stale {
-            self.flush_key(&key, out);
+        let mut n = 0;
+        for (_, _, i) in stale {
+            n += self.flush_dir(i, out);
         }
         self.min_pending_ts = self
             .dirs
+            .all
             .iter()
             .map(|(_, st)| st)
             .filter(|st| !st.pending.is_empty())
             .map(|st| st.pending_ts)
             .min()
             .unwrap_or(u64::MAX);
+        n
     }
 
-    /// Emits every held segment, oldest first.
-    pub(crate) fn flush_all(&mut self) -> Vec<SynthPacket> {
-        let mut out = Vec::new();
-        self.flush_stale(u64::MAX, &mut out);
+    /// Emits every held segment, oldest first; returns how many.
+    pub(crate) fn flush_all(&mut self, out: &mut Vec<u8>) -> u64 {
+        let mut n = self.flush_stale(u64::MAX, out);
         // Held segments stamped at u64::MAX - hold or later (never in practice) still go.
-        let mut keys: Vec<FlowKey> = self.dirs.iter().map(|(k, _)| *k).collect();
+        let mut keys: Vec<(FlowKey, usize)> = self
+            .dirs
+            .all
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (*k, i))
+            .collect();
         keys.sort();
-        for key in keys {
-            self.flush_key(&key, &mut out);
+        for (_, i) in keys {
+            n += self.flush_dir(i, out);
         }
-        out
+        n
     }
 }
 
@@ -411,13 +408,14 @@ impl Pseudo<'_> {
     }
 }
 
-/// Builds one segment of `key` starting at its current stream offset and advances the
-/// offset by `reported` payload bytes, from the direction's header template: the same bytes
-/// [`segment_slow`] builds field by field. `parts` are the captured payload bytes (their
-/// total may be below `reported` for a snapped frame).
+/// Appends the pcap record of one segment of `key` to `out` (the record header, then the
+/// packet) and advances the direction's stream offset by `reported` payload bytes. The
+/// packet starts at the current offset and is built from the direction's header template:
+/// the same bytes [`segment_slow`] builds field by field. `parts` are the captured payload
+/// bytes (their total may be below `reported` for a snapped frame).
 #[allow(clippy::too_many_arguments)]
 fn segment(
-    mut p: Vec<u8>,
+    out: &mut Vec<u8>,
     st: &mut DirState,
     last_ts: &mut u64,
     key: &FlowKey,
@@ -426,7 +424,7 @@ fn segment(
     reported: u64,
     psh: bool,
     ts_ns: u64,
-) -> SynthPacket {
+) {
     let v4 = key.0.is_ipv4() && key.1.is_ipv4();
     let ip_len = if v4 { IPV4_LEN } else { IPV6_LEN };
     let tcp_start = ETH_LEN + ip_len;
@@ -468,9 +466,16 @@ fn segment(
     let complete = captured as u64 == reported;
     let flags = TCP_ACK | if psh { TCP_PSH } else { 0 };
     let tcp_len = TCP_LEN as u64 + reported;
-    p.clear();
-    p.reserve(tcp_start + TCP_LEN + captured);
-    p.extend_from_slice(&st.tmpl);
+    let incl = tcp_start + TCP_LEN + captured;
+    out.reserve(16 + incl);
+    out.extend_from_slice(&pcap_record_header(
+        ts_ns,
+        incl,
+        (tcp_start as u64 + tcp_len) as u32,
+    ));
+    let start = out.len();
+    out.extend_from_slice(&st.tmpl);
+    let p = &mut out[start..];
     if v4 {
         let ip = &mut p[ETH_LEN..ETH_LEN + IPV4_LEN];
         ip[2..4].copy_from_slice(&((IPV4_LEN as u64 + tcp_len) as u16).to_be_bytes());
@@ -485,21 +490,16 @@ fn segment(
     tcp[8..12].copy_from_slice(&ack.to_be_bytes());
     tcp[13] = flags;
     for part in parts {
-        p.extend_from_slice(part);
+        out.extend_from_slice(part);
     }
     if complete {
+        let tcp = start + tcp_start;
         let acc = sum16(
             st.pseudo_sum + (tcp_len >> 16) + (tcp_len & 0xffff),
-            &p[tcp_start..],
+            &out[tcp..],
         );
         let csum = fold(acc);
-        p[tcp_start + 16..tcp_start + 18].copy_from_slice(&csum.to_be_bytes());
-    }
-    let orig_len = (ETH_LEN + ip_len) as u64 + tcp_len;
-    SynthPacket {
-        ts_ns,
-        data: p,
-        orig_len: orig_len as u32,
+        out[tcp + 16..tcp + 18].copy_from_slice(&csum.to_be_bytes());
     }
 }
 
@@ -627,9 +627,9 @@ mod tests {
         }
     }
 
-    /// The template path builds exactly the bytes of the field-by-field path: IPv4 and IPv6,
-    /// either direction, complete and snapped segments, PSH or not, sizes up to the largest
-    /// IP datagram, IP IDs wrapping.
+    /// The template path writes exactly the bytes of the field-by-field path (after the pcap
+    /// record header): IPv4 and IPv6, either direction, complete and snapped segments, PSH or
+    /// not, sizes up to the largest IP datagram, IP IDs wrapping.
     #[test]
     fn template_segments_equal_field_by_field_ones() {
         let payload: Vec<u8> = (0..65_535u32).map(|i| (i * 31 % 253) as u8).collect();
@@ -672,8 +672,9 @@ mod tests {
                     let parts: [&[u8]; 2] = [&payload[..cap / 2], &payload[cap / 2..cap]];
                     let psh = i % 2 == 0;
                     let ts = 1_000 + i as u64;
-                    let fast = segment(
-                        Vec::new(),
+                    let mut fast = Vec::new();
+                    segment(
+                        &mut fast,
                         &mut a,
                         &mut ta,
                         &key,
@@ -694,7 +695,10 @@ mod tests {
                         psh,
                         ts,
                     );
-                    assert_eq!(fast, slow, "{key:?} {src_local} segment {i}");
+                    let mut slow_rec =
+                        pcap_record_header(slow.ts_ns, slow.data.len(), slow.orig_len).to_vec();
+                    slow_rec.extend_from_slice(&slow.data);
+                    assert_eq!(fast, slow_rec, "{key:?} {src_local} segment {i}");
                     assert_eq!((a.sent, a.ip_id, ta), (b.sent, b.ip_id, tb));
                 }
             }

@@ -6,9 +6,9 @@ use pcap_file::pcap::PcapHeader;
 use pcap_file::{DataLink, Endianness, TsResolution};
 
 use super::ib::IbSynth;
-use super::tcp::{SynthPacket, TcpSynth};
+use super::tcp::TcpSynth;
 use super::{
-    TraceError, TraceRecord, Transport, DEFAULT_MSS_V4, DEFAULT_MSS_V6, LINKTYPE_ERF,
+    RecordRef, TraceError, TraceRecord, Transport, DEFAULT_MSS_V4, DEFAULT_MSS_V6, LINKTYPE_ERF,
     LINKTYPE_ETHERNET, PCAP_SNAPLEN,
 };
 
@@ -68,8 +68,9 @@ pub struct PcapSink<W: Write> {
     out: Option<W>,
     synth: Synth,
     stats: SinkStats,
-    /// The packets of the record being written (kept to spare an allocation per record).
-    scratch: Vec<SynthPacket>,
+    /// pcap records not yet written to `out`: the synthesizers build packets here, and the
+    /// output takes them [`GATHER`] bytes at a time.
+    buf: Vec<u8>,
 }
 
 /// Writes the file header: nanosecond magic, version 2.4, [`PCAP_SNAPLEN`], little-endian.
@@ -85,26 +86,23 @@ fn start<W: Write>(mut out: W, datalink: DataLink) -> Result<W, TraceError> {
     Ok(out)
 }
 
-/// Writes one record: the 16-byte record header (seconds, nanoseconds, captured length,
-/// length on the wire; little-endian) and the packet bytes.
-fn write_record<W: Write>(out: &mut W, p: &SynthPacket) -> Result<(), TraceError> {
-    let secs =
-        u32::try_from(p.ts_ns / 1_000_000_000).map_err(|_| TraceError::Timestamp(p.ts_ns))?;
-    let nanos = (p.ts_ns % 1_000_000_000) as u32;
-    let incl = u32::try_from(p.data.len()).unwrap_or(u32::MAX);
-    if incl > PCAP_SNAPLEN || incl > p.orig_len {
-        // The synthesizers never build such packets.
-        return Err(TraceError::Config("packet longer than the snap length"));
-    }
+/// The 16-byte header of a pcap record (seconds, nanoseconds, captured length, length on the
+/// wire; little-endian) of a packet of `incl` captured bytes. The sink checked the timestamp
+/// ([`PcapSink::write`]); the synthesizers never build a packet longer than [`PCAP_SNAPLEN`] or
+/// than its length on the wire.
+pub(crate) fn pcap_record_header(ts_ns: u64, incl: usize, orig_len: u32) -> [u8; 16] {
+    debug_assert!(ts_ns / 1_000_000_000 <= u64::from(u32::MAX));
+    debug_assert!(incl <= PCAP_SNAPLEN as usize && incl <= orig_len as usize);
     let mut hdr = [0u8; 16];
-    hdr[0..4].copy_from_slice(&secs.to_le_bytes());
-    hdr[4..8].copy_from_slice(&nanos.to_le_bytes());
-    hdr[8..12].copy_from_slice(&incl.to_le_bytes());
-    hdr[12..16].copy_from_slice(&p.orig_len.to_le_bytes());
-    out.write_all(&hdr)?;
-    out.write_all(&p.data)?;
-    Ok(())
+    hdr[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
+    hdr[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
+    hdr[8..12].copy_from_slice(&(incl as u32).to_le_bytes());
+    hdr[12..16].copy_from_slice(&orig_len.to_le_bytes());
+    hdr
 }
+
+/// Bytes of pcap records a sink gathers before it writes them to its output.
+const GATHER: usize = 32 << 10;
 
 impl<W: Write> PcapSink<W> {
     /// A `LINKTYPE_ETHERNET` capture of RDS/TCP records. Each record's frame is appended to
@@ -155,7 +153,7 @@ impl<W: Write> PcapSink<W> {
             out: Some(start(out, DataLink::ETHERNET)?),
             synth: Synth::Tcp(Box::new(TcpSynth::new(cfg))),
             stats: SinkStats::default(),
-            scratch: Vec::new(),
+            buf: Vec::new(),
         })
     }
 
@@ -190,7 +188,7 @@ impl<W: Write> PcapSink<W> {
             out: Some(start(out, DataLink::ERF)?),
             synth: Synth::Ib(IbSynth::default()),
             stats: SinkStats::default(),
-            scratch: Vec::new(),
+            buf: Vec::new(),
         })
     }
 
@@ -204,13 +202,18 @@ impl<W: Write> PcapSink<W> {
 
     /// Whether `rec`'s transport belongs in this capture.
     pub fn accepts(&self, rec: &TraceRecord) -> bool {
+        self.holds(&rec.transport)
+    }
+
+    fn holds(&self, t: &Transport) -> bool {
         matches!(
-            (&self.synth, rec.transport),
+            (&self.synth, t),
             (Synth::Tcp(_), Transport::Tcp { .. }) | (Synth::Ib(_), Transport::Ib { .. })
         )
     }
 
-    /// Adds one record. Records should come in timestamp order.
+    /// Adds one record. Records should come in timestamp order. The packets are gathered
+    /// and written to the output in pieces of 32 KiB, and at [`PcapSink::flush`].
     ///
     /// # Errors
     /// [`TraceError::Record`] if the record fails [`TraceRecord::validate`],
@@ -218,7 +221,12 @@ impl<W: Write> PcapSink<W> {
     /// [`TraceError::Timestamp`] past the year 2106, [`TraceError::Pcap`] on output errors,
     /// [`TraceError::Finished`] after [`PcapSink::finish`] failed half-way.
     pub fn write(&mut self, rec: &TraceRecord) -> Result<(), TraceError> {
-        if !self.accepts(rec) {
+        self.write_ref(&rec.view())
+    }
+
+    /// [`PcapSink::write`] of a borrowed record.
+    pub(crate) fn write_ref(&mut self, rec: &RecordRef<'_>) -> Result<(), TraceError> {
+        if !self.holds(&rec.transport) {
             let record = match rec.transport {
                 Transport::Tcp { .. } => "tcp",
                 Transport::Ib { .. } => "ib",
@@ -236,36 +244,26 @@ impl<W: Write> PcapSink<W> {
         if self.out.is_none() {
             return Err(TraceError::Finished);
         }
-        let mut packets = std::mem::take(&mut self.scratch);
-        match &mut self.synth {
-            Synth::Tcp(t) => t.push_into(rec, &mut packets),
-            Synth::Ib(i) => packets.extend(i.push(rec)),
-        }
+        self.stats.packets += match &mut self.synth {
+            Synth::Tcp(t) => t.push(rec, &mut self.buf),
+            Synth::Ib(i) => u64::from(i.push(rec, &mut self.buf)),
+        };
         self.stats.records += 1;
         if rec.is_truncated() {
             self.stats.truncated += 1;
         }
-        self.emit(packets)
-    }
-
-    /// Writes `packets` (and keeps the emptied vector for the next record).
-    fn emit(&mut self, mut packets: Vec<SynthPacket>) -> Result<(), TraceError> {
-        let res = self.emit_all(&mut packets);
-        packets.clear();
-        self.scratch = packets;
-        res
-    }
-
-    fn emit_all(&mut self, packets: &mut Vec<SynthPacket>) -> Result<(), TraceError> {
-        let out = self.out.as_mut().ok_or(TraceError::Finished)?;
-        for p in packets.drain(..) {
-            write_record(out, &p)?;
-            self.stats.packets += 1;
-            if let Synth::Tcp(t) = &mut self.synth {
-                t.recycle(p.data);
-            }
+        if self.buf.len() >= GATHER {
+            self.write_out()?;
         }
         Ok(())
+    }
+
+    /// Writes the gathered records to the output (they are gone either way).
+    fn write_out(&mut self) -> Result<(), TraceError> {
+        let out = self.out.as_mut().ok_or(TraceError::Finished)?;
+        let res = out.write_all(&self.buf);
+        self.buf.clear();
+        Ok(res?)
     }
 
     /// Writes every held partial segment and flushes the output.
@@ -273,11 +271,10 @@ impl<W: Write> PcapSink<W> {
     /// # Errors
     /// Output errors.
     pub fn flush(&mut self) -> Result<(), TraceError> {
-        let packets = match &mut self.synth {
-            Synth::Tcp(t) => t.flush_all(),
-            Synth::Ib(_) => Vec::new(),
-        };
-        self.emit(packets)?;
+        if let Synth::Tcp(t) = &mut self.synth {
+            self.stats.packets += t.flush_all(&mut self.buf);
+        }
+        self.write_out()?;
         if let Some(out) = self.out.as_mut() {
             out.flush()?;
         }
