@@ -1,7 +1,9 @@
-//! Capture synthesis benchmark: one tap batch of RDS/TCP trace records (1 KiB messages on four
-//! lanes, as `capture_overhead` sends them) turned into pcap packets by
-//! [`rds_core::trace::Capture`], at the default snap length and at 128 bytes. This is the
-//! work of a node's trace session thread per batch. `cargo bench -p rds-core --bench trace`.
+//! Capture benchmarks, at the default snap length and at 128 bytes:
+//! - `capture`: one batch of RDS/TCP trace records (1 KiB messages on four lanes, as
+//!   `capture_overhead` sends them) turned into pcap packets by [`rds_core::trace::Capture`];
+//! - `pipeline`: the tap's data-path side and the session thread's side of a capture file.
+//!
+//! `cargo bench -p rds-core --bench trace`.
 
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
@@ -76,21 +78,21 @@ impl std::io::Write for Gather {
     }
 }
 
+/// A capture of RDS/TCP frames into a [`Gather`].
+fn capture_file() -> Capture<Gather> {
+    let out = Gather {
+        buf: vec![0; 4 << 20],
+        at: 0,
+    };
+    Capture::new(out, CaptureLink::Tcp, None, TcpCaptureConfig::default()).unwrap()
+}
+
 fn capture(c: &mut Criterion) {
     let mut g = c.benchmark_group("capture");
     for (name, snaplen) in [("1k_whole", 1 << 20), ("1k_snap128", 128)] {
         let (data, n) = batch(1024, snaplen);
         g.throughput(Throughput::Elements(n));
-        let mut cap = Capture::new(
-            Gather {
-                buf: vec![0; 4 << 20],
-                at: 0,
-            },
-            CaptureLink::Tcp,
-            None,
-            TcpCaptureConfig::default(),
-        )
-        .unwrap();
+        let mut cap = capture_file();
         g.bench_function(name, |b| {
             b.iter(|| cap.write_batch(black_box(&data[..])).unwrap())
         });
@@ -98,10 +100,11 @@ fn capture(c: &mut Criterion) {
     g.finish();
 }
 
-/// The data path's side: transmit passes of eight 1 KiB frames recorded through [`TxFrames`]
-/// (as the TCP transport does), the consumer taking the batches every 512 frames.
-fn tap(c: &mut Criterion) {
-    let mut g = c.benchmark_group("tap");
+/// The whole path of a capture file: transmit passes of eight 1 KiB frames recorded through
+/// [`TxFrames`] (as the TCP transport does), and every 512 frames the session thread's part:
+/// the chunks taken ([`Tap::take_chunks`]) and written by [`Capture::write_chunk`].
+fn pipeline(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pipeline");
     let local = SocketAddr::new("127.7.9.1".parse().unwrap(), 40001);
     let peer = SocketAddr::new("127.7.9.2".parse().unwrap(), 16385);
     let payload = Bytes::from(vec![0x5au8; 1024]);
@@ -111,6 +114,7 @@ fn tap(c: &mut Criterion) {
         let t = Tap::default();
         t.start(snaplen, 1 << 20, TapFilter::default()).unwrap();
         let mut frames = TxFrames::default();
+        let mut cap = capture_file();
         g.throughput(Throughput::Elements(512));
         g.bench_function(name, |b| {
             b.iter(|| {
@@ -120,8 +124,9 @@ fn tap(c: &mut Criterion) {
                     }
                     frames.record(&t, local.ip(), peer.ip(), 1, local, peer);
                 }
-                for batch in t.take_batches(Duration::ZERO).unwrap() {
-                    t.recycle(black_box(batch).data);
+                for chunk in t.take_chunks(Duration::ZERO).unwrap() {
+                    cap.write_chunk(&chunk).unwrap();
+                    t.recycle_chunk(chunk);
                 }
             })
         });
@@ -135,6 +140,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    targets = capture, tap
+    targets = capture, pipeline
 }
 criterion_main!(benches);

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{read_frame, write_frame, FdReader, FrameError, InfoSnapshot, Reply, Request, SockOpt};
-use crate::node::tap::{self, TapBatch, TapFilter};
+use crate::node::tap::{self, TapBatch, TapChunk, TapFilter};
 use crate::node::{Inner, Node, Owner};
 use crate::proto::{Received, TransportKind};
 use crate::socket::{RecvFlags, Socket};
@@ -375,17 +375,20 @@ fn trace(
                 }
             }
         }
-        let Some(batches) = node.tap().take_batches(TRACE_BATCH_WAIT) else {
-            break;
-        };
         match &mut sink {
             TraceSink::Stream => {
+                let Some(batches) = node.tap().take_batches(TRACE_BATCH_WAIT) else {
+                    break;
+                };
                 if send_batches(stream, node, batches).is_err() {
                     alive = false;
                 }
             }
             TraceSink::File(c) => {
-                write_batches(c, node, batches, &mut write_error);
+                let Some(chunks) = node.tap().take_chunks(TRACE_BATCH_WAIT) else {
+                    break;
+                };
+                write_chunks(c, node, chunks, &mut write_error);
                 if write_error.is_none() && last_flush.elapsed() >= FILE_FLUSH {
                     last_flush = std::time::Instant::now();
                     write_error = c.flush().err();
@@ -404,17 +407,27 @@ fn trace(
     let _ = sys::set_thread_idle(false);
     // Deliver the frames captured before the stop (they are counted as captured), then end;
     // the queue is emptied either way so that the next session starts empty.
-    while let Some(batches) = node.tap().take_batches(Duration::ZERO) {
-        if batches.is_empty() {
-            break;
-        }
-        match &mut sink {
-            TraceSink::Stream => {
-                if alive && send_batches(stream, node, batches).is_err() {
-                    alive = false;
+    loop {
+        let more = match &mut sink {
+            TraceSink::Stream => match node.tap().take_batches(Duration::ZERO) {
+                Some(batches) if !batches.is_empty() => {
+                    if alive && send_batches(stream, node, batches).is_err() {
+                        alive = false;
+                    }
+                    true
                 }
-            }
-            TraceSink::File(c) => write_batches(c, node, batches, &mut write_error),
+                _ => false,
+            },
+            TraceSink::File(c) => match node.tap().take_chunks(Duration::ZERO) {
+                Some(chunks) if !chunks.is_empty() => {
+                    write_chunks(c, node, chunks, &mut write_error);
+                    true
+                }
+                _ => false,
+            },
+        };
+        if !more {
+            break;
         }
     }
     let written = match sink {
@@ -447,21 +460,21 @@ fn trace(
     alive
 }
 
-/// Writes each batch into the capture file (nothing more after the first write error) and
-/// gives the buffers back to the tap.
-fn write_batches(
+/// Writes each chunk into the capture file, reading the records in place (nothing more after
+/// the first write error), and gives the buffers back to the tap.
+fn write_chunks(
     c: &mut Capture<CaptureFile>,
     node: &Node,
-    batches: Vec<TapBatch>,
+    chunks: Vec<TapChunk>,
     write_error: &mut Option<TraceError>,
 ) {
-    for b in batches {
+    for chunk in chunks {
         if write_error.is_none() {
-            if let Err(e) = c.write_batch(&b.data) {
+            if let Err(e) = c.write_chunk(&chunk) {
                 *write_error = Some(e);
             }
         }
-        node.tap().recycle(b.data);
+        node.tap().recycle_chunk(chunk);
     }
 }
 

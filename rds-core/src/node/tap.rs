@@ -8,10 +8,12 @@
 //! [`CHUNK_SIZE`] record bytes: one lock, one timestamp, the fixed part and the 48 header bytes
 //! copied, and the payload (cut at the snap length first) either copied too (short ones, and
 //! transports that reuse their buffers) or, when the transport holds it in a [`Bytes`] and it
-//! is long, kept by reference: the data path does not copy it. The consumer takes whole chunks
-//! ([`Tap::take_batches`]), which it flattens into records back to back (copying the payloads
-//! kept by reference, on its own thread, outside the lock); the control server writes each
-//! batch as one control frame ([`crate::ctl::Reply::TraceFrames`]) or into the capture file.
+//! is long, kept by reference: the data path does not copy it. The consumer takes whole chunks,
+//! on its own thread, outside the lock: to send them as control frames
+//! ([`crate::ctl::Reply::TraceFrames`]) the control server takes them flattened into records
+//! back to back ([`Tap::take_batches`], which copies the payloads kept by reference); to write
+//! a capture file it reads the records in place ([`Tap::take_chunks`], [`TapChunk::records`]),
+//! so a payload is copied once, into the file's buffer.
 //! The queue is bounded in frames and bytes (payloads kept by reference count in full); when
 //! the consumer falls behind, frames are dropped and counted, never blocking the data path,
 //! and until the consumer takes records again the data path counts them with one atomic
@@ -289,7 +291,9 @@ pub enum RecordDecodeError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TapFrameRef<'a> {
     head: &'a [u8; REC_HDR_LEN],
+    /// The captured bytes: `data` then `tail` (a payload kept by reference, in a chunk).
     data: &'a [u8],
+    tail: &'a [u8],
 }
 
 impl<'a> TapFrameRef<'a> {
@@ -372,9 +376,11 @@ impl<'a> TapFrameRef<'a> {
         self.le32(4)
     }
 
-    /// Header and payload, cut at the snap length.
-    pub fn data(&self) -> &'a [u8] {
-        self.data
+    /// Header and payload, cut at the snap length, in two pieces: the first holds at least
+    /// the header; the second is empty, or the payload when the record (in a [`TapChunk`])
+    /// keeps it by reference.
+    pub fn bytes(&self) -> [&'a [u8]; 2] {
+        [self.data, self.tail]
     }
 
     /// The record as an owned frame whose bytes are `data`.
@@ -393,23 +399,36 @@ impl<'a> TapFrameRef<'a> {
 }
 
 /// Decodes the record at `off` of `batch`: the record and the offset of the next one, `None`
-/// at the end, or why the record is malformed.
-fn decode_at(
-    batch: &[u8],
+/// at the end, or why the record is malformed. `shared` is the next payload kept by reference
+/// of a chunk (offset in `batch` where it belongs, and its bytes): when that offset falls in
+/// this record, the record's bytes are the inline ones up to it, then the shared payload.
+fn decode_at<'a>(
+    batch: &'a [u8],
     off: usize,
-) -> Option<Result<(TapFrameRef<'_>, usize), RecordDecodeError>> {
+    shared: Option<&'a (usize, Bytes)>,
+) -> Option<Result<(TapFrameRef<'a>, usize), RecordDecodeError>> {
     let rest = batch.get(off..).filter(|r| !r.is_empty())?;
     let Some((head, rest)) = rest.split_first_chunk::<REC_HDR_LEN>() else {
         return Some(Err(RecordDecodeError::Truncated(off)));
     };
     let cap = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    let Some(data) = rest.get(..cap) else {
+    let start = off + REC_HDR_LEN;
+    let (inline, tail) = match shared {
+        Some((at, b)) if *at <= start + cap => {
+            match at.checked_sub(start).filter(|n| n + b.len() == cap) {
+                Some(n) => (n, &b[..]),
+                None => return Some(Err(RecordDecodeError::Truncated(off))),
+            }
+        }
+        _ => (cap, &[][..]),
+    };
+    let Some(data) = rest.get(..inline) else {
         return Some(Err(RecordDecodeError::Truncated(off)));
     };
     if head[16] > 1 || !matches!(head[18], T_LOOPBACK | T_TCP | T_IB) {
         return Some(Err(RecordDecodeError::BadCode(off)));
     }
-    Some(Ok((TapFrameRef { head, data }, off + REC_HDR_LEN + cap)))
+    Some(Ok((TapFrameRef { head, data, tail }, start + inline)))
 }
 
 /// Decodes a batch of binary trace records (see [`REC_HDR_LEN`]), borrowing each frame's
@@ -429,7 +448,7 @@ impl<'a> Iterator for RecordRefIter<'a> {
     type Item = Result<TapFrameRef<'a>, RecordDecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let r = decode_at(self.batch, self.off)?;
+        let r = decode_at(self.batch, self.off, None)?;
         // Any error ends the batch.
         self.off = match &r {
             Ok((_, next)) => *next,
@@ -457,7 +476,7 @@ impl Iterator for RecordIter {
     type Item = Result<TapFrame, RecordDecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (f, next) = match decode_at(&self.batch, self.off)? {
+        let (f, next) = match decode_at(&self.batch, self.off, None)? {
             Ok(r) => r,
             Err(e) => {
                 // Any error ends the batch.
@@ -468,6 +487,64 @@ impl Iterator for RecordIter {
         let frame = f.with_data(self.batch.slice(next - f.data.len()..next));
         self.off = next;
         Some(Ok(frame))
+    }
+}
+
+/// Trace records taken from the tap as the data path wrote them ([`Tap::take_chunks`]): the
+/// long payloads it kept by reference are not copied into the records; [`TapChunk::records`]
+/// reads them where they are.
+#[derive(Debug)]
+pub struct TapChunk(Chunk);
+
+impl TapChunk {
+    /// Records in the chunk.
+    pub fn frames(&self) -> u32 {
+        self.0.frames
+    }
+
+    /// The records back to back, as [`Tap::take_batches`] gives them (the payloads kept by
+    /// reference are copied).
+    pub fn into_batch(self) -> TapBatch {
+        self.0.flatten(Vec::new()).0
+    }
+
+    /// The records, in order, read in place (see [`decode_record_refs`]).
+    pub fn records(&self) -> ChunkRecords<'_> {
+        ChunkRecords {
+            data: &self.0.data,
+            shared: &self.0.shared,
+            off: 0,
+        }
+    }
+}
+
+/// Iterator of [`TapChunk::records`].
+#[derive(Debug)]
+pub struct ChunkRecords<'a> {
+    data: &'a [u8],
+    /// Payloads kept by reference not reached yet.
+    shared: &'a [(usize, Bytes)],
+    off: usize,
+}
+
+impl<'a> Iterator for ChunkRecords<'a> {
+    type Item = Result<TapFrameRef<'a>, RecordDecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match decode_at(self.data, self.off, self.shared.first())? {
+            Ok((f, next)) => {
+                if !f.tail.is_empty() {
+                    self.shared = &self.shared[1..];
+                }
+                self.off = next;
+                Some(Ok(f))
+            }
+            Err(e) => {
+                // Any error ends the chunk.
+                self.off = self.data.len();
+                Some(Err(e))
+            }
+        }
     }
 }
 
@@ -974,6 +1051,20 @@ impl Tap {
         Some(chunks.into_iter().map(|c| self.flatten(c)).collect())
     }
 
+    /// [`Tap::take_batches`] without flattening: the records as the data path wrote them, for
+    /// a consumer that reads them in place (no copy of the payloads kept by reference). Give
+    /// each chunk back with [`Tap::recycle_chunk`].
+    pub fn take_chunks(&self, timeout: Duration) -> Option<Vec<TapChunk>> {
+        let chunks = self.take_inner(None, timeout)?;
+        Some(chunks.into_iter().map(TapChunk).collect())
+    }
+
+    /// Returns a taken chunk's buffer to the session for reuse (and lets go of the payloads
+    /// it kept).
+    pub fn recycle_chunk(&self, c: TapChunk) {
+        self.recycle(c.0.data);
+    }
+
     /// Flattens a chunk outside the lock (the copies of shared payloads are the consumer's
     /// work, not the data path's), into a recycled buffer.
     fn flatten(&self, c: Chunk) -> TapBatch {
@@ -1319,12 +1410,9 @@ mod tests {
         assert!(tap.take_batches(Duration::ZERO).is_none());
     }
 
-    /// Long payloads are kept by reference and short ones copied; the batches come out as the
-    /// same records `encode_record` writes, cut at the snap length, whatever the mix.
-    #[test]
-    fn shared_payloads_flatten_to_the_same_records() {
-        let tap = Tap::default();
-        tap.start(48 + 700, 1 << 16, TapFilter::default()).unwrap();
+    /// Records received frames with payloads long and short into `tap` (snap length 48 + 700);
+    /// returns the records `encode_record` writes for them (timestamps zero) and how many.
+    fn record_mix(tap: &Tap) -> (Vec<u8>, u32) {
         let mut want = Vec::new();
         let mut frames = 0;
         for (i, len) in [0usize, 10, 255, 256, 1000, 5, 70_000, 300]
@@ -1335,7 +1423,7 @@ mod tests {
             hdr[..8].copy_from_slice(&(i as u64).to_be_bytes());
             let payload: Bytes = (0..*len).map(|x| (x * 31 + i) as u8).collect();
             let (local, peer) = endpoints();
-            record_rx(&tap, 1, [(&hdr[..], &payload)]);
+            record_rx(tap, 1, [(&hdr[..], &payload)]);
             let keep = (*len).min(700);
             let mut data = hdr.to_vec();
             data.extend_from_slice(&payload[..keep]);
@@ -1352,11 +1440,108 @@ mod tests {
             encode_record(&mut want, &f);
             frames += 1;
         }
+        (want, frames)
+    }
+
+    /// Long payloads are kept by reference and short ones copied; the batches come out as the
+    /// same records `encode_record` writes, cut at the snap length, whatever the mix.
+    #[test]
+    fn shared_payloads_flatten_to_the_same_records() {
+        let tap = Tap::default();
+        tap.start(48 + 700, 1 << 16, TapFilter::default()).unwrap();
+        let (want, frames) = record_mix(&tap);
         let b = tap.take_batches(Duration::ZERO).unwrap();
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].frames, frames);
         // The timestamps differ: compare with them zeroed.
         assert_eq!(without_ts(b[0].data.clone()), want);
+    }
+
+    /// A chunk read in place gives the records of the flattened batch, field by field, with
+    /// the payloads kept by reference as the second piece of their bytes.
+    #[test]
+    fn chunk_records_read_in_place_are_the_flattened_records() {
+        let tap = Tap::default();
+        tap.start(48 + 700, 1 << 16, TapFilter::default()).unwrap();
+        let (want, frames) = record_mix(&tap);
+        let chunks = tap.take_chunks(Duration::ZERO).unwrap();
+        assert_eq!(chunks.len(), 1);
+        let c = &chunks[0];
+        assert_eq!(c.frames(), frames);
+        // Kept by reference: the payloads of 256 bytes and more.
+        assert_eq!(c.0.shared.len(), 4);
+        let mut got = Vec::new();
+        let mut pieces = Vec::new();
+        let mut last_ts = 0;
+        for f in c.records() {
+            let f = f.unwrap();
+            let [a, b] = f.bytes();
+            pieces.push((a.len(), b.len()));
+            let mut data = a.to_vec();
+            data.extend_from_slice(b);
+            assert!(f.ts_ns() >= last_ts && f.ts_ns() > 0);
+            last_ts = f.ts_ns();
+            let mut frame = f.with_data(data.into());
+            frame.ts_ns = 0;
+            encode_record(&mut got, &frame);
+        }
+        assert_eq!(got, want);
+        let kept = |p: usize| (48, p);
+        assert_eq!(
+            pieces,
+            [
+                (48, 0),
+                (58, 0),
+                (303, 0),
+                kept(256),
+                kept(700),
+                (53, 0),
+                kept(700),
+                kept(300)
+            ]
+        );
+        // The same bytes as the flattened chunk.
+        let flat = chunks.into_iter().next().unwrap().into_batch();
+        assert_eq!(without_ts(flat.data), want);
+    }
+
+    /// A chunk whose payload kept by reference does not fit its record ends with an error.
+    #[test]
+    fn a_chunk_with_a_misplaced_payload_is_an_error() {
+        let (local, peer) = endpoints();
+        let f = |data: &[u8]| TapFrame {
+            ts_ns: 1,
+            dir: Dir::Tx,
+            laddr: local.ip(),
+            faddr: peer.ip(),
+            lane: 0,
+            transport: TapTransport::Tcp { local, peer },
+            orig_len: 48 + 300,
+            data: Bytes::copy_from_slice(data),
+        };
+        // A record that claims 348 captured bytes; only its 48 header bytes are inline.
+        let mut rec = Vec::new();
+        encode_record(&mut rec, &f(&[0u8; 348]));
+        rec.truncate(REC_HDR_LEN + 48);
+        for (at, len, ok) in [
+            (REC_HDR_LEN + 48, 300, true),
+            (REC_HDR_LEN + 48, 299, false),
+            (REC_HDR_LEN + 48, 301, false),
+            (REC_HDR_LEN + 47, 300, false),
+        ] {
+            let chunk = TapChunk(Chunk {
+                frames: 1,
+                data: rec.clone(),
+                shared: vec![(at, Bytes::from(vec![1u8; len]))],
+                size: 0,
+            });
+            let r: Vec<_> = chunk.records().collect();
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].is_ok(), ok, "{at} {len}");
+            if !ok {
+                assert_eq!(r[0], Err(RecordDecodeError::Truncated(0)));
+            }
+        }
     }
 
     /// The TCP endpoints of the tests' frames: local, peer.

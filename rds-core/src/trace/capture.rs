@@ -8,7 +8,7 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::{PcapSink, RecordRef, TcpCaptureConfig, TraceError, Transport};
-use crate::node::tap::decode_record_refs;
+use crate::node::tap::{decode_record_refs, RecordDecodeError, TapChunk, TapFrameRef};
 
 /// The transport whose frames a capture file holds (a pcap file has one link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,7 +123,23 @@ impl<W: Write> Capture<W> {
     /// # Errors
     /// Writing to the output failed (nothing more should be written).
     pub fn write_batch(&mut self, batch: &[u8]) -> Result<(), TraceError> {
-        for f in decode_record_refs(batch) {
+        self.write_records(decode_record_refs(batch))
+    }
+
+    /// [`Capture::write_batch`] of a chunk taken from the node's tap
+    /// ([`crate::node::tap::Tap::take_chunks`]), read in place.
+    ///
+    /// # Errors
+    /// Writing to the output failed (nothing more should be written).
+    pub fn write_chunk(&mut self, chunk: &TapChunk) -> Result<(), TraceError> {
+        self.write_records(chunk.records())
+    }
+
+    fn write_records<'a>(
+        &mut self,
+        records: impl Iterator<Item = Result<TapFrameRef<'a>, RecordDecodeError>>,
+    ) -> Result<(), TraceError> {
+        for f in records {
             if self.full() {
                 break;
             }

@@ -80,7 +80,7 @@ impl IbSynth {
         // dissector hands no payload on unless the whole LRH-declared packet is there), and
         // the ERF wire length keeps the real packet's size.
         let wire_len = ib_packet_len(rec.orig_len as usize);
-        let frag = rec.data.len();
+        let frag = rec.len();
         let pad = (4 - frag % 4) % 4;
         // LRH PktLen counts 4-byte words from the LRH through the ICRC.
         let words = (LRH_LEN + BTH_LEN + frag + pad + 4) / 4;
@@ -112,7 +112,9 @@ impl IbSynth {
         out.push(0);
         out.extend_from_slice(&(dqpn & 0xff_ffff).to_be_bytes()[1..]);
         out.extend_from_slice(&((1u32 << 31) | psn).to_be_bytes());
-        out.extend_from_slice(rec.data);
+        for p in rec.bytes {
+            out.extend_from_slice(p);
+        }
         out.resize(pkt + LRH_LEN + BTH_LEN + frag + pad, 0);
         // ICRC: the variant fields (LRH VL, BTH reserved byte) count as all ones.
         let mut masked = [0u8; LRH_LEN + BTH_LEN];

@@ -225,7 +225,7 @@ impl TraceRecord {
             lane: self.lane,
             transport: self.transport,
             orig_len: self.orig_len,
-            data: &self.data,
+            bytes: [&self.data, &[]],
         }
     }
 
@@ -272,7 +272,8 @@ pub(crate) struct RecordRef<'a> {
     pub lane: u8,
     pub transport: Transport,
     pub orig_len: u32,
-    pub data: &'a [u8],
+    /// The captured bytes, in two pieces (the second often empty).
+    pub bytes: [&'a [u8]; 2],
 }
 
 impl<'a> RecordRef<'a> {
@@ -284,13 +285,29 @@ impl<'a> RecordRef<'a> {
             lane: f.lane(),
             transport: transport_of(f.transport())?,
             orig_len: f.orig_len(),
-            data: f.data(),
+            bytes: f.bytes(),
         })
+    }
+
+    /// Captured bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes[0].len() + self.bytes[1].len()
+    }
+
+    /// Captured bytes `from..to` (within [`RecordRef::len`]), in at most two pieces.
+    pub(crate) fn range(&self, from: usize, to: usize) -> [&'a [u8]; 2] {
+        let [a, b] = self.bytes;
+        let cut = |p: &'a [u8], f: usize, t: usize| &p[f.min(p.len())..t.min(p.len())];
+        let n = a.len();
+        [
+            cut(a, from, to),
+            cut(b, from.saturating_sub(n), to.saturating_sub(n)),
+        ]
     }
 
     /// Whether the captured bytes are shorter than the frame.
     pub(crate) fn is_truncated(&self) -> bool {
-        (self.data.len() as u64) < u64::from(self.orig_len)
+        (self.len() as u64) < u64::from(self.orig_len)
     }
 
     /// Checks what the writers rely on; see [`RecordError`].
@@ -301,17 +318,27 @@ impl<'a> RecordRef<'a> {
         if (self.orig_len as usize) < HEADER_LEN {
             return Err(RecordError::FrameTooShort(self.orig_len));
         }
-        if self.data.len() < HEADER_LEN {
-            return Err(RecordError::HeaderNotCaptured(self.data.len()));
+        let len = self.len();
+        if len < HEADER_LEN {
+            return Err(RecordError::HeaderNotCaptured(len));
         }
-        if self.data.len() as u64 > u64::from(self.orig_len) {
+        if len as u64 > u64::from(self.orig_len) {
             return Err(RecordError::CapturedExceedsFrame {
-                captured: self.data.len(),
+                captured: len,
                 orig_len: self.orig_len,
             });
         }
-        let h_len =
-            u32::from_be_bytes([self.data[16], self.data[17], self.data[18], self.data[19]]);
+        // h_len: header bytes 16..20 (at least 48 bytes are there, mostly in the first piece).
+        let mut h = [0u8; 4];
+        match self.bytes[0].get(16..20) {
+            Some(b) => h.copy_from_slice(b),
+            None => {
+                let [a, b] = self.range(16, 20);
+                h[..a.len()].copy_from_slice(a);
+                h[a.len()..a.len() + b.len()].copy_from_slice(b);
+            }
+        }
+        let h_len = u32::from_be_bytes(h);
         match self.transport {
             Transport::Tcp { local, peer } => {
                 if local.is_ipv4() != peer.is_ipv4() {

@@ -248,15 +248,17 @@ impl TcpSynth {
     fn push_complete(&mut self, i: usize, rec: &RecordRef<'_>, out: &mut Vec<u8>) -> u64 {
         let mss = self.mss(&self.dirs.all[i].0);
         let ack = self.ack_for(i);
-        let data = rec.data;
+        let len = rec.len();
         let (key, st) = &mut self.dirs.all[i];
         let mut pos = 0usize;
         let mut n = 0;
         loop {
             let boundary = (st.sent / mss + 1) * mss;
             let need = (boundary - st.sent) as usize;
-            if st.pending.len() + (data.len() - pos) < need {
-                st.pending.extend_from_slice(&data[pos..]);
+            if st.pending.len() + (len - pos) < need {
+                for p in rec.range(pos, len) {
+                    st.pending.extend_from_slice(p);
+                }
                 if !st.pending.is_empty() {
                     st.pending_ts = rec.ts_ns;
                     self.min_pending_ts = self.min_pending_ts.min(rec.ts_ns);
@@ -266,14 +268,15 @@ impl TcpSynth {
             let take = need - st.pending.len();
             // Taken out for the call and put back, so its buffer is kept.
             let mut pending = std::mem::take(&mut st.pending);
-            let psh = pos + take == data.len();
+            let psh = pos + take == len;
+            let [a, b] = rec.range(pos, pos + take);
             segment(
                 out,
                 st,
                 &mut self.last_ts,
                 key,
                 ack,
-                &[&pending, &data[pos..pos + take]],
+                &[&pending, a, b],
                 need as u64,
                 psh,
                 rec.ts_ns,
@@ -299,7 +302,7 @@ impl TcpSynth {
             MAX_PAYLOAD_V6
         };
         let orig = u64::from(rec.orig_len);
-        let cap = rec.data.len() as u64;
+        let cap = rec.len() as u64;
         let reported = orig.min(mss.max(cap + 1)).min(max_payload);
         let captured = cap.min(reported - 1) as usize;
         segment(
@@ -308,7 +311,7 @@ impl TcpSynth {
             &mut self.last_ts,
             key,
             ack,
-            &[&rec.data[..captured]],
+            &rec.range(0, captured)[..if captured <= rec.bytes[0].len() { 1 } else { 2 }],
             reported,
             reported == orig,
             rec.ts_ns,
