@@ -1,7 +1,9 @@
-//! [`Capture`]: batches of binary trace records (as a node's tap hands them out) → one pcap
-//! file, with the counts a capture reports. The node runs it when it writes a capture file
-//! itself (the file descriptor came from `rds-trace` over the control socket), and
-//! `rds-trace` runs it when it streams a capture to its standard output.
+//! [`Capture`]: binary trace records → one pcap file, with the counts a capture reports. The
+//! node runs it when it writes a capture file itself (the file descriptor came from
+//! `rds-trace` over the control socket), on the tap's chunks read in place
+//! ([`Capture::write_chunk`]); `rds-trace` runs it when it streams a capture to its standard
+//! output, on the batches the node sent it ([`Capture::write_batch`]). Either way the records
+//! are read where they are, and each packet is built directly in the sink's output buffer.
 
 use std::io::Write;
 
