@@ -328,16 +328,11 @@ impl<'a> RecordRef<'a> {
                 orig_len: self.orig_len,
             });
         }
-        // h_len: header bytes 16..20 (at least 48 bytes are there, mostly in the first piece).
+        // h_len: header bytes 16..20 (at least 48 bytes are there, in either piece).
         let mut h = [0u8; 4];
-        match self.bytes[0].get(16..20) {
-            Some(b) => h.copy_from_slice(b),
-            None => {
-                let [a, b] = self.range(16, 20);
-                h[..a.len()].copy_from_slice(a);
-                h[a.len()..a.len() + b.len()].copy_from_slice(b);
-            }
-        }
+        let [a, b] = self.range(16, 20);
+        h[..a.len()].copy_from_slice(a);
+        h[a.len()..a.len() + b.len()].copy_from_slice(b);
         let h_len = u32::from_be_bytes(h);
         match self.transport {
             Transport::Tcp { local, peer } => {

@@ -311,7 +311,7 @@ impl TcpSynth {
             &mut self.last_ts,
             key,
             ack,
-            &rec.range(0, captured)[..if captured <= rec.bytes[0].len() { 1 } else { 2 }],
+            &rec.range(0, captured),
             reported,
             reported == orig,
             rec.ts_ns,
