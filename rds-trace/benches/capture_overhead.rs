@@ -18,7 +18,8 @@
 //! `/dev/shm` (memory) leaves the device out.
 //!
 //! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up);
-//! `RDS_BENCH_ROUNDS` (default 2, at most 10) sets how often the phases are interleaved.
+//! `RDS_BENCH_ROUNDS` (default 2, at most 10) sets how often the phases are interleaved, and
+//! `RDS_BENCH_SNAPLENS` (default `262144,128`) which snap lengths are captured with.
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
@@ -251,6 +252,16 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .filter(|r| (1..=10).contains(r))
         .unwrap_or(2);
+    let snaplens: Vec<String> = std::env::var("RDS_BENCH_SNAPLENS")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| x.parse::<u32>().is_ok())
+                .collect()
+        })
+        .filter(|v: &Vec<String>| !v.is_empty())
+        .unwrap_or_else(|| vec!["262144".into(), "128".into()]);
     let run = tempfile::tempdir().unwrap();
     let a = node("bench-a", A, run.path());
     let b = node("bench-b", B, run.path());
@@ -265,15 +276,16 @@ fn main() {
         let load = start_load(&a, &b, *size, 20000 + k as u16 * 1000);
         let file = out.path().join(format!("bench-{size}.pcap"));
         // Phases interleaved over rounds, so that drift and other load on the machine hit all.
-        let (mut base, mut full, mut small) = (Vec::new(), Vec::new(), Vec::new());
-        let mut file_mb = 0.0;
+        let mut base = Vec::new();
+        let mut captures: Vec<Vec<(Rate, u64, u64)>> = vec![Vec::new(); snaplens.len()];
+        let mut file_mb = vec![0.0; snaplens.len()];
         for _ in 0..rounds {
             base.push(load.measure(secs, None));
-            full.push(with_capture(&load, run.path(), &file, "262144", secs));
-            file_mb = std::fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e6;
-            let _ = std::fs::remove_file(&file);
-            small.push(with_capture(&load, run.path(), &file, "128", secs));
-            let _ = std::fs::remove_file(&file);
+            for (i, snap) in snaplens.iter().enumerate() {
+                captures[i].push(with_capture(&load, run.path(), &file, snap, secs));
+                file_mb[i] = std::fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e6;
+                let _ = std::fs::remove_file(&file);
+            }
         }
         base.push(load.measure(secs, None));
         load.stop();
@@ -297,7 +309,8 @@ fn main() {
             runs(&bps(&base)),
             base_cpu * 1e3
         );
-        for (name, v) in [("-s 262144", &full), ("-s 128   ", &small)] {
+        for ((snap, v), file_mb) in snaplens.iter().zip(&captures).zip(&file_mb) {
+            let name = format!("-s {snap:<6}");
             let rates: Vec<Rate> = v.iter().map(|x| x.0).collect();
             let cap: u64 = v.iter().map(|x| x.1).sum();
             let drop: u64 = v.iter().map(|x| x.2).sum();
@@ -311,8 +324,8 @@ fn main() {
                 tcpu(&rates) * 1e3,
                 pct(drop, cap + drop)
             );
+            println!("    (last capture file: {file_mb:.1} MB)");
         }
-        println!("  (last -s 262144 capture file: {file_mb:.1} MB)");
     }
     a.shutdown();
     b.shutdown();

@@ -11,10 +11,9 @@
 //!    ([`TraceOutput`], `SCM_RIGHTS`); the node answers [`Reply::TraceStarted`] with the link
 //!    type it writes, and rds-trace renames the file to its name. The node decodes its tap's
 //!    batches and writes the pcap file past the page cache (`O_DIRECT` where the file system
-//!    takes it) on threads at a lower priority (the writer at
-//!    [`rds_core::ctl::server::TRACE_NICE`], the session under `SCHED_IDLE` while it
-//!    captures), so the frames never cross a socket and the capture yields the CPU to the
-//!    traffic it observes.
+//!    takes it) on threads at a lower priority (the session thread and the writer under
+//!    `SCHED_IDLE` while they capture, then at [`rds_core::ctl::server::TRACE_NICE`]), so the
+//!    frames never cross a socket and the capture yields the CPU to the traffic it observes.
 //!    Stdout (`-w -`) and files that are not regular ones (a FIFO, a device, a symbolic link)
 //!    are written by rds-trace from the [`Reply::TraceFrames`] batches the node streams, as
 //!    is any file when a node answers without a link type.

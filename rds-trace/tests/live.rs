@@ -917,8 +917,8 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
 
 /// The control protocol of a session whose node writes the file (what rds-trace does for a
 /// regular file), with the errors rds-trace reports: no descriptor, a failing file (ENOSPC
-/// from /dev/full), and a count reached. The session's threads run at the capture's lower
-/// priority (the session thread under SCHED_IDLE while it captures).
+/// from /dev/full), and a count reached. The session's threads (the session thread and the
+/// file's writer) run under SCHED_IDLE while it captures.
 #[test]
 fn the_node_writes_the_capture_file_it_is_passed() {
     use rds_core::ctl::{
@@ -968,8 +968,8 @@ fn the_node_writes_the_capture_file_it_is_passed() {
         }
         other => panic!("{other:?}"),
     }
-    // The file's writer runs at the capture's nice value; the session thread, once it
-    // captures, under SCHED_IDLE.
+    // Once the session captures, its thread and the file's writer run under SCHED_IDLE, at
+    // the capture's nice value.
     let sched = |comm: &str, policy: i32| {
         (0..200).find_map(|_| {
             let s = thread_sched(comm).filter(|s| s.1 == policy);
@@ -981,8 +981,8 @@ fn the_node_writes_the_capture_file_it_is_passed() {
     };
     let nice = rds_core::ctl::server::TRACE_NICE;
     assert_eq!(
-        sched("capture-writer", libc::SCHED_OTHER),
-        Some((nice, libc::SCHED_OTHER)),
+        sched("capture-writer", libc::SCHED_IDLE),
+        Some((nice, libc::SCHED_IDLE)),
         "{:?}",
         thread_sched("capture-writer")
     );

@@ -274,11 +274,11 @@ const TRACE_BATCH_WAIT: Duration = Duration::from_millis(20);
 const _: () = assert!(tap::CHUNK_SIZE <= super::MAX_DATA && tap::MAX_RECORD <= super::MAX_DATA);
 
 /// The nice value of a trace session's threads. The capture yields the CPU to the data path it
-/// observes: the file's writer runs at this nice value, and the session thread, which turns
-/// the tap's records into pcap packets, runs under `SCHED_IDLE` while it captures (only on CPU
-/// time the traffic leaves), back at this nice value to write out what was queued once the
-/// session stops (when the node may leave `SCHED_IDLE`: root, `CAP_SYS_NICE` or `RLIMIT_NICE`
-/// ≥ 10). At full load it drops, and counts, what it cannot keep up with rather than slow the
+/// observes: the session thread, which turns the tap's records into pcap packets, and the
+/// capture file's writer run under `SCHED_IDLE` while it captures (only on CPU time the
+/// traffic leaves), back at this nice value to write out what was queued once the session
+/// stops (when the node may leave `SCHED_IDLE`: root, `CAP_SYS_NICE` or `RLIMIT_NICE` ≥ 10).
+/// At full load it drops, and counts, what it cannot keep up with rather than slow the
 /// traffic (measured in `cargo bench -p rds-trace --bench capture_overhead`).
 pub const TRACE_NICE: i32 = 10;
 
@@ -288,6 +288,16 @@ enum TraceSink {
     Stream,
     /// Into the capture file the client passed (see [`super::TraceOutput`]).
     File(Box<Capture<CaptureFile>>),
+}
+
+/// Moves a capture file's writer thread to or from `SCHED_IDLE` with the session thread
+/// (best effort, as for the session thread).
+fn set_writer_idle(sink: &TraceSink, idle: bool) {
+    if let TraceSink::File(c) = sink {
+        if let Some(f) = c.get_ref() {
+            let _ = f.set_idle(idle);
+        }
+    }
 }
 
 /// How often a capture file gets its held-back segments and gathered blocks written.
@@ -343,9 +353,9 @@ fn trace(
     {
         return send(stream, &error(libc::EBUSY, e.to_string()), &[]).is_ok();
     }
-    // The file's writer (started with the capture) stays at the nice value; the session
-    // thread itself now only takes CPU time the traffic leaves.
+    // The session thread and the file's writer now only take CPU time the traffic leaves.
     let _ = sys::set_thread_idle(true);
+    set_writer_idle(&sink, true);
     let started = Reply::TraceStarted {
         transports: transports(node),
         link: match &sink {
@@ -405,6 +415,7 @@ fn trace(
     let st = node.tap().stop();
     // What is queued is bounded: write it out at the nice value again (best effort).
     let _ = sys::set_thread_idle(false);
+    set_writer_idle(&sink, false);
     // Deliver the frames captured before the stop (they are counted as captured), then end;
     // the queue is emptied either way so that the next session starts empty.
     loop {

@@ -112,6 +112,11 @@ impl<W: Write> Capture<W> {
         &self.tally
     }
 
+    /// The output.
+    pub fn get_ref(&self) -> Option<&W> {
+        self.sink.get_ref()
+    }
+
     fn invalid(&mut self, why: String) {
         if self.tally.invalid == 0 {
             self.tally.first_invalid = Some(why);

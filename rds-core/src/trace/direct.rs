@@ -169,6 +169,33 @@ impl CaptureFile {
         self.direct
     }
 
+    /// Moves the writer thread to the `SCHED_IDLE` policy (`idle`), or back to `SCHED_OTHER`
+    /// at the nice value it started with (see [`crate::sys::set_thread_idle`]). A capture that
+    /// must not slow the traffic it observes writes only on CPU time the traffic leaves: when
+    /// the writer falls behind, the capture waits for it and its node drops (and counts)
+    /// frames.
+    ///
+    /// # Errors
+    /// The policy cannot be changed (leaving `SCHED_IDLE` needs privilege), or the writer
+    /// thread stopped after an error.
+    pub fn set_idle(&self, idle: bool) -> io::Result<()> {
+        crate::sys::set_thread_idle_of(self.writer_thread()?, idle)
+    }
+
+    /// Whether the writer thread runs under `SCHED_IDLE` ([`CaptureFile::set_idle`]).
+    ///
+    /// # Errors
+    /// The writer thread stopped after an error.
+    pub fn idle(&self) -> io::Result<bool> {
+        crate::sys::thread_is_idle(self.writer_thread()?)
+    }
+
+    fn writer_thread(&self) -> io::Result<&JoinHandle<io::Result<File>>> {
+        self.thread
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the capture writer stopped"))
+    }
+
     /// The writer thread's error, once it stopped.
     fn writer_error(&mut self) -> io::Error {
         self.jobs = None;
@@ -314,6 +341,24 @@ mod tests {
         c.flush().unwrap();
         drop(c.finish().unwrap());
         assert_eq!(std::fs::read(&path).unwrap(), data);
+    }
+
+    #[test]
+    fn the_writer_moves_to_idle_and_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = CaptureFile::create(&dir.path().join("c.pcap")).unwrap();
+        assert!(!c.idle().unwrap());
+        c.set_idle(true).unwrap();
+        assert!(c.idle().unwrap());
+        let data = pattern(BUF_SIZE * 2 + 99);
+        c.write_all(&data).unwrap();
+        c.flush().unwrap();
+        // Leaving SCHED_IDLE needs privilege (CI runs as root).
+        if c.set_idle(false).is_ok() {
+            assert!(!c.idle().unwrap());
+        }
+        drop(c.finish().unwrap());
+        assert_eq!(std::fs::read(dir.path().join("c.pcap")).unwrap(), data);
     }
 
     #[test]

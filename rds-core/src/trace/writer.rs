@@ -286,6 +286,11 @@ impl<W: Write> PcapSink<W> {
         self.stats
     }
 
+    /// The output (`None` once finished).
+    pub fn get_ref(&self) -> Option<&W> {
+        self.out.as_ref()
+    }
+
     /// Writes every held segment, flushes and returns the output.
     ///
     /// # Errors
