@@ -35,4 +35,4 @@ mod sys;
 
 pub use node::{CtlMode, Node, NodeConfig, Transports};
 pub use socket::{RecvFlags, RecvMsg, Socket};
-pub use sys::poll_readable;
+pub use sys::{poll_readable, set_thread_idle};

@@ -18,6 +18,9 @@
 //! `/dev/shm` (memory) leaves the device out.
 //!
 //! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up);
+//! A reference phase runs a busy loop under `SCHED_IDLE` (the capture threads' policy) instead
+//! of a capture: what any work on CPU time the traffic leaves costs it on this machine.
+//!
 //! `RDS_BENCH_ROUNDS` (default 2, at most 10) sets how often the phases are interleaved, and
 //! `RDS_BENCH_SNAPLENS` (default `262144,128`) which snap lengths are captured with.
 
@@ -186,6 +189,27 @@ impl Load {
     }
 }
 
+/// Runs the load with a busy loop on a thread of its own under `SCHED_IDLE`, the policy of the
+/// capture's threads: the cost to the traffic of any work done only on CPU time the traffic
+/// leaves, on this machine (with SMT, or vCPUs sharing cores, that time is not free).
+fn with_idle_spinner(load: &Load, secs: f64) -> Rate {
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let spinner = std::thread::spawn(move || {
+        let _ = rds_core::set_thread_idle(true);
+        let mut x = 1u64;
+        while !st.load(Ordering::Relaxed) {
+            for _ in 0..1000 {
+                x = std::hint::black_box(x.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(7));
+            }
+        }
+    });
+    let rate = load.measure(secs, None);
+    stop.store(true, Ordering::Relaxed);
+    let _ = spinner.join();
+    rate
+}
+
 /// Runs the load with rds-trace capturing node A; returns (bytes/s, captured, dropped).
 fn with_capture(
     load: &Load,
@@ -276,11 +300,12 @@ fn main() {
         let load = start_load(&a, &b, *size, 20000 + k as u16 * 1000);
         let file = out.path().join(format!("bench-{size}.pcap"));
         // Phases interleaved over rounds, so that drift and other load on the machine hit all.
-        let mut base = Vec::new();
+        let (mut base, mut spin) = (Vec::new(), Vec::new());
         let mut captures: Vec<Vec<(Rate, u64, u64)>> = vec![Vec::new(); snaplens.len()];
         let mut file_mb = vec![0.0; snaplens.len()];
         for _ in 0..rounds {
             base.push(load.measure(secs, None));
+            spin.push(with_idle_spinner(&load, secs));
             for (i, snap) in snaplens.iter().enumerate() {
                 captures[i].push(with_capture(&load, run.path(), &file, snap, secs));
                 file_mb[i] = std::fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e6;
@@ -308,6 +333,12 @@ fn main() {
             mb(b),
             runs(&bps(&base)),
             base_cpu * 1e3
+        );
+        println!(
+            "  SCHED_IDLE spinner{:9.1} MB/s  ratio {:.3}  (runs: {})  (no capture; a busy loop on CPU time the traffic leaves)",
+            mb(mean(&bps(&spin))),
+            mean(&bps(&spin)) / b,
+            runs(&bps(&spin)),
         );
         for ((snap, v), file_mb) in snaplens.iter().zip(&captures).zip(&file_mb) {
             let name = format!("-s {snap:<6}");

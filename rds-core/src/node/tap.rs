@@ -154,6 +154,9 @@ const FREE_CHUNKS: usize = 8;
 /// | 88 | `cap` | the frame: its 48-byte header and payload, cut at the snap length |
 pub const REC_HDR_LEN: usize = 88;
 
+/// Length of [`TapFrameRef::flow_bytes`].
+pub const FLOW_LEN: usize = REC_HDR_LEN - 16;
+
 const F_LADDR6: u8 = 1;
 const F_FADDR6: u8 = 2;
 const F_TCP_LOCAL6: u8 = 4;
@@ -312,6 +315,16 @@ impl<'a> TapFrameRef<'a> {
 
     fn flag(&self, f: u8) -> bool {
         self.head[19] & f != 0
+    }
+
+    /// The record's fixed part from the direction on (offsets 16 to 88: direction, lane,
+    /// transport, flags, addresses and endpoints). Two records with the same bytes here
+    /// decode to the same direction, addresses and transport, so a consumer that decoded
+    /// one may reuse that for the other.
+    pub fn flow_bytes(&self) -> &'a [u8; FLOW_LEN] {
+        self.head[16..]
+            .try_into()
+            .expect("the fixed part is REC_HDR_LEN bytes")
     }
 
     /// Nanoseconds since the Unix epoch.

@@ -9,7 +9,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PcapSink, RecordRef, TcpCaptureConfig, TraceError, Transport};
+use super::{FlowCache, PcapSink, RecordRef, TcpCaptureConfig, TraceError, Transport};
 use crate::node::tap::{decode_record_refs, RecordDecodeError, TapChunk, TapFrameRef};
 
 /// The transport whose frames a capture file holds (a pcap file has one link type).
@@ -71,6 +71,7 @@ pub struct Capture<W: Write> {
     link: CaptureLink,
     count: Option<u64>,
     tally: CaptureTally,
+    flows: FlowCache,
 }
 
 impl<W: Write> Capture<W> {
@@ -94,6 +95,7 @@ impl<W: Write> Capture<W> {
             link,
             count,
             tally: CaptureTally::default(),
+            flows: FlowCache::default(),
         })
     }
 
@@ -157,7 +159,8 @@ impl<W: Write> Capture<W> {
                     break;
                 }
             };
-            let Some(rec) = RecordRef::from_tap(&f).filter(|r| self.link.holds(&r.transport))
+            let Some(rec) =
+                RecordRef::from_tap(&f, &mut self.flows).filter(|r| self.link.holds(&r.transport))
             else {
                 self.tally.other += 1;
                 continue;

@@ -36,7 +36,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 
-use crate::node::tap::{Dir, TapFrame, TapFrameRef, TapTransport};
+use crate::node::tap::{Dir, TapFrame, TapFrameRef, TapTransport, FLOW_LEN};
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 mod capture;
@@ -226,6 +226,7 @@ impl TraceRecord {
             transport: self.transport,
             orig_len: self.orig_len,
             bytes: [&self.data, &[]],
+            flow: None,
         }
     }
 
@@ -274,18 +275,82 @@ pub(crate) struct RecordRef<'a> {
     pub orig_len: u32,
     /// The captured bytes, in two pieces (the second often empty).
     pub bytes: [&'a [u8]; 2],
+    /// For a record read from the tap, its flow as the [`FlowCache`] that decoded it
+    /// identifies it: records with equal ids have equal direction, lane and transport.
+    pub flow: Option<FlowId>,
+}
+
+/// The flow of a tap record ([`FlowCache`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlowId {
+    /// The cache slot it is in (below [`FLOW_SLOTS`]).
+    pub slot: u8,
+    /// Never 0; never reused by its cache for other flow bytes.
+    pub id: u64,
+}
+
+/// Slots of a [`FlowCache`]: one per direction and lane.
+pub(crate) const FLOW_SLOTS: usize = 16;
+
+/// The transports of the last tap records [`RecordRef::from_tap`] decoded, by their flow
+/// bytes ([`TapFrameRef::flow_bytes`]), one per direction and lane: a record of a flow seen
+/// last in its slot is not decoded again, and gets the same [`FlowId`], by which a writer
+/// finds its state without comparing endpoints.
+#[derive(Debug, Clone)]
+pub(crate) struct FlowCache {
+    slots: [FlowSlot; FLOW_SLOTS],
+    /// The last id given out.
+    last_id: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FlowSlot {
+    flow: [u8; FLOW_LEN],
+    transport: Option<Transport>,
+    /// 0: empty.
+    id: u64,
+}
+
+impl Default for FlowCache {
+    fn default() -> Self {
+        FlowCache {
+            slots: [FlowSlot {
+                flow: [0; FLOW_LEN],
+                transport: None,
+                id: 0,
+            }; FLOW_SLOTS],
+            last_id: 0,
+        }
+    }
 }
 
 impl<'a> RecordRef<'a> {
-    /// A frame of a tap batch; `None` for loopback frames.
-    pub(crate) fn from_tap(f: &TapFrameRef<'a>) -> Option<Self> {
+    /// A frame of a tap batch; `None` for loopback frames. The transport is decoded only when
+    /// the record's flow is not the last one in its slot of `cache`.
+    pub(crate) fn from_tap(f: &TapFrameRef<'a>, cache: &mut FlowCache) -> Option<Self> {
+        let flow = f.flow_bytes();
+        // Flow bytes 0 and 1: direction (0 or 1) and lane.
+        let slot = ((usize::from(flow[0]) << 3) | usize::from(flow[1] & 7)) % FLOW_SLOTS;
+        let s = &mut cache.slots[slot];
+        if s.id == 0 || s.flow != *flow {
+            cache.last_id += 1;
+            *s = FlowSlot {
+                flow: *flow,
+                transport: transport_of(f.transport()),
+                id: cache.last_id,
+            };
+        }
         Some(RecordRef {
             ts_ns: f.ts_ns(),
             dir: direction_of(f.dir()),
             lane: f.lane(),
-            transport: transport_of(f.transport())?,
+            transport: s.transport?,
             orig_len: f.orig_len(),
             bytes: f.bytes(),
+            flow: Some(FlowId {
+                slot: slot as u8,
+                id: s.id,
+            }),
         })
     }
 

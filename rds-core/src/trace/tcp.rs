@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use super::checksum::{fold, sum16};
 use super::writer::pcap_record_header;
 use super::writer::TcpCaptureConfig;
-use super::{node_mac, Direction, RecordRef, Transport};
+use super::{node_mac, Direction, RecordRef, Transport, FLOW_SLOTS};
 
 /// One synthesized packet: link-layer bytes as captured and the length on the wire (what
 /// [`segment_slow`] builds).
@@ -149,6 +149,9 @@ pub(crate) struct TcpSynth {
     /// At most the oldest `pending_ts` of a held segment (`u64::MAX`: none held), so that
     /// most records need no scan for stale segments.
     min_pending_ts: u64,
+    /// Per slot of the records' [`super::FlowCache`], the id of the last flow and its
+    /// direction's index: the next record of that flow skips comparing endpoint pairs.
+    flows: [(u64, usize); FLOW_SLOTS],
 }
 
 /// The initial sequence number of a direction: FNV-1a over both endpoints, or the fixed value.
@@ -180,6 +183,7 @@ impl TcpSynth {
             dirs: Dirs::default(),
             last_ts: 0,
             min_pending_ts: u64::MAX,
+            flows: [(0, 0); FLOW_SLOTS],
         }
     }
 
@@ -227,12 +231,27 @@ impl TcpSynth {
         let Transport::Tcp { local, peer } = rec.transport else {
             return 0;
         };
-        let (key, src_local) = match rec.dir {
-            Direction::Tx => ((local, peer), true),
-            Direction::Rx => ((peer, local), false),
-        };
         let mut n = self.flush_stale(rec.ts_ns, out);
-        let i = self.dir_index(key, src_local);
+        let cached = rec.flow.and_then(|f| {
+            let (id, i) = *self.flows.get(usize::from(f.slot))?;
+            (id == f.id).then_some(i)
+        });
+        let i = match cached {
+            Some(i) => i,
+            None => {
+                let (key, src_local) = match rec.dir {
+                    Direction::Tx => ((local, peer), true),
+                    Direction::Rx => ((peer, local), false),
+                };
+                let i = self.dir_index(key, src_local);
+                if let Some(f) = rec.flow {
+                    if let Some(s) = self.flows.get_mut(usize::from(f.slot)) {
+                        *s = (f.id, i);
+                    }
+                }
+                i
+            }
+        };
         if rec.is_truncated() {
             n += self.flush_dir(i, out);
             n += self.push_truncated(i, rec, out);
