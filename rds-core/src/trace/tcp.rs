@@ -149,8 +149,10 @@ pub(crate) struct TcpSynth {
     /// At most the oldest `pending_ts` of a held segment (`u64::MAX`: none held), so that
     /// most records need no scan for stale segments.
     min_pending_ts: u64,
-    /// Per slot of the records' [`super::FlowCache`], the id of the last flow and its
-    /// direction's index: the next record of that flow skips comparing endpoint pairs.
+    /// Per slot of the [`super::FlowCache`] that reads this synthesizer's records (the one
+    /// of its [`super::Capture`]; ids from any other cache would not mean the same flows),
+    /// the id of the last flow and its direction's index: the next record of that flow skips
+    /// comparing endpoint pairs.
     flows: [(u64, usize); FLOW_SLOTS],
 }
 
