@@ -15,7 +15,8 @@
 //! The capture files go to a temporary directory in `RDS_BENCH_DIR` (default `/tmp`). On a
 //! virtual machine, writing to its disk costs the guest CPU time the host takes to emulate the
 //! device (counted as steal time), which slows the data path as much as the capture itself;
-//! `/dev/shm` (memory) leaves the device out.
+//! `/dev/shm` (memory) leaves the device out, and `/dev/null` (taken as the file itself) the
+//! storage altogether: what is left is the cost of the tap and of making the pcap records.
 //!
 //! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up);
 //! A reference phase runs a busy loop under `SCHED_IDLE` (the capture threads' policy) instead
@@ -289,16 +290,21 @@ fn main() {
     let run = tempfile::tempdir().unwrap();
     let a = node("bench-a", A, run.path());
     let b = node("bench-b", B, run.path());
-    let out =
-        tempfile::tempdir_in(std::env::var("RDS_BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))
-            .unwrap();
+    let dir = std::env::var("RDS_BENCH_DIR").unwrap_or_else(|_| "/tmp".into());
+    // `/dev/null` is taken as the capture file itself.
+    let null = dir == "/dev/null";
+    let out = tempfile::tempdir_in(if null { "/tmp" } else { &dir }).unwrap();
     println!(
         "capture overhead: {SENDERS} senders {A} -> {B}, {secs} s per phase, {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     for (k, size) in sizes.iter().enumerate() {
         let load = start_load(&a, &b, *size, 20000 + k as u16 * 1000);
-        let file = out.path().join(format!("bench-{size}.pcap"));
+        let file = if null {
+            Path::new("/dev/null").to_path_buf()
+        } else {
+            out.path().join(format!("bench-{size}.pcap"))
+        };
         // Phases interleaved over rounds, so that drift and other load on the machine hit all.
         let (mut base, mut spin) = (Vec::new(), Vec::new());
         let mut captures: Vec<Vec<(Rate, u64, u64)>> = vec![Vec::new(); snaplens.len()];
@@ -309,7 +315,9 @@ fn main() {
             for (i, snap) in snaplens.iter().enumerate() {
                 captures[i].push(with_capture(&load, run.path(), &file, snap, secs));
                 file_mb[i] = std::fs::metadata(&file).map_or(0, |m| m.len()) as f64 / 1e6;
-                let _ = std::fs::remove_file(&file);
+                if !null {
+                    let _ = std::fs::remove_file(&file);
+                }
             }
         }
         base.push(load.measure(secs, None));

@@ -36,6 +36,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Read as _};
 use std::net::IpAddr;
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -299,16 +300,18 @@ fn controller(
 
 /// Where the capture goes.
 enum Target {
-    /// A regular file: the node writes it. It is made under a temporary name in the same
-    /// directory, passed to the node with the request, and renamed to its name once the node
-    /// agreed to trace (a refused trace leaves no file, and an existing one untouched).
+    /// A regular file: the node writes it. It is made under a temporary name (`tmp`) in the
+    /// same directory, passed to the node with the request, and renamed to its name once the
+    /// node agreed to trace (a refused trace leaves no file, and an existing one untouched).
+    /// A character device (`-w /dev/null`) is passed as it is (`tmp` is `None`).
     Node {
         file: File,
-        tmp: PathBuf,
+        tmp: Option<PathBuf>,
         path: PathBuf,
     },
-    /// Standard output (a pipe to wireshark), or a file that is not a regular one: the node
-    /// streams the frames and rds-trace writes them, flushing after every batch for stdout.
+    /// Standard output (a pipe to wireshark), or a file that is neither a regular one nor a
+    /// character device (a FIFO, a symbolic link): the node streams the frames and rds-trace
+    /// writes them, flushing after every batch for stdout.
     Stream { stdout: bool },
 }
 
@@ -321,6 +324,16 @@ impl Target {
         // through as before).
         let regular = match std::fs::symlink_metadata(path) {
             Err(_) => true,
+            Ok(m) if m.file_type().is_char_device() => {
+                return match open_capture_file(path) {
+                    Ok(file) => Target::Node {
+                        file,
+                        tmp: None,
+                        path: path.to_path_buf(),
+                    },
+                    Err(_) => Target::Stream { stdout: false },
+                };
+            }
             // An existing file we may not write keeps its error for the streamed path
             // (renaming over it would replace a file we could not open).
             Ok(m) => m.is_file() && std::fs::OpenOptions::new().write(true).open(path).is_ok(),
@@ -335,7 +348,7 @@ impl Target {
             if let Ok(file) = open_capture_file(&tmp) {
                 return Target::Node {
                     file,
-                    tmp,
+                    tmp: Some(tmp),
                     path: path.to_path_buf(),
                 };
             }
@@ -345,7 +358,7 @@ impl Target {
 
     /// Removes the temporary file of a trace that did not start.
     fn discard(&self) {
-        if let Target::Node { tmp, .. } = self {
+        if let Target::Node { tmp: Some(tmp), .. } = self {
             let _ = std::fs::remove_file(tmp);
         }
     }
@@ -382,17 +395,27 @@ impl io::Write for Dest {
     }
 }
 
+/// Syncs a capture file to its device; a file that is not a regular file (`-w /dev/null`, a
+/// FIFO, a terminal) has nothing to sync.
+fn sync(f: &File) -> io::Result<()> {
+    if f.metadata()?.is_file() {
+        f.sync_all()
+    } else {
+        Ok(())
+    }
+}
+
 impl Dest {
     /// Writes what is left; a file is synced.
     fn finish(self, stdout: bool) -> io::Result<()> {
         match self {
-            Dest::Direct(f) => f.finish()?.sync_all(),
+            Dest::Direct(f) => sync(&f.finish()?),
             Dest::Buffered(w) => {
                 let f = w.into_inner().map_err(|e| e.into_error())?;
                 if stdout {
                     Ok(())
                 } else {
-                    f.sync_all()
+                    sync(&f)
                 }
             }
         }
@@ -521,7 +544,12 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     });
 
     // The file takes its name once the node agreed to trace.
-    if let Target::Node { tmp, path, .. } = target {
+    if let Target::Node {
+        tmp: Some(tmp),
+        path,
+        ..
+    } = target
+    {
         if let Err(e) = std::fs::rename(tmp, path) {
             stopper.stop();
             return Err(e).with_context(|| format!("creating {}", path.display()));
@@ -648,7 +676,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
             Err(e) if is_broken_pipe(&e) => Ok(()),
             Err(e) => Err(anyhow::Error::new(e)),
         },
-        (None, Target::Node { file, .. }) => file.sync_all().map_err(anyhow::Error::new),
+        (None, Target::Node { file, .. }) => sync(file).map_err(anyhow::Error::new),
         (None, Target::Stream { .. }) => Ok(()),
     };
     if let Some(e) = output_error {
@@ -716,19 +744,24 @@ fn undelivered(t: &Tally, count: Option<u64>) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// Regular files (new or existing) are written by the node through a temporary file;
-    /// stdout, FIFOs and symbolic links are streamed.
+    /// Regular files (new or existing) are written by the node through a temporary file, a
+    /// character device directly; stdout, FIFOs and symbolic links are streamed.
     #[test]
     fn targets() {
         let d = tempfile::tempdir().unwrap();
         let kind = |p: &std::path::Path| {
             let t = Target::choose(p);
             let k = match &t {
-                Target::Node { tmp, path, .. } => {
+                Target::Node {
+                    tmp: Some(tmp),
+                    path,
+                    ..
+                } => {
                     assert_eq!(tmp.parent(), path.parent());
                     assert!(tmp.exists());
                     "node"
                 }
+                Target::Node { tmp: None, .. } => "device",
                 Target::Stream { stdout: true } => "stdout",
                 Target::Stream { stdout: false } => "stream",
             };
@@ -751,6 +784,7 @@ mod tests {
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&new, &link).unwrap();
         assert_eq!(kind(&link), "stream");
+        assert_eq!(kind(std::path::Path::new("/dev/null")), "device");
         assert_eq!(
             std::fs::read_dir(d.path()).unwrap().count(),
             3,

@@ -594,6 +594,17 @@ fn duration_and_filters() {
         let h = f.header().unwrap();
         assert!(h.sport == 7001 || h.dport == 7001, "{h:?}");
     }
+    // Into a file that is not a regular file (nothing to sync at the end): -w /dev/null, as
+    // with tcpdump, to see what a capture would catch.
+    let t3 = Trace::start(
+        run_dir(),
+        &["-w", "/dev/null", "-c", "40", "--node", "trace-a3"],
+        Stdio::null(),
+    );
+    let (code, stderr) = t3.wait();
+    assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(stderr.len(), 2, "{stderr:?}");
+    assert_eq!(summary(&stderr).0, 40, "{stderr:?}");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     tx.join().unwrap();
     for h in [rb, rc, rb2] {
