@@ -605,6 +605,31 @@ fn duration_and_filters() {
     assert_eq!(code, 0, "{stderr:?}");
     assert_eq!(stderr.len(), 2, "{stderr:?}");
     assert_eq!(summary(&stderr).0, 40, "{stderr:?}");
+    // Into a FIFO (streamed by rds-trace): the reader gets the whole capture.
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let t4 = Trace::start(
+        run_dir(),
+        &[
+            "-w",
+            fifo.to_str().unwrap(),
+            "-c",
+            "30",
+            "--node",
+            "trace-a3",
+        ],
+        Stdio::null(),
+    );
+    let (code, stderr) = t4.wait();
+    assert_eq!(code, 0, "{stderr:?}");
+    assert_eq!(summary(&stderr).0, 30, "{stderr:?}");
+    let f4 = dir.path().join("from-fifo.pcap");
+    std::fs::write(&f4, reader.join().unwrap()).unwrap();
+    assert_eq!(reader_frames(&f4).len(), 30);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     tx.join().unwrap();
     for h in [rb, rc, rb2] {
