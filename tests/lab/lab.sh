@@ -789,20 +789,44 @@ collect() {
 }
 
 # transfer NAME TRANSPORT RECV_OPTS SEND_OPTS: g1 receives on .2:PORT, g2 sends
-check_transfer() {
-	local name=$1 tr=$2 port=$3 ropts=$4 sopts=$5 t0 st=0 out1 out2
-	t0=$(now_ms)
+# one transfer g2 -> g1; sets CHECK_OUT and TRANSFER_SUMMARY, returns 0 when both ends passed
+transfer_once() {
+	local tr=$1 port=$2 ropts=$3 sopts=$4 st=0 out1 out2
+	TRANSFER_SUMMARY="receiver did not start"
 	if ! spawn_and_wait_line 1 120 'recv: bound' "rdstool recv -b 198.18.0.2:$port -t $tr --timeout 100 $ropts"; then
 		collect 1 "$SPAWNED_ID" 5 || true
-		report "$name" 1 "$t0" "receiver did not start"
-		return
+		return 1
 	fi
 	run_job 2 110 "rdstool send -b 198.18.0.4:$((port + 1)) -d 198.18.0.2:$port -t $tr --timeout 100 $sopts" || st=1
 	out2=$CHECK_OUT
 	collect 1 "$SPAWNED_ID" 110 || st=1
 	out1=$CHECK_OUT
 	CHECK_OUT="$out2"$'\n'"$out1"
-	report "$name" "$st" "$t0" "$(echo "$out2" | grep -o 'sent=[0-9]* bytes=[0-9]*.*MBps=[0-9.]*' | head -n 1) $(echo "$out1" | grep -o 'recv: [a-zA-Z]* received=[0-9]*' | head -n 1)"
+	TRANSFER_SUMMARY="$(echo "$out2" | grep -o 'sent=[0-9]* bytes=[0-9]*.*MBps=[0-9.]*' | head -n 1) $(echo "$out1" | grep -o 'recv: [a-zA-Z]* received=[0-9]*' | head -n 1)"
+	return $st
+}
+
+check_transfer() {
+	# check_transfer NAME TRANSPORT PORT RECV_OPTS SEND_OPTS [retry]
+	# "retry": a failure is shown with both kernels' congestion counters and the transfer
+	# is run once more on fresh ports; the check passes when that one does (kernel-only
+	# checks whose rare failures are the kernels' own, see README)
+	local name=$1 tr=$2 port=$3 ropts=$4 sopts=$5 retry=${6:-} t0 st=0
+	t0=$(now_ms)
+	transfer_once "$tr" "$port" "$ropts" "$sopts" || st=1
+	if [ "$st" = 1 ] && [ "$retry" = retry ]; then
+		local first=$TRANSFER_SUMMARY out=$CHECK_OUT g
+		for g in 1 2; do
+			run_job "$g" 20 'rdstool info counters' || true
+			out+=$'\n'"g$g counters: $(echo "$CHECK_OUT" | grep -i 'cong' | tr '\n' ' ')"
+		done
+		printf 'check %-24s first attempt failed (%s); retrying\n' "$name" "$first"
+		printf '%s\n' "$out" | tail -n 25 | sed 's/^/    | /'
+		st=0
+		transfer_once "$tr" "$((port + 10))" "$ropts" "$sopts" || st=1
+		TRANSFER_SUMMARY+=" (second attempt; the first failed: $first)"
+	fi
+	report "$name" "$st" "$t0" "$TRANSFER_SUMMARY"
 }
 
 digest_of() {
@@ -941,7 +965,7 @@ ibv_devices | grep -q rxe0 || exit 1' || st=1
 	echo "$CHECK_OUT" | grep -q '^198.18.0.4:16385 198.18.0.2:[0-9]' || st=1
 	report info-conns-tcp "$st" "$t0" "$(echo "$CHECK_OUT" | grep '^198.18.0.4 198.18.0.2' | head -n 1)"
 
-	check_transfer tcp-multisock-congest tcp 5100 "-n 400 --sources 4 --rcvbuf 65536 --pause-after 40 --pause-ms 1500" "-n 400 --sockets 4 --nonblock -s 256:16k"
+	check_transfer tcp-multisock-congest tcp 5100 "-n 400 --sources 4 --rcvbuf 65536 --pause-after 40 --pause-ms 1500" "-n 400 --sockets 4 --nonblock -s 256:16k" retry
 
 	if [ "$ib" = 1 ]; then
 		check_transfer ib-g2-g1 ib 5200 "-n 30 --sources 1 --extra-ms 300" "-n 30 -s 0,1,100,4096,4097,60000,1m"
