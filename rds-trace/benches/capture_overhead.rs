@@ -22,6 +22,8 @@
 //! A reference phase runs a busy loop under `SCHED_IDLE` (the capture threads' policy) instead
 //! of a capture: what any work on CPU time the traffic leaves costs it on this machine.
 //!
+//! `RDS_BENCH_PIN=1` runs the traffic on CPU 0 and the capture on CPU 1 (see [`pinned`]).
+//!
 //! `RDS_BENCH_ROUNDS` (default 2, at most 10) sets how often the phases are interleaved, and
 //! `RDS_BENCH_SNAPLENS` (default `262144,128`) which snap lengths are captured with.
 
@@ -68,6 +70,35 @@ fn capture_thread_ticks() -> u64 {
         })
         .map(|t| cpu_ticks(&format!("self/task/{}", t.file_name().to_string_lossy())))
         .sum()
+}
+
+/// `RDS_BENCH_PIN=1`: the traffic (both nodes and the load threads) runs on CPU 0 only, and
+/// the capture (the node's capture threads, rds-trace, the spinner) on CPU 1 only. The traffic
+/// then has the same CPU time with and without a capture, and the ratio is what the capture
+/// costs the data path itself (the tap, and the memory traffic it shares), as on a machine
+/// with a core to spare for the capture.
+fn pinned() -> bool {
+    std::env::var("RDS_BENCH_PIN").is_ok_and(|v| v == "1")
+}
+
+/// Pins thread (or process) `tid` (0: the calling thread) to `cpu`.
+fn pin(tid: i32, cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).unwrap();
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).unwrap();
+}
+
+/// Ids of this process's threads named `names`.
+fn threads_named(names: &[&str]) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| names.contains(&c.trim()))
+        })
+        .filter_map(|t| t.file_name().to_string_lossy().parse().ok())
+        .collect()
 }
 
 fn ticks_per_sec() -> f64 {
@@ -197,6 +228,9 @@ fn with_idle_spinner(load: &Load, secs: f64) -> Rate {
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let spinner = std::thread::spawn(move || {
+        if pinned() {
+            pin(0, 1);
+        }
         let _ = rds_core::set_thread_idle(true);
         let mut x = 1u64;
         while !st.load(Ordering::Relaxed) {
@@ -237,6 +271,18 @@ fn with_capture(
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(line.starts_with("rds-trace: tracing"), "{line}");
+    if pinned() {
+        // rds-trace has one thread while it waits for the node (a streamed capture would
+        // start its threads later, from this one).
+        pin(child.id() as i32, 1);
+        // Twice: a thread the session thread starts while it is moved may inherit CPU 0.
+        for _ in 0..2 {
+            for t in threads_named(&["rds-trace-out", "capture-writer"]) {
+                pin(t, 1);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let rate = load.measure(secs, Some(child.id()));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -287,6 +333,11 @@ fn main() {
         })
         .filter(|v: &Vec<String>| !v.is_empty())
         .unwrap_or_else(|| vec!["262144".into(), "128".into()]);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if pinned() {
+        // Before the nodes start: their threads, and the load's, inherit CPU 0.
+        pin(0, 0);
+    }
     let run = tempfile::tempdir().unwrap();
     let a = node("bench-a", A, run.path());
     let b = node("bench-b", B, run.path());
@@ -295,8 +346,13 @@ fn main() {
     let null = dir == "/dev/null";
     let out = tempfile::tempdir_in(if null { "/tmp" } else { &dir }).unwrap();
     println!(
-        "capture overhead: {SENDERS} senders {A} -> {B}, {secs} s per phase, {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "capture overhead: {SENDERS} senders {A} -> {B}, {secs} s per phase, {} cores{}",
+        cores,
+        if pinned() {
+            " (pinned: traffic on CPU 0, capture on CPU 1)"
+        } else {
+            ""
+        }
     );
     for (k, size) in sizes.iter().enumerate() {
         let load = start_load(&a, &b, *size, 20000 + k as u16 * 1000);

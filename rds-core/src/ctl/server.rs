@@ -25,8 +25,11 @@ use crate::sys;
 use crate::trace::{Capture, CaptureFile, CaptureLink, TcpCaptureConfig, TraceError};
 use crate::tunables::{TunableDef, TUNABLES};
 
-/// Frames a trace session may hold before dropping (and counting) new ones.
-const TRACE_QUEUE: usize = 1 << 16;
+/// Frames a trace session may hold before dropping (and counting) new ones. The queue's
+/// bytes are bounded too ([`tap::MAX_QUEUED_BYTES`], 64 MiB); this many of the smallest
+/// records (a bare header: 136 bytes) take about as much, so at any snap length the queue can
+/// hold what the data path produces in the ~0.3 s a slow write to the file may take.
+const TRACE_QUEUE: usize = 1 << 19;
 
 /// A running control server; stopping it removes the socket file.
 #[derive(Debug)]
