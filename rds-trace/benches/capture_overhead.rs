@@ -1,7 +1,7 @@
 //! Throughput cost of a running capture: two nodes on loopback (127.7.9.1 → 127.7.9.2), four
 //! sender sockets (several lanes) at full load, bytes delivered per second measured without a
 //! capture, with `rds-trace -w FILE` running (default and small snap length), and without again.
-//! Prints the ratios and the trace frames the node dropped, and the CPU time spent per MB
+//! Prints the ratios (of the medians of the runs) and the trace frames the node dropped, and the CPU time spent per MB
 //! delivered (the bench process, i.e. both nodes and the load threads, plus rds-trace), which
 //! other load on the machine disturbs less than throughput, with the part of it spent by the
 //! capture (the node's trace session and file writer threads, and rds-trace). Not a CI test:
@@ -379,10 +379,22 @@ fn main() {
         base.push(load.measure(secs, None));
         load.stop();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        // Throughput: the median of the runs (one run the VM's host slowed or sped up moves
+        // a mean by several percent).
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            let n = v.len();
+            if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            }
+        };
         let bps = |v: &[Rate]| v.iter().map(|r| r.bps).collect::<Vec<f64>>();
         let cpu = |v: &[Rate]| mean(&v.iter().map(|r| r.cpu_per_mb).collect::<Vec<f64>>());
         let tcpu = |v: &[Rate]| mean(&v.iter().map(|r| r.trace_cpu_per_mb).collect::<Vec<f64>>());
-        let b = mean(&bps(&base));
+        let b = median(&bps(&base));
         let base_cpu = cpu(&base);
         let mb = |x: f64| x / 1e6;
         let runs = |v: &[f64]| {
@@ -400,8 +412,8 @@ fn main() {
         );
         println!(
             "  SCHED_IDLE spinner{:9.1} MB/s  ratio {:.3}  (runs: {})  (no capture; a busy loop on CPU time the traffic leaves)",
-            mb(mean(&bps(&spin))),
-            mean(&bps(&spin)) / b,
+            mb(median(&bps(&spin))),
+            median(&bps(&spin)) / b,
             runs(&bps(&spin)),
         );
         for ((snap, v), file_mb) in snaplens.iter().zip(&captures).zip(&file_mb) {
@@ -411,8 +423,8 @@ fn main() {
             let drop: u64 = v.iter().map(|x| x.2).sum();
             println!(
                 "  capture {name} {:9.1} MB/s  ratio {:.3}  (runs: {})  cpu {:.2} ms/MB (x{:.2}; capture threads and rds-trace {:.2})  trace frames captured {cap}, dropped {drop} ({:.1}%)",
-                mb(mean(&bps(&rates))),
-                mean(&bps(&rates)) / b,
+                mb(median(&bps(&rates))),
+                median(&bps(&rates)) / b,
                 runs(&bps(&rates)),
                 cpu(&rates) * 1e3,
                 cpu(&rates) / base_cpu,
