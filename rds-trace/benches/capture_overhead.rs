@@ -17,6 +17,8 @@
 //! device (counted as steal time), which slows the data path as much as the capture itself;
 //! `/dev/shm` (memory) leaves the device out, and `/dev/null` (taken as the file itself) the
 //! storage altogether: what is left is the cost of the tap and of making the pcap records.
+//! `RDS_BENCH_DIR=-` captures with `-w -` (into rds-trace's standard output, /dev/null): the
+//! path of a capture piped to Wireshark, where the node streams the frames to rds-trace.
 //!
 //! Every phase is bounded in time (`RDS_BENCH_SECS`, default 3 s, plus 0.5 s warm-up);
 //! A reference phase runs a busy loop under `SCHED_IDLE` (the capture threads' policy) instead
@@ -342,8 +344,9 @@ fn main() {
     let a = node("bench-a", A, run.path());
     let b = node("bench-b", B, run.path());
     let dir = std::env::var("RDS_BENCH_DIR").unwrap_or_else(|_| "/tmp".into());
-    // `/dev/null` is taken as the capture file itself.
-    let null = dir == "/dev/null";
+    // `/dev/null` is taken as the capture file itself, `-` as `-w -` (standard output, which
+    // is /dev/null).
+    let null = dir == "/dev/null" || dir == "-";
     let out = tempfile::tempdir_in(if null { "/tmp" } else { &dir }).unwrap();
     println!(
         "capture overhead: {SENDERS} senders {A} -> {B}, {secs} s per phase, {} cores{}",
@@ -357,7 +360,7 @@ fn main() {
     for (k, size) in sizes.iter().enumerate() {
         let load = start_load(&a, &b, *size, 20000 + k as u16 * 1000);
         let file = if null {
-            Path::new("/dev/null").to_path_buf()
+            Path::new(&dir).to_path_buf()
         } else {
             out.path().join(format!("bench-{size}.pcap"))
         };

@@ -607,6 +607,11 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
             .context("starting the controller thread")?;
     }
 
+    // Writing the frames the node streams, this thread takes CPU time from the traffic it
+    // captures, as the node's own capture threads would: like them it runs under SCHED_IDLE
+    // while the capture runs (the node drops and counts frames it cannot keep up with), and
+    // leaves it once the capture was asked to stop, to write what the node still sends.
+    let mut idle = out.is_some() && rds_core::set_thread_idle(true).is_ok();
     let mut t = Tally {
         link: Some(link),
         ..Tally::default()
@@ -614,6 +619,11 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let mut output_error: Option<anyhow::Error> = None;
     let mut last_flush = Instant::now();
     let ended: anyhow::Result<()> = loop {
+        if idle && stopper.stop_sent_at().is_some() {
+            // Without the privilege to leave SCHED_IDLE (EPERM) it stays there.
+            let _ = rds_core::set_thread_idle(false);
+            idle = false;
+        }
         let (reply, data) = match recv_trace(&mut stream) {
             Ok(r) => r,
             Err(e) => {

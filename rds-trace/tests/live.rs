@@ -449,6 +449,12 @@ fn stream_to_a_pipe_stops_after_count() {
         out.read_to_end(&mut v).unwrap();
         v
     });
+    // rds-trace writes the streamed frames under SCHED_IDLE, as the node's capture threads do.
+    let pid = trace.child.id();
+    wait_until("rds-trace's main thread under SCHED_IDLE", || {
+        sched_of(Path::new(&format!("/proc/{pid}/task/{pid}/stat")))
+            .is_some_and(|(_, policy)| policy == libc::SCHED_IDLE)
+    });
     let tx = background_traffic(sock(&a, A, 6100), vec![sa(B, 6000)], stop.clone());
     let (code, stderr) = trace.wait();
     let bytes = reader.join().unwrap();
@@ -1055,6 +1061,14 @@ fn the_node_writes_the_capture_file_it_is_passed() {
     assert!(matches!(reply(&mut s), Reply::Hello { .. }));
 }
 
+/// The nice value and scheduling policy in a `/proc/.../stat` file.
+fn sched_of(stat: &Path) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(stat).ok()?;
+    // Fields 19 (nice) and 41 (policy); fields after the command name start at 3.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((f.get(16)?.parse().ok()?, f.get(38)?.parse().ok()?))
+}
+
 /// The nice value and scheduling policy of this process's thread named `comm`, if one runs.
 fn thread_sched(comm: &str) -> Option<(i32, i32)> {
     std::fs::read_dir("/proc/self/task")
@@ -1065,9 +1079,6 @@ fn thread_sched(comm: &str) -> Option<(i32, i32)> {
             if name.trim() != comm {
                 return None;
             }
-            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-            // Fields 19 (nice) and 41 (policy); fields after the command name start at 3.
-            let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            Some((f.get(16)?.parse().ok()?, f.get(38)?.parse().ok()?))
+            sched_of(&t.path().join("stat"))
         })
 }
