@@ -788,8 +788,8 @@ collect() {
 	return $rc
 }
 
-# transfer NAME TRANSPORT RECV_OPTS SEND_OPTS: g1 receives on .2:PORT, g2 sends
-# one transfer g2 -> g1; sets CHECK_OUT and TRANSFER_SUMMARY, returns 0 when both ends passed
+# transfer_once TRANSPORT PORT RECV_OPTS SEND_OPTS: one transfer, g1 receives on .2:PORT, g2
+# sends; sets CHECK_OUT and TRANSFER_SUMMARY, returns 0 when both ends passed
 transfer_once() {
 	local tr=$1 port=$2 ropts=$3 sopts=$4 st=0 out1 out2
 	TRANSFER_SUMMARY="receiver did not start"
