@@ -1,10 +1,11 @@
 //! Throughput cost of a running capture: two nodes on loopback (127.7.9.1 → 127.7.9.2), four
 //! sender sockets (several lanes) at full load, bytes delivered per second measured without a
 //! capture, with `rds-trace -w FILE` running (default and small snap length), and without again.
-//! Prints the ratios (of the medians of the runs) and the trace frames the node dropped, and the CPU time spent per MB
-//! delivered (the bench process, i.e. both nodes and the load threads, plus rds-trace), which
-//! other load on the machine disturbs less than throughput, with the part of it spent by the
-//! capture (the node's trace session and file writer threads, and rds-trace). Not a CI test:
+//! Prints the ratios (of the medians of the runs) and the trace frames the node dropped, and
+//! the CPU time spent per MB delivered (the bench process, i.e. both nodes and the load
+//! threads, plus rds-trace), which other load on the machine disturbs less than throughput,
+//! with the part of it spent by the capture (the node's trace session and file writer
+//! threads, and rds-trace). Not a CI test:
 //!
 //! ```text
 //! cargo bench -p rds-trace --bench capture_overhead
@@ -58,19 +59,14 @@ fn cpu_ticks(pid: &str) -> u64 {
     f.iter().sum()
 }
 
-/// CPU time of this process's capture threads (the node's trace session and file writer).
+/// Names of the node's capture threads (its trace session and file writer).
+const CAPTURE_THREADS: [&str; 2] = ["rds-trace-out", "capture-writer"];
+
+/// CPU time of this process's capture threads.
 fn capture_thread_ticks() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    dir.flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| {
-                let c = c.trim();
-                c == "rds-trace-out" || c == "capture-writer"
-            })
-        })
-        .map(|t| cpu_ticks(&format!("self/task/{}", t.file_name().to_string_lossy())))
+    threads_named(&CAPTURE_THREADS)
+        .into_iter()
+        .map(|t| cpu_ticks(&format!("self/task/{t}")))
         .sum()
 }
 
@@ -279,7 +275,7 @@ fn with_capture(
         pin(child.id() as i32, 1);
         // Twice: a thread the session thread starts while it is moved may inherit CPU 0.
         for _ in 0..2 {
-            for t in threads_named(&["rds-trace-out", "capture-writer"]) {
+            for t in threads_named(&CAPTURE_THREADS) {
                 pin(t, 1);
             }
             std::thread::sleep(Duration::from_millis(100));
