@@ -1053,9 +1053,10 @@ const CASES: &[(&str, Case)] = &[
 
 /// Whether `name` passes the comma-separated filter in environment variable `var` (unset:
 /// everything runs). For debugging single cases: `INTEROP_CASES=multipath`,
-/// `INTEROP_ORDERS=ours>kernel`, `INTEROP_REPEAT=5` (the selected cases, in order, five times), `INTEROP_TAP=1` (our node's frames with
-/// the kernel go to /tmp/interop-tap-{A,B}-CASE-N.txt; `INTEROP_TAP=maps`: only port-0 frames,
-/// whole congestion maps).
+/// `INTEROP_ORDERS=ours>kernel`, `INTEROP_REPEAT=5` (the selected cases, in order, five
+/// times), `INTEROP_TAP=1` (our node's frames with the kernel go to
+/// /tmp/interop-tap-{A,B}-CASE-N.txt; `INTEROP_TAP=maps`: only port-0 frames, whole
+/// congestion maps).
 fn selected(var: &str, name: &str) -> bool {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => v.split(',').any(|x| x == name),
