@@ -13,7 +13,8 @@
 //! Cases: `ping` (both directions), `data-to-kernel` / `data-from-kernel` (0 B, 1 B, 4 KiB,
 //! 64 KiB, 1 MiB, rdstool's pattern, exact bytes, no extra message), `multipath` (npaths 8,
 //! 8 TCP sockets on both sides, 16 sockets each way over the lanes, per-pair order, exact
-//! sequence-number use per lane), `congestion-kernel-stops` (ENOBUFS + congestion-update
+//! sequence-number use: sent always, received while no lane has reconnected),
+//! `congestion-kernel-stops` (ENOBUFS + congestion-update
 //! notification), `congestion-ours-stops` (non-blocking kernel sender: ENOBUFS counted
 //! exactly by `cong_send_error`; blocking one: `cong_send_blocked`), `reconnect-kernel-drops`
 //! / `reconnect-ours-drops` (3000 + 3000 messages, three drops each by the guest's
