@@ -979,11 +979,11 @@ fn case_selftest(env: &Env, p: u16) -> Result<String> {
 
 /// The kernel's view: our connection CONNECTED over tcp, no bad checksums, resets counted.
 fn case_kernel_view(env: &Env, _p: u16) -> Result<String> {
-    // The case before ends right after its traffic, with resets behind it. Once (CI, ours<kernel)
-    // the kernel's path 0 was still CONNECTING at this point: its own connect to us was in
-    // flight, and our lane 7 was being refused for want of a free slot (the kernel accepts
-    // only into DOWN or ERROR slots). That is reconnection in progress, not the view this
-    // case checks: wait for it, bounded, and say how long it took.
+    // The case before ends right after its traffic, with resets behind it. Once (CI,
+    // ours<kernel) the kernel's path 0 was still CONNECTING at this point: its own connect
+    // to us was in flight, and our lane 7 was being refused for want of a free slot (the
+    // kernel accepts only into DOWN or ERROR slots). That is reconnection in progress, not
+    // the view this case checks: wait for it, bounded, and say how long it took.
     let t0 = Instant::now();
     let mut waits = Vec::new();
     let c = loop {
@@ -995,13 +995,12 @@ fn case_kernel_view(env: &Env, _p: u16) -> Result<String> {
         if c.transport == "tcp" && c.flags & 0x04 != 0 {
             break c;
         }
-        let ours: Vec<String> = env
-            .node
-            .connections()
-            .iter()
-            .filter(|x| x.faddr == IpAddr::V4(env.kernel))
-            .flat_map(|x| x.paths.iter().map(|p| format!("{}:{:?}", p.index, p.state)))
-            .collect();
+        let ours: Vec<String> = env.conn().map_or_else(Vec::new, |x| {
+            x.paths
+                .iter()
+                .map(|p| format!("{}:{:?}", p.index, p.state))
+                .collect()
+        });
         waits.push(format!(
             "{} ms: kernel {} flags=0x{:02x}, our lanes {}",
             t0.elapsed().as_millis(),
