@@ -806,11 +806,11 @@ transfer_once() {
 	return $st
 }
 
+# check_transfer NAME TRANSPORT PORT RECV_OPTS SEND_OPTS [retry]: one transfer_once, reported.
+# "retry": a failure is shown with both kernels' congestion counters and the transfer is run
+# once more on fresh ports; the check passes when that one does (kernel-only checks whose
+# rare failures are the kernels' own, see README)
 check_transfer() {
-	# check_transfer NAME TRANSPORT PORT RECV_OPTS SEND_OPTS [retry]
-	# "retry": a failure is shown with both kernels' congestion counters and the transfer
-	# is run once more on fresh ports; the check passes when that one does (kernel-only
-	# checks whose rare failures are the kernels' own, see README)
 	local name=$1 tr=$2 port=$3 ropts=$4 sopts=$5 retry=${6:-} t0 st=0
 	t0=$(now_ms)
 	transfer_once "$tr" "$port" "$ropts" "$sopts" || st=1
