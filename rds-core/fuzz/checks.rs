@@ -11,6 +11,11 @@
 //!   of their fragments.
 //! - [`engine`]: a [`Stack`] with a path up, fed arbitrary frames, application calls, acks,
 //!   timers and connection changes; accounting and queue invariants hold after every step.
+//! - [`ctl`]: the control protocol: frames read from a byte stream (whole or in pieces),
+//!   re-written byte for byte; request and reply JSON round trips; trace record batches.
+//! - [`ib_private`]: the IB connection private data (32/56 bytes) and the version a passive
+//!   side answers a connect request with, checked against the kernel's rule.
+//! - [`pcap`]: the capture reader `rds-trace -r` uses, on arbitrary files.
 #![allow(dead_code)] // each fuzz target uses one entry point
 
 use std::collections::BTreeMap;
@@ -26,7 +31,7 @@ use rds_core::time::Instant;
 use rds_core::tunables::Tunables;
 use rds_core::wire::{
     checksum, ext_types, flags, CongMap, ExtSpace, HeaderPacket, HeaderRepr, CONG_MAP_BYTES,
-    EXT_SPACE, EXT_TYPE_MAX, FRAG_SIZE, HEADER_LEN, MAX_MSG_SIZE,
+    EXT_SPACE, EXT_TYPE_MAX, FRAG_SIZE, HEADER_LEN, MAX_MSG_SIZE, RDS_TCP_PORT,
 };
 
 /// Reads fuzz input as a sequence of small values; past the end everything reads as zero.
@@ -814,4 +819,301 @@ fn new_lane() -> Lane {
         sent: 0,
         acked: 0,
     }
+}
+
+// ============================================================================================
+// ctl
+
+/// A reader that hands out the input in pieces of the given sizes (cycling), and an
+/// `Interrupted` error before every piece when `interrupt` is set.
+struct Pieces<'a> {
+    d: &'a [u8],
+    sizes: &'a [u8],
+    i: usize,
+    interrupt: bool,
+    interrupted: bool,
+}
+
+impl std::io::Read for Pieces<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.interrupt && !self.interrupted {
+            self.interrupted = true;
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        self.interrupted = false;
+        let size = match self.sizes {
+            [] => usize::MAX,
+            s => usize::from(s[self.i % s.len()]) + 1,
+        };
+        self.i += 1;
+        let n = size.min(buf.len()).min(self.d.len());
+        buf[..n].copy_from_slice(&self.d[..n]);
+        self.d = &self.d[n..];
+        Ok(n)
+    }
+}
+
+/// How a frame stream ended.
+#[derive(Debug, PartialEq, Eq)]
+enum FrameEnd {
+    Closed,
+    TooLarge(usize, usize),
+    Eof,
+}
+
+type FrameParts = (Vec<(Vec<u8>, Vec<u8>)>, FrameEnd);
+
+fn read_frames(r: &mut impl std::io::Read) -> FrameParts {
+    use rds_core::ctl::{read_frame, FrameError};
+    let mut frames = Vec::new();
+    loop {
+        match read_frame(r) {
+            Ok(f) => frames.push(f),
+            Err(FrameError::Closed) => return (frames, FrameEnd::Closed),
+            Err(FrameError::TooLarge { json, data }) => {
+                return (frames, FrameEnd::TooLarge(json, data))
+            }
+            Err(FrameError::Io(e)) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+                return (frames, FrameEnd::Eof);
+            }
+        }
+    }
+}
+
+/// Input: `[k, k piece-size bytes, stream...]`. The stream is read as control frames, once
+/// whole and once in pieces of the given sizes with `EINTR` between them (same result); every
+/// frame is written back byte for byte; its JSON part is parsed as a request and as a reply
+/// and its data part as a batch of trace records. The stream on its own is parsed as JSON, too.
+pub fn ctl(data: &[u8]) {
+    use rds_core::ctl::{write_frame, MAX_DATA, MAX_JSON};
+    let k = usize::from(data.first().copied().unwrap_or(0) % 8);
+    let sizes = data.get(1..1 + k).unwrap_or(&[]);
+    let stream = data.get(1 + k..).unwrap_or(&[]);
+
+    let (frames, end) = read_frames(&mut &stream[..]);
+    let (again, end2) = read_frames(&mut Pieces {
+        d: stream,
+        sizes,
+        i: 0,
+        interrupt: k % 2 == 1,
+        interrupted: false,
+    });
+    assert_eq!(
+        frames, again,
+        "the result does not depend on how bytes arrive"
+    );
+    assert_eq!(end, end2);
+
+    let mut enc = Vec::new();
+    for (json, body) in &frames {
+        assert!(json.len() <= MAX_JSON && body.len() <= MAX_DATA);
+        write_frame(&mut enc, json, body).expect("a frame read back is writable");
+    }
+    assert_eq!(
+        &stream[..enc.len()],
+        &enc[..],
+        "frames re-encode to their bytes"
+    );
+    let rest = &stream[enc.len()..];
+    match end {
+        FrameEnd::Closed => assert!(rest.is_empty()),
+        FrameEnd::TooLarge(json, body) => {
+            assert!(json > MAX_JSON || body > MAX_DATA);
+            assert_eq!(
+                u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize,
+                json
+            );
+            assert_eq!(
+                u32::from_be_bytes(rest[4..8].try_into().unwrap()) as usize,
+                body
+            );
+        }
+        FrameEnd::Eof => {
+            assert!(!rest.is_empty());
+            if rest.len() >= 8 {
+                let json = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+                let body = u32::from_be_bytes(rest[4..8].try_into().unwrap()) as usize;
+                assert!(
+                    rest.len() < 8 + json + body,
+                    "a whole frame was left unread"
+                );
+            }
+        }
+    }
+    for (json, body) in &frames {
+        ctl_json(json);
+        trace_records(body);
+    }
+    ctl_json(stream);
+}
+
+/// A request or reply parsed from JSON survives serialising and parsing again.
+fn ctl_json(json: &[u8]) {
+    use rds_core::ctl::{Reply, Request};
+    if let Ok(req) = serde_json::from_slice::<Request>(json) {
+        let text = serde_json::to_vec(&req).expect("a request serialises");
+        let back: Request = serde_json::from_slice(&text).expect("its own JSON parses");
+        assert_eq!(back, req);
+    }
+    if let Ok(rep) = serde_json::from_slice::<Reply>(json) {
+        let text = serde_json::to_vec(&rep).expect("a reply serialises");
+        let back: Reply = serde_json::from_slice(&text).expect("its own JSON parses");
+        assert_eq!(back, rep);
+    }
+}
+
+/// A batch of binary trace records (the data part of a `trace_frames` reply): the borrowing
+/// and the copying decoder agree, and every record re-encodes to one that decodes the same.
+fn trace_records(batch: &[u8]) {
+    use rds_core::node::tap::{decode_record_refs, decode_records, encode_record};
+    let owned: Vec<_> = decode_records(Bytes::copy_from_slice(batch)).collect();
+    let refs: Vec<_> = decode_record_refs(batch).collect();
+    assert_eq!(owned.len(), refs.len());
+    for (i, (o, r)) in owned.iter().zip(&refs).enumerate() {
+        match (o, r) {
+            (Ok(f), Ok(fr)) => {
+                assert_eq!(f.data, fr.bytes().concat());
+                assert_eq!(
+                    (
+                        f.ts_ns,
+                        f.dir,
+                        f.laddr,
+                        f.faddr,
+                        f.lane,
+                        f.transport,
+                        f.orig_len
+                    ),
+                    (
+                        fr.ts_ns(),
+                        fr.dir(),
+                        fr.laddr(),
+                        fr.faddr(),
+                        fr.lane(),
+                        fr.transport(),
+                        fr.orig_len()
+                    )
+                );
+                let mut enc = Vec::new();
+                encode_record(&mut enc, f);
+                let again: Vec<_> = decode_records(Bytes::from(enc)).collect();
+                assert_eq!(again.len(), 1);
+                assert_eq!(again[0].as_ref().ok(), Some(f));
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a, b);
+                assert_eq!(i + 1, owned.len(), "an error ends the batch");
+            }
+            _ => panic!("decoders disagree on record {i}"),
+        }
+    }
+}
+
+// ============================================================================================
+// ib_private
+
+/// The private data as both address families: decoding needs the full 32/56 bytes, encoding
+/// gives back every field byte (reserved bytes read as zero), and the passive side's version
+/// choice is the kernel's `rds_ib_protocol_compatible`.
+pub fn ib_private(data: &[u8]) {
+    use rds_core::node::{ib_negotiate, IbConnPriv};
+    for v6 in [false, true] {
+        let (len, off) = if v6 {
+            (IbConnPriv::LEN_V6, 32)
+        } else {
+            (IbConnPriv::LEN_V4, 8)
+        };
+        let decoded = IbConnPriv::decode(data, v6);
+        match decoded {
+            None => assert!(data.len() < len),
+            Some(p) => {
+                assert!(data.len() >= len);
+                let enc = p.encode(v6);
+                let mut want = data[..len].to_vec();
+                want[off + 5..off + 8].fill(0);
+                want[off + 20..].fill(0);
+                assert_eq!(enc, want, "v6 {v6}");
+                assert_eq!(IbConnPriv::decode(&enc, v6), Some(p));
+                if v6 {
+                    for a in [p.saddr, p.daddr] {
+                        if let IpAddr::V6(a) = a {
+                            assert!(a.to_ipv4_mapped().is_none(), "{a} is not canonical");
+                        }
+                    }
+                } else {
+                    assert!(p.saddr.is_ipv4() && p.daddr.is_ipv4());
+                }
+            }
+        }
+        // The kernel: no private data rejects; short data or major 0 is an old peer (4.0);
+        // major 4 takes the highest common minor of 4.0 and 4.1; 3.1 is the compat version.
+        let want = if data.is_empty() {
+            None
+        } else {
+            match decoded.filter(|p| p.major != 0) {
+                None => Some((4, 0)),
+                Some(p) if p.major == 4 && p.minor_mask & 2 != 0 => Some((4, 1)),
+                Some(p) if p.major == 4 && p.minor_mask & 1 != 0 => Some((4, 0)),
+                Some(p) if (p.major, p.minor) == (3, 1) => Some((3, 1)),
+                Some(_) => None,
+            }
+        };
+        assert_eq!(ib_negotiate(data, v6), want, "v6 {v6}");
+    }
+}
+
+// ============================================================================================
+// pcap
+
+/// The capture reader on an arbitrary file: it never panics, ends after a fatal error, yields
+/// frames no longer than they were on the wire, and counts what it yields.
+pub fn pcap(data: &[u8]) {
+    use rds_core::trace::{FrameLink, PcapFrames};
+    let Ok(mut frames) = PcapFrames::new(data) else {
+        return;
+    };
+    let (mut ok, mut errors, mut fatal) = (0u64, 0u64, false);
+    for item in frames.by_ref() {
+        assert!(!fatal, "an item after a fatal error");
+        match item {
+            Ok(f) => {
+                ok += 1;
+                assert!(f.frame_no >= 1);
+                assert!(f.data.len() as u64 <= u64::from(f.orig_len) || f.orig_len == 0);
+                assert_eq!(f.header().is_some(), f.data.len() >= HEADER_LEN);
+                let _ = f.is_truncated();
+                match f.link {
+                    FrameLink::Tcp { src, dst } => {
+                        assert!(src.port() == RDS_TCP_PORT || dst.port() == RDS_TCP_PORT);
+                        assert_eq!(
+                            f.lane,
+                            (if src.port() == RDS_TCP_PORT { dst } else { src }).port() as u8 % 8
+                        );
+                        if let Some(rec) = f.to_record() {
+                            assert_eq!(rec.orig_len, f.orig_len);
+                            assert_eq!(rec.data, f.data);
+                        }
+                    }
+                    FrameLink::Ib { .. } => {
+                        assert_eq!(f.lane, 0);
+                        assert!(f.to_record().is_none());
+                    }
+                }
+                if let Some(h) = f.header() {
+                    let _ = h.to_string();
+                }
+            }
+            Err(e) => {
+                let _ = e.to_string();
+                if e.is_fatal() {
+                    fatal = true;
+                } else {
+                    errors += 1;
+                }
+            }
+        }
+    }
+    let st = frames.stats();
+    assert_eq!((st.frames, st.errors), (ok, errors));
+    assert!(frames.next().is_none(), "the reader stays ended");
 }

@@ -184,3 +184,185 @@ write("engine", "backoff", bytes([2, 2]) + cut(0) + bytes([7, 0]) + tick(100) + 
       + tick(1000) + bytes([7, 0]) + tick(30000) + EVENTS_OK + DRAIN)
 write("engine", "sockets", bytes([2, 2]) + send(0, 2, 10) + bytes([10, 0, 2]) + bytes([10, 65])
       + bytes([10, 130, 0, 10]) + bytes([10, 195, 0, 10]) + send(0, 2, 100) + DRAIN)
+
+
+# ---- ctl ----------------------------------------------------------------------------------
+# Input: [k, k piece sizes (each + 1), stream of frames]; a frame is
+# [json length: u32 BE, data length: u32 BE, json, data].
+def ctl_frame(json, data=b""):
+    if isinstance(json, str):
+        json = json.encode()
+    return struct.pack(">II", len(json), len(data)) + json + data
+
+
+def ctl(pieces, body):
+    return bytes([len(pieces)] + [p - 1 for p in pieces]) + body
+
+
+def record(transport, payload, flags=0, lane=0, direction=0):
+    """A binary trace record (node/tap.rs REC_HDR_LEN layout): addresses 10.0.0.1 > 10.0.0.2."""
+    h = struct.pack("<IIQBBBB", len(payload), len(payload), 1_700_000_000_000_000_000, direction,
+                    lane, transport, flags)
+    h += bytes([10, 0, 0, 1]).ljust(16, b"\0") + bytes([10, 0, 0, 2]).ljust(16, b"\0")
+    if transport == 1:
+        h += bytes([10, 0, 0, 1]).ljust(16, b"\0") + struct.pack("<H", 40001)
+        h += bytes([10, 0, 0, 2]).ljust(16, b"\0") + struct.pack("<H", 16385)
+    elif transport == 2:
+        h += struct.pack("<IIHH", 0x11, 0x22, 1, 2) + bytes(24)
+    else:
+        h += bytes(36)
+    return h + payload
+
+
+REQUESTS = [
+    '{"op":"hello","v":3}', '{"op":"info"}', '{"op":"stats"}', '{"op":"stats_reset"}',
+    '{"op":"tunables_get"}', '{"op":"tunable_set","name":"ping_enable","value":0}',
+    '{"op":"tunable_default","name":null}', '{"op":"tunable_default","name":"sndbuf"}',
+    '{"op":"conn_restart","laddr":"127.0.0.1","faddr":"::1"}',
+    '{"op":"conn_kill","laddr":"10.0.0.1","faddr":"10.0.0.2"}',
+    '{"op":"sock_open"}', '{"op":"sock_bind","sock":1,"addr":"127.0.0.1:4000","transport":null}',
+    '{"op":"sock_set","sock":1,"opt":{"name":"sndbuf","value":65536}}',
+    '{"op":"sock_send","sock":1,"dest":"[::1]:5000","dontwait":true}',
+    '{"op":"sock_recv","sock":1,"max":65535,"peek":false,"dontwait":false,"timeout_ms":100}',
+    '{"op":"sock_close","sock":1}', '{"op":"trace_stop"}', '{"op":"bogus"}',
+]
+REPLIES = [
+    '{"kind":"error","errno":22,"message":"bad"}', '{"kind":"ok"}',
+    '{"kind":"hello","v":3,"node":"n","version":"0.1","rds_protocol":"3.1","pid":1,'
+    '"owner_uid":0,"addrs":["127.0.0.1","::1"]}',
+    '{"kind":"stats","counters":[["conn_reset",1]]}', '{"kind":"dropped","messages":2}',
+    '{"kind":"sock","sock":7}', '{"kind":"trace_frames","frames":2}',
+]
+write("ctl", "empty", b"")
+for i, r in enumerate(REQUESTS):
+    write("ctl", "request-%02d" % i, ctl([], ctl_frame(r)))
+for i, r in enumerate(REPLIES):
+    write("ctl", "reply-%02d" % i, ctl([], ctl_frame(r)))
+write("ctl", "several", ctl([], ctl_frame(REQUESTS[0]) + ctl_frame(REQUESTS[13], b"hello")
+                           + ctl_frame(REQUESTS[1])))
+write("ctl", "pieces", ctl([1, 3, 8, 200], ctl_frame(REQUESTS[11]) + ctl_frame(REQUESTS[14])))
+write("ctl", "truncated", ctl([], ctl_frame(REQUESTS[5])[:20]))
+write("ctl", "half-header", ctl([2], b"\0\0\0"))
+write("ctl", "too-large", ctl([], struct.pack(">II", (1 << 20) + 1, 0)))
+write("ctl", "data-too-large", ctl([], struct.pack(">II", 2, (1 << 20) + 4097) + b"{}"))
+write("ctl", "bare-json", REQUESTS[3].encode())
+write("ctl", "trace-records", ctl([], ctl_frame(REPLIES[6], record(1, hdr(seq=1, sport=4000, dport=5000))
+                                                + record(2, hdr(seq=2, ln=3) + b"abc", flags=0x10))))
+write("ctl", "trace-loopback", ctl([], ctl_frame(REPLIES[6], record(0, hdr(seq=3), lane=5, direction=1))))
+write("ctl", "trace-bad-code", ctl([], ctl_frame(REPLIES[6], record(7, b""))))
+write("ctl", "trace-truncated", ctl([], ctl_frame(REPLIES[6], record(1, hdr(seq=1))[:100])))
+
+
+# ---- ib_private ---------------------------------------------------------------------------
+# struct rds_ib_connect_private (32 bytes) / rds6_ib_connect_private (56 bytes).
+def priv4(major=3, minor=1, mask=0, toss=0, ack=0, credit=0, s=b"\x0a\0\0\x01", d=b"\x0a\0\0\x02"):
+    return s + d + struct.pack(">BBHB3xQI4x", major, minor, mask, toss, ack, credit)
+
+
+def priv6(major=3, minor=1, mask=0, toss=0, ack=0, credit=0, s=None, d=None):
+    s = s or b"\xfe\x80" + bytes(13) + b"\x01"
+    d = d or b"\xfe\x80" + bytes(13) + b"\x02"
+    return s + d + struct.pack(">BBHB3xQI4x", major, minor, mask, toss, ack, credit)
+
+
+mapped = bytes(10) + b"\xff\xff\x0a\0\0\x01"
+write("ib_private", "empty", b"")
+write("ib_private", "v4-3.1", priv4())
+write("ib_private", "v4-4.1", priv4(4, 1, 0x0003, ack=5, credit=16))
+write("ib_private", "v4-4.0-mask1", priv4(4, 0, 0x0001))
+write("ib_private", "v4-4-nomask", priv4(4, 2, 0x0004))
+write("ib_private", "v4-major0", priv4(0, 0))
+write("ib_private", "v4-3.0", priv4(3, 0))
+write("ib_private", "v4-short", priv4()[:31])
+write("ib_private", "v4-padded", priv4(toss=3) + bytes(24) + b"\xff" * 8)
+write("ib_private", "v6-3.1", priv6())
+write("ib_private", "v6-4.1", priv6(4, 1, 0xFFFF, ack=0xFFFFFFFFFFFFFFFF, credit=0xFFFFFFFF))
+write("ib_private", "v6-mapped", priv6(s=mapped, d=mapped))
+write("ib_private", "v6-short", priv6()[:55])
+write("ib_private", "reserved-set", priv4()[:13] + b"\xaa\xbb\xcc" + priv4()[16:28] + b"\xdd" * 4)
+write("ib_private", "one-byte", b"\x04")
+
+
+# ---- pcap ---------------------------------------------------------------------------------
+def pcap(linktype, packets, nanos=False, snaplen=65535):
+    magic = 0xA1B23C4D if nanos else 0xA1B2C3D4
+    out = struct.pack("<IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)
+    for i, p in enumerate(packets):
+        data, orig = p if isinstance(p, tuple) else (p, len(p))
+        out += struct.pack("<IIII", 1_700_000_000 + i, 1000 * i, len(data), orig) + data
+    return out
+
+
+def ipv4(src, dst, payload, proto=6):
+    h = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0x4000, 64, proto, 0,
+                    bytes(src), bytes(dst))
+    return h + payload
+
+
+def ipv6(src, dst, payload, nxt=6):
+    return struct.pack(">IHBB16s16s", 0x60000000, len(payload), nxt, 64, src, dst) + payload
+
+
+def tcp(sport, dport, seq, payload=b"", flags=0x18):
+    return struct.pack(">HHIIBBHHH", sport, dport, seq, 0, 5 << 4, flags, 65535, 0, 0) + payload
+
+
+def eth(payload, ethertype=0x0800, tx=True):
+    mac_local, mac_peer = b"\x02\x00\0\0\0\x01", b"\x02\x01\0\0\0\x02"
+    dst, src = (mac_peer, mac_local) if tx else (mac_local, mac_peer)
+    return dst + src + struct.pack(">H", ethertype) + payload
+
+
+A, B = [10, 0, 0, 1], [10, 0, 0, 2]
+m1 = msg(1, 4000, 5000, b"hello")
+m2 = msg(2, 4000, 5000, bytes(100))
+syn = tcp(40001, 16385, 999, flags=0x02)
+write("pcap", "eth-v4", pcap(1, [eth(ipv4(A, B, syn)), eth(ipv4(A, B, tcp(40001, 16385, 1000, m1 + m2))),
+                                 eth(ipv4(B, A, tcp(16385, 40001, 5, msg(1, 5000, 4000))), tx=False)]))
+write("pcap", "eth-split", pcap(1, [eth(ipv4(A, B, tcp(40002, 16385, 1, m2[:30]))),
+                                    eth(ipv4(A, B, tcp(40002, 16385, 31, m2[30:]))),
+                                    eth(ipv4(A, B, tcp(40002, 16385, 31, m2[30:]))),
+                                    eth(ipv4(A, B, tcp(40002, 16385, 500, m1, flags=0x11)))]))
+write("pcap", "eth-vlan", pcap(1, [eth(b"\0\x05\x08\x00" + ipv4(A, B, tcp(40003, 16385, 1, m1)),
+                                       ethertype=0x8100)]))
+write("pcap", "eth-snapped", pcap(1, [(eth(ipv4(A, B, tcp(40004, 16385, 1, m2)))[:90], 54 + len(m2))],
+                                  snaplen=90))
+write("pcap", "eth-gap", pcap(1, [eth(ipv4(A, B, tcp(40005, 16385, 1, m2[:60]))),
+                                  eth(ipv4(A, B, tcp(40005, 16385, 200, m1)))]))
+write("pcap", "eth-bad-len", pcap(1, [eth(ipv4(A, B, tcp(40006, 16385, 1, hdr(seq=1, ln=0x7FFFFFFF))))]))
+write("pcap", "eth-rst", pcap(1, [eth(ipv4(A, B, tcp(40007, 16385, 1, m2[:70]))),
+                                  eth(ipv4(A, B, tcp(40007, 16385, 71, flags=0x04)))]))
+write("pcap", "eth-other", pcap(1, [eth(ipv4(A, B, tcp(80, 8080, 1, b"GET /"))),
+                                    eth(ipv4(A, B, b"\0" * 8, proto=17)), eth(b"\0" * 28, 0x0806)]))
+write("pcap", "raw-v6", pcap(101, [ipv6(b"\xfe\x80" + bytes(13) + b"\1", bytes(15) + b"\1",
+                                        tcp(40001, 16385, 7, m1))], nanos=True))
+write("pcap", "ipv4-linktype", pcap(228, [ipv4(A, B, tcp(16385, 40008, 1, m1))]))
+write("pcap", "sll", pcap(113, [struct.pack(">HHH8sH", 0, 1, 6, bytes(8), 0x0800)
+                                + ipv4(A, B, tcp(40009, 16385, 1, m1))]))
+write("pcap", "sll2", pcap(276, [struct.pack(">HHIHBB8s", 0x86DD, 0, 1, 1, 0, 6, bytes(8))
+                                 + ipv6(bytes(15) + b"\1", bytes(15) + b"\2", tcp(40010, 16385, 1, m1))]))
+write("pcap", "truncated-record", pcap(1, [eth(ipv4(A, B, tcp(40011, 16385, 1, m1)))])[:-10])
+write("pcap", "bad-linktype", pcap(147, []))
+write("pcap", "header-only", pcap(1, []))
+
+
+def erf_ib(frag, opcode=0x04, solicited=True, lnh=2, flags=0, pad=0, wlen=None):
+    bth = struct.pack(">BBHII", opcode, (0x80 if solicited else 0) | (pad << 4), 0xFFFF, 0x22,
+                      0x80000005)
+    imm = b"\0\0\0\0" if opcode == 0x05 else b""
+    grh = bytes(40) if lnh == 3 else b""
+    body = grh + bth + imm + frag + bytes(pad) + b"\0\0\0\0"
+    lrh = struct.pack(">BBHHH", 0x00, lnh, 2, (8 + len(body)) // 4, 1)
+    pkt = lrh + body + b"\0\0"
+    rlen = 16 + len(pkt)
+    erf = struct.pack("<Q", 1 << 32) + struct.pack(">BBHHH", 21, flags, rlen, 0,
+                                                    wlen if wlen is not None else len(pkt))
+    return erf + pkt
+
+
+write("pcap", "erf-ib", pcap(197, [erf_ib(with_csum(hdr(seq=1, ln=5, sport=4000, dport=5000)) + b"hello"),
+                                   erf_ib(with_csum(hdr(ack=1)), opcode=0x05, lnh=3, flags=1),
+                                   erf_ib(hdr(seq=2, ln=2) + b"xy", pad=2)]))
+write("pcap", "erf-snapped", pcap(197, [(erf_ib(hdr(seq=1, ln=4096) + bytes(4096))[:200], 16 + 8 + 12 + 4144 + 6)]))
+write("pcap", "erf-ext", pcap(197, [b"\0" * 8 + bytes([21 | 0x80, 0]) + b"\0" * 6 + b"\x80" + bytes(7)
+                                    + b"\x00" + bytes(7) + erf_ib(hdr(seq=1))[16:]]))

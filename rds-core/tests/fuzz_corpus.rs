@@ -57,19 +57,37 @@ fn engine_corpus() {
     replay("engine", checks::engine);
 }
 
+#[test]
+fn ctl_corpus() {
+    replay("ctl", checks::ctl);
+}
+
+#[test]
+fn ib_private_corpus() {
+    replay("ib_private", checks::ib_private);
+}
+
+#[test]
+fn pcap_corpus() {
+    replay("pcap", checks::pcap);
+}
+
 /// Every truncation of every corpus input is an input too (cheap extra coverage of the
 /// zero-padded tails the readers produce).
 #[test]
 fn truncated_inputs() {
-    let targets: [(&str, Check); 4] = [
+    let targets: [(&str, Check); 7] = [
         ("header", checks::header),
         ("stream", checks::stream),
         ("frag", checks::frag),
         ("engine", checks::engine),
+        ("ctl", checks::ctl),
+        ("ib_private", checks::ib_private),
+        ("pcap", checks::pcap),
     ];
     for (target, check) in targets {
         for (path, data) in corpus(target) {
-            for cut in [0, 1, 2, 47, 48, 49, 100, 1000]
+            for cut in [0, 1, 2, 8, 24, 31, 32, 40, 47, 48, 49, 55, 56, 100, 1000]
                 .into_iter()
                 .chain([data.len() / 2])
             {

@@ -1,7 +1,8 @@
 //! The daemon under many clients at once and under a fuzzed control protocol (random bytes,
 //! truncated frames, huge lengths, random JSON, random requests): it never crashes, keeps
-//! answering, and unloads cleanly afterwards. The fuzz seed comes from `RDS_FUZZ_SEED`
-//! (printed; random otherwise).
+//! answering, and unloads cleanly afterwards. The fuzz runs two fixed seeds and one from the
+//! clock, each against a fresh daemon; a failure names its seed, and `RDS_FUZZ_SEED=<n>` runs
+//! that seed alone.
 
 mod common;
 
@@ -203,28 +204,68 @@ fn frame(json: &[u8], data: &[u8]) -> Vec<u8> {
     f
 }
 
+/// Seeds every run fuzzes with; `RDS_FUZZ_SEED` replaces the whole set with its one seed.
+const FIXED_SEEDS: [u64; 2] = [1, 0x5eed_c017_2026_0f0f];
+
+/// Connections per seed.
+const ITERATIONS: u32 = 2000;
+
+/// The seeds of this run: `RDS_FUZZ_SEED` alone when set, else the fixed seeds and one from
+/// the clock (which a failure message names, so the run can be replayed).
+fn fuzz_seeds() -> Vec<u64> {
+    if let Some(v) = std::env::var("RDS_FUZZ_SEED")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        let seed = v
+            .parse()
+            .unwrap_or_else(|e| panic!("RDS_FUZZ_SEED={v}: not a u64: {e}"));
+        return vec![seed];
+    }
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut seeds = FIXED_SEEDS.to_vec();
+    seeds.push(clock);
+    seeds
+}
+
 #[test]
 fn fuzzed_control_protocol_never_hurts_the_daemon() {
-    let seed: u64 = std::env::var("RDS_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("fuzz seed: RDS_FUZZ_SEED={seed}");
-    let mut r = Rng(seed);
+    for seed in fuzz_seeds() {
+        eprintln!("control-protocol fuzz: RDS_FUZZ_SEED={seed}");
+        let run = std::panic::catch_unwind(|| fuzz_daemon(seed));
+        if let Err(e) = run {
+            let what = e
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| e.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("control-protocol fuzz failed; replay with RDS_FUZZ_SEED={seed}: {what}");
+        }
+    }
+}
+
+/// One fuzz run against a fresh daemon: everything it does follows from `seed`.
+fn fuzz_daemon(seed: u64) {
+    let ctx = format!("RDS_FUZZ_SEED={seed}");
+    // splitmix64 of the seed: any seed (0 too) gives a well-mixed nonzero state.
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    let mut r = Rng((z ^ (z >> 31)) | 1);
     let env = Env::new();
     let mut d = Daemon::load(&env, "127.0.0.56");
     let path = env.sock();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut answered = 0;
-    for i in 0..2000 {
-        assert!(Instant::now() < deadline, "fuzzing took too long");
-        let mut s = UnixStream::connect(&path).unwrap();
+    for i in 0..ITERATIONS {
+        assert!(
+            Instant::now() < deadline,
+            "{ctx}: fuzzing took too long (connection {i})"
+        );
+        let mut s = UnixStream::connect(&path)
+            .unwrap_or_else(|e| panic!("{ctx}: connection {i}: connect: {e}"));
         s.set_read_timeout(Some(Duration::from_millis(500)))
             .unwrap();
         s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -269,27 +310,39 @@ fn fuzzed_control_protocol_never_hurts_the_daemon() {
         let _ = s.shutdown(std::net::Shutdown::Write);
         // Replies, if any, must be well-formed frames.
         while let Ok((json, _)) = read_frame(&mut s) {
-            let _: Reply = serde_json::from_slice(&json).expect("a reply the client can parse");
+            let _: Reply = serde_json::from_slice(&json).unwrap_or_else(|e| {
+                panic!(
+                    "{ctx}: connection {i}: a reply the client cannot parse ({e}): {}",
+                    String::from_utf8_lossy(&json)
+                )
+            });
             answered += 1;
         }
         drop(s);
         if i % 50 == 0 {
-            let mut c = CtlClient::connect(&path).expect("the daemon answers");
-            c.info().expect("info");
+            let mut c = CtlClient::connect(&path)
+                .unwrap_or_else(|e| panic!("{ctx}: after connection {i}: the daemon answers: {e}"));
+            c.info()
+                .unwrap_or_else(|e| panic!("{ctx}: after connection {i}: info: {e}"));
         }
     }
-    assert!(answered > 100, "too few replies: {answered}");
+    assert!(answered > 100, "{ctx}: too few replies: {answered}");
     // Still alive and answering; a half-written frame left open does not block others.
     let mut half = UnixStream::connect(&path).unwrap();
     half.write_all(&[0, 0, 1, 0]).unwrap();
-    let mut c = CtlClient::connect(&path).unwrap();
-    assert_eq!(c.hello.pid, d.pid);
-    c.info().unwrap();
-    assert!(pid_alive(d.pid));
+    let mut c =
+        CtlClient::connect(&path).unwrap_or_else(|e| panic!("{ctx}: connect after fuzzing: {e}"));
+    assert_eq!(c.hello.pid, d.pid, "{ctx}");
+    c.info()
+        .unwrap_or_else(|e| panic!("{ctx}: info after fuzzing: {e}"));
+    assert!(pid_alive(d.pid), "{ctx}: the daemon died");
     let mut buf = [0u8; 1];
     half.set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
-    assert!(half.read(&mut buf).is_err(), "no reply to half a frame");
+    assert!(
+        half.read(&mut buf).is_err(),
+        "{ctx}: no reply to half a frame"
+    );
     drop(half);
     d.unload();
 }
