@@ -47,8 +47,7 @@ pub fn load(
         ))
         .into());
     }
-    let dir = runtime_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = rds_core::ctl::ensure_runtime_dir()?;
     let log = log_path();
     let log_from = util::file_len(&log);
     let me = std::env::current_exe().context("locating rds-ctrl")?;

@@ -56,8 +56,7 @@ pub fn start(
     }
     let tool = util::find_tool("rds-trace")?;
     let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-    let dir = runtime_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = rds_core::ctl::ensure_runtime_dir()?;
     let log = log_path();
     let log_from = util::file_len(&log);
     let mut args: Vec<OsString> = vec![

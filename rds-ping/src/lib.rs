@@ -3,7 +3,8 @@
 //! The command line and reply lines are the original's ([`opts`], [`report::line`]); the run
 //! ends with an iputils-style summary (or one JSON object with `--json`) and never waits
 //! forever: a ping counts as lost after `-W` seconds, `-w` bounds the whole run, and a peer
-//! that never answers is given up on after [`ping::GIVE_UP_AFTER_LOST`] lost pings.
+//! that never answers is given up on after [`ping::GIVE_UP_AFTER_LOST`] lost pings. The exit
+//! status is 0 only when replies came and no ping failed with an error ([`exit_code`]).
 //!
 //! Sockets come from `rds_core::Socket::new`: through the host daemon when one owns the
 //! source address, else an embedded node started in this process.
@@ -84,5 +85,11 @@ where
         let _ = write!(out, "{}", report::summary_text(&sum));
     }
     let _ = out.flush();
-    i32::from(sum.received + sum.duplicates == 0)
+    exit_code(&sum)
+}
+
+/// The exit status of a run: 1 when no reply came or a ping failed with an error (the
+/// daemon went away, the socket failed), else 0.
+pub fn exit_code(sum: &report::Summary) -> i32 {
+    i32::from(sum.received + sum.duplicates == 0 || sum.errors > 0)
 }

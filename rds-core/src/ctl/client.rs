@@ -4,7 +4,7 @@
 use std::io;
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{
     discover, read_frame, write_frame, FrameError, InfoSnapshot, NodeEndpoint, Reply, Request,
@@ -31,6 +31,33 @@ pub enum CtlError {
     /// The node sent something unexpected.
     #[error("control socket: unexpected reply {0}")]
     Protocol(String),
+    /// The node's end of the connection went away (end of stream, `EPIPE`, `ECONNRESET`):
+    /// the node stopped or crashed. Its errno is `ECONNRESET`.
+    #[error("the RDS {what} at {path} went away (stopped or crashed)", what = gone_what(path))]
+    Gone {
+        /// The control socket's path.
+        path: PathBuf,
+    },
+}
+
+fn gone_what(path: &Path) -> &'static str {
+    if path.file_stem().is_some_and(|s| s == DAEMON_NAME) {
+        "daemon"
+    } else {
+        "node"
+    }
+}
+
+/// Whether an I/O error on the control connection means the node's end went away.
+fn is_gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::NotConnected
+    )
 }
 
 impl CtlError {
@@ -41,6 +68,7 @@ impl CtlError {
             CtlError::NoNode(_) => libc::ENOENT,
             CtlError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             CtlError::Protocol(_) => libc::EPROTO,
+            CtlError::Gone { .. } => libc::ECONNRESET,
         }
     }
 
@@ -50,6 +78,11 @@ impl CtlError {
             CtlError::Io(e) => e,
             other => io::Error::from_raw_os_error(other.errno()),
         }
+    }
+
+    /// Whether the node went away ([`CtlError::Gone`]).
+    pub fn is_gone(&self) -> bool {
+        matches!(self, CtlError::Gone { .. })
     }
 }
 
@@ -74,6 +107,7 @@ pub struct NodeHello {
 #[derive(Debug)]
 pub struct CtlClient {
     stream: UnixStream,
+    path: PathBuf,
     /// The node's identity.
     pub hello: NodeHello,
 }
@@ -87,6 +121,7 @@ impl CtlClient {
         let stream = UnixStream::connect(path)?;
         let mut c = CtlClient {
             stream,
+            path: path.to_path_buf(),
             hello: NodeHello {
                 node: String::new(),
                 version: String::new(),
@@ -167,23 +202,39 @@ impl CtlClient {
     /// See [`CtlError`].
     pub fn call(&mut self, req: &Request, data: &[u8]) -> Result<(Reply, Vec<u8>), CtlError> {
         let json = serde_json::to_vec(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
-        write_frame(&mut self.stream, &json, data)?;
+        if let Err(e) = write_frame(&mut self.stream, &json, data) {
+            // The node may have answered (an error) before closing: read it if it did.
+            if is_gone(&e) {
+                return match self.read_reply() {
+                    Err(CtlError::Io(_)) | Ok(_) => Err(self.gone()),
+                    Err(other) => Err(other),
+                };
+            }
+            return Err(e.into());
+        }
         self.read_reply()
+    }
+
+    /// The path of the node's control socket.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn gone(&self) -> CtlError {
+        CtlError::Gone {
+            path: self.path.clone(),
+        }
     }
 
     /// Reads the next frame from the node (trace streaming).
     ///
     /// # Errors
-    /// See [`CtlError`]; the end of the stream is an `UnexpectedEof` I/O error.
+    /// See [`CtlError`]; the end of the stream is [`CtlError::Gone`].
     pub fn read_reply(&mut self) -> Result<(Reply, Vec<u8>), CtlError> {
         let (json, data) = match read_frame(&mut self.stream) {
             Ok(f) => f,
-            Err(FrameError::Closed) => {
-                return Err(CtlError::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the node closed the control connection",
-                )))
-            }
+            Err(FrameError::Closed) => return Err(self.gone()),
+            Err(FrameError::Io(e)) if is_gone(&e) => return Err(self.gone()),
             Err(FrameError::Io(e)) => return Err(CtlError::Io(e)),
             Err(e) => return Err(CtlError::Protocol(e.to_string())),
         };
@@ -201,8 +252,10 @@ impl CtlClient {
     /// I/O errors.
     pub fn send_only(&mut self, req: &Request) -> Result<(), CtlError> {
         let json = serde_json::to_vec(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
-        write_frame(&mut self.stream, &json, &[])?;
-        Ok(())
+        match write_frame(&mut self.stream, &json, &[]) {
+            Err(e) if is_gone(&e) => Err(self.gone()),
+            r => Ok(r?),
+        }
     }
 
     /// Expects [`Reply::Ok`].

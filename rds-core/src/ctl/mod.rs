@@ -3,8 +3,13 @@
 //!
 //! ## Where
 //! `/run/rds/<node>.sock` when the node runs as root, else `$XDG_RUNTIME_DIR/rds/<node>.sock`
-//! (or `/tmp/rds-<uid>/`); `RDS_RUNTIME_DIR` overrides both. The daemon's node is called `daemon`; embedded nodes
-//! `embedded-<pid>[-<n>]`. [`discover`] lists the nodes a user can reach.
+//! (or `/tmp/rds-<uid>/`); `RDS_RUNTIME_DIR` overrides both. The daemon's node is called
+//! `daemon`; embedded nodes `embedded-<pid>[-<n>]`. [`discover`] lists the nodes a user can
+//! reach, the system daemon's directory first. A runtime directory is used only when it
+//! belongs to the user (or to root, for `/run/rds` and `RDS_RUNTIME_DIR`) and nobody else may
+//! write to it ([`check_runtime_dir`]); a user's is created 0700. A node holds `<node>.lock`
+//! (`flock`) next to its socket for its lifetime, so a restarting node removes a dead node's
+//! socket file and never a live one's.
 //!
 //! ## Framing (protocol version [`PROTO_VERSION`])
 //! Every message in either direction is one frame:
@@ -26,17 +31,24 @@
 //! request with `"v"` other than [`PROTO_VERSION`] in [`Request::Hello`] is refused. Malformed or oversized frames get a [`Reply::Error`]; an
 //! oversized frame also ends the connection (its bytes cannot be skipped safely).
 //!
-//! ## Privilege
+//! ## Privilege and ownership
 //! The server reads the peer's credentials (`SO_PEERCRED`). Reading state is open to every
 //! local user; changing tunables, restarting or killing connections, resetting counters,
-//! tracing and shutting down need root or the node's owner (its uid).
+//! tracing and shutting down need root or the node's owner (its uid). A client socket belongs
+//! to the control connection that opened it, like a file descriptor: its token means nothing
+//! on another connection (`EBADF`, as for a token never issued) and it closes when that
+//! connection ends. A readiness watcher of the same uid reaches it through a 128-bit
+//! capability ([`Request::SockCap`], [`Request::SockAttach`]). In [`Request::Info`], root and
+//! the owner see every socket and queue entry; another uid sees only those of sockets its own
+//! uid opened through this node. Binding a port below 1024 needs uid 0 or
+//! `CAP_NET_BIND_SERVICE`. The server's limits are in [`server`].
 
 pub mod client;
 pub mod server;
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -205,6 +217,19 @@ pub enum Request {
         /// Socket token.
         sock: u64,
     },
+    /// A capability for one of this connection's sockets ([`Reply::SockCap`]): another
+    /// control connection of the same uid presents it with [`Request::SockAttach`].
+    SockCap {
+        /// Socket token.
+        sock: u64,
+    },
+    /// Reach a socket of another control connection of the same uid (a readiness watcher)
+    /// through its capability; replies [`Reply::Sock`] with a token valid on this connection.
+    /// The socket still closes when the connection that opened it goes away.
+    SockAttach {
+        /// The capability from [`Reply::SockCap`] (32 hex digits).
+        cap: String,
+    },
 }
 
 /// An option of a client socket.
@@ -248,6 +273,34 @@ pub struct InfoSnapshot {
     /// Queue pair numbers of the IB connections that have a queue pair.
     #[serde(default)]
     pub ib_qps: Vec<IbQpInfo>,
+    /// Entries left out of the lists above so that the snapshot fits one frame.
+    #[serde(default)]
+    pub omitted: InfoOmitted,
+}
+
+/// How many entries of each list an [`InfoSnapshot`] left out (the lists hold the first ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct InfoOmitted {
+    /// Connections.
+    pub connections: u64,
+    /// Sockets.
+    pub sockets: u64,
+    /// Send queue entries.
+    pub send: u64,
+    /// Retransmit queue entries.
+    pub retrans: u64,
+    /// Receive queue entries.
+    pub recv: u64,
+    /// TCP transport sockets.
+    pub tcp: u64,
+}
+
+impl InfoOmitted {
+    /// Whether any list was cut.
+    pub fn any(&self) -> bool {
+        *self != InfoOmitted::default()
+    }
 }
 
 /// A reply from the server.
@@ -322,6 +375,11 @@ pub enum Reply {
         /// What the node wrote to the file ([`TraceOutput`] only).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         written: Option<CaptureTally>,
+    },
+    /// A capability for a socket ([`Request::SockCap`]).
+    SockCap {
+        /// 128 random bits as 32 hex digits.
+        cap: String,
     },
     /// A client socket was created.
     Sock {
@@ -503,15 +561,19 @@ pub fn read_frame(r: &mut impl Read) -> Result<(Vec<u8>, Vec<u8>), FrameError> {
     Ok((j, d))
 }
 
+/// The system daemon's runtime directory.
+pub const SYSTEM_DIR: &str = "/run/rds";
+
 /// The runtime directory of this process's nodes. `RDS_RUNTIME_DIR` overrides it (and is
-/// then the only place searched), which keeps test daemons apart.
+/// then the only place searched), which keeps test daemons apart. The path is not checked
+/// here: [`ensure_runtime_dir`] creates and checks it, [`check_runtime_dir`] checks it.
 pub fn runtime_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("RDS_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
+    if let Some(d) = env_dir() {
+        return d;
     }
     let uid = nix::unistd::geteuid().as_raw();
     if uid == 0 {
-        return PathBuf::from("/run/rds");
+        return PathBuf::from(SYSTEM_DIR);
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("rds"),
@@ -519,17 +581,145 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
-/// Directories where a user looks for nodes: its own, then the system one.
+fn env_dir() -> Option<PathBuf> {
+    std::env::var_os("RDS_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Whether root may own `dir` for this process: the system directory and `RDS_RUNTIME_DIR`
+/// (a directory root set up for its daemon); a user's own directory must be the user's.
+fn root_may_own(dir: &Path) -> bool {
+    dir == Path::new(SYSTEM_DIR) || env_dir().is_some_and(|d| d == dir)
+}
+
+/// Checks that `dir` is safe to serve or reach nodes in: a real directory (not a symbolic
+/// link), owned by this process's effective uid (or by root, for [`SYSTEM_DIR`] and
+/// `RDS_RUNTIME_DIR`), and writable by nobody else (no group or other write bit). Another
+/// user who made the directory could otherwise put a fake node's socket in it.
+///
+/// # Errors
+/// `PermissionDenied` naming the path, what is wrong and the fix; `NotFound` when it does not
+/// exist.
+pub fn check_runtime_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(dir)?;
+    let me = nix::unistd::geteuid().as_raw();
+    let refuse = |why: String| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "refusing the RDS runtime directory {}: {why}",
+                dir.display()
+            ),
+        )
+    };
+    if md.file_type().is_symlink() || !md.is_dir() {
+        return Err(refuse(format!(
+            "it is not a directory (or is a symbolic link); remove it, or set RDS_RUNTIME_DIR \
+             to a directory of uid {me}"
+        )));
+    }
+    if md.uid() != me && !(md.uid() == 0 && root_may_own(dir)) {
+        return Err(refuse(format!(
+            "it belongs to uid {}, not to uid {me}; another user may have made it to receive \
+             your sockets: remove it (as root), or set RDS_RUNTIME_DIR to a directory of yours",
+            md.uid()
+        )));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "it is writable by group or others (mode {:o}); run 'chmod go-w {}' or remove it",
+            md.mode() & 0o7777,
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates this process's runtime directory if needed (mode 0700 for a user, 0755 for root,
+/// whose daemon's socket users must reach) and checks it ([`check_runtime_dir`]).
+///
+/// # Errors
+/// The directory cannot be created, or fails the check.
+pub fn ensure_runtime_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = runtime_dir();
+    let mode = if nix::unistd::geteuid().is_root() {
+        0o755
+    } else {
+        0o700
+    };
+    if std::fs::symlink_metadata(&dir).is_err() {
+        match std::fs::DirBuilder::new()
+            .recursive(false)
+            .mode(mode)
+            .create(&dir)
+        {
+            Ok(()) => {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A missing parent (RDS_RUNTIME_DIR deep in a fresh tree): make the parents
+                // as usual, then the directory itself with its mode.
+                if let Some(parent) = dir.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+                    Ok(()) => {
+                        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("creating the RDS runtime directory {}: {e}", dir.display()),
+                ))
+            }
+        }
+    }
+    check_runtime_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Directories where a user looks for nodes: the system daemon's first, then its own. Only
+/// `RDS_RUNTIME_DIR` when set. A directory that fails [`check_runtime_dir`] is left out.
 pub fn search_dirs() -> Vec<PathBuf> {
-    let mut v = vec![runtime_dir()];
-    if std::env::var_os("RDS_RUNTIME_DIR").is_some_and(|d| !d.is_empty()) {
-        return v;
+    let mut v = Vec::new();
+    if env_dir().is_none() {
+        v.push(PathBuf::from(SYSTEM_DIR));
     }
-    let sys = PathBuf::from("/run/rds");
-    if !v.contains(&sys) {
-        v.push(sys);
+    let own = runtime_dir();
+    if !v.contains(&own) {
+        v.push(own);
     }
+    v.retain(|d| check_runtime_dir(d).is_ok());
     v
+}
+
+/// The lock file held by the node serving the control socket `sock` for its lifetime
+/// (`<name>.lock` next to it).
+pub fn lock_path(sock: &Path) -> PathBuf {
+    sock.with_extension("lock")
+}
+
+/// Whether the socket file `sock` is a dead node's: nobody holds its lock file. A lock file
+/// this user cannot open counts as held.
+fn is_stale(sock: &Path) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    match std::fs::File::open(lock_path(sock)) {
+        Ok(f) => Flock::lock(f, FlockArg::LockSharedNonblock).is_ok(),
+        // No lock file: a leftover; stale when nothing listens.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => matches!(
+            std::os::unix::net::UnixStream::connect(sock),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+        ),
+        Err(_) => false,
+    }
 }
 
 /// A node that serves a control socket.
@@ -542,9 +732,10 @@ pub struct NodeEndpoint {
 }
 
 /// Lists the control sockets a user can see (stale files of dead nodes are skipped, and
-/// removed when they are ours).
+/// removed when they are ours and no node holds their lock).
 pub fn discover() -> Vec<NodeEndpoint> {
     let mut v = Vec::new();
+    let own = runtime_dir();
     for dir in search_dirs() {
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
@@ -560,17 +751,21 @@ pub fn discover() -> Vec<NodeEndpoint> {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            if v.iter().any(|e: &NodeEndpoint| e.name == name) {
+                continue;
+            }
             if std::os::unix::net::UnixStream::connect(&path).is_ok() {
                 v.push(NodeEndpoint { name, path });
-            } else if dir == runtime_dir() {
+            } else if dir == own && is_stale(&path) {
                 let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(lock_path(&path));
             }
         }
     }
     v
 }
 
-/// The daemon's endpoint, if one runs.
+/// The daemon's endpoint, if one runs (the system daemon's `/run/rds/daemon.sock` first).
 pub fn find_daemon() -> Option<NodeEndpoint> {
     for dir in search_dirs() {
         let path = dir.join(format!("{DAEMON_NAME}.sock"));

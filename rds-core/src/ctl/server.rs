@@ -1,22 +1,40 @@
-//! The control socket server of a node: one thread accepts, one thread serves each client
-//! connection. Requests are handled against the node; see the module documentation of
-//! [`super`] for the protocol and the privilege rules.
+//! The control socket server of a node. One event-loop thread accepts connections and reads
+//! requests without blocking (epoll, a buffer per connection bounded by the frame limits); a
+//! bounded pool of worker threads runs complete requests, one at a time per connection. An
+//! idle connection costs no thread. A request that has to wait (a blocking receive or send, a
+//! readiness wait) does not hold a worker: its connection is parked in the event loop until
+//! the socket's readiness descriptor fires, a retry is due or its timeout passes. Only a trace
+//! session (privileged) holds a worker for its duration.
+//!
+//! Limits (each refusal is an error reply naming the cap): [`CONNS_PER_UID`] and
+//! [`CONNS_PER_NODE`] control connections, [`SOCKS_PER_UID`] and [`SOCKS_PER_NODE`] client
+//! sockets, [`WORKERS`] workers of which an unprivileged uid may keep [`BUSY_PER_UID`] busy
+//! and all unprivileged uids together all but [`PRIVILEGED_RESERVE`], [`REQUEST_TIMEOUT`] for
+//! the rest of a request whose first bytes came, [`REPLY_TIMEOUT`] for writing a reply.
+//! Root and the node's owner ("privileged") are exempt from the per-uid caps. `accept`
+//! failing for want of descriptors pauses the listener for [`ACCEPT_BACKOFF`].
+//!
+//! Requests are handled against the node; see the module documentation of [`super`] for the
+//! protocol, the ownership of client sockets and the privilege rules.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use nix::fcntl::{Flock, FlockArg};
 
-use super::{read_frame, write_frame, FdReader, FrameError, InfoSnapshot, Reply, Request, SockOpt};
+use super::{read_frame, write_frame, InfoSnapshot, Reply, Request, SockOpt, MAX_DATA, MAX_JSON};
 use crate::node::tap::{self, TapBatch, TapChunk, TapFilter};
 use crate::node::{Inner, Node, Owner};
 use crate::proto::{Received, TransportKind};
@@ -31,12 +49,71 @@ use crate::tunables::{TunableDef, TUNABLES};
 /// hold what the data path produces in the ~0.3 s a slow write to the file may take.
 const TRACE_QUEUE: usize = 1 << 19;
 
-/// A running control server; stopping it removes the socket file.
+/// Worker threads that run requests (started as needed, never more).
+pub const WORKERS: usize = 8;
+/// Workers only root and the node's owner may use: unprivileged uids together keep at most
+/// `WORKERS - PRIVILEGED_RESERVE` busy.
+pub const PRIVILEGED_RESERVE: usize = 2;
+/// Workers one unprivileged uid may keep busy at a time (its further requests wait their
+/// turn, parked in the event loop).
+pub const BUSY_PER_UID: usize = 3;
+/// Control connections one unprivileged uid may hold open on a node (a daemon client socket
+/// takes one, plus one per readiness direction it watches).
+pub const CONNS_PER_UID: usize = 128;
+/// Control connections all unprivileged uids together may hold open on a node; root and the
+/// owner get [`PRIVILEGED_HEADROOM`] more.
+pub const CONNS_PER_NODE: usize = 1024;
+/// Extra control connections for root and the node's owner beyond [`CONNS_PER_NODE`].
+pub const PRIVILEGED_HEADROOM: usize = 64;
+/// Client sockets one unprivileged uid may have open through a node.
+pub const SOCKS_PER_UID: usize = 256;
+/// Client sockets all uids together may have open through a node.
+pub const SOCKS_PER_NODE: usize = 4096;
+/// How long the rest of a request may take to arrive once its first byte came; a connection
+/// that sends part of a frame and then stalls is closed (counted, see
+/// [`CtlServer::stalled_closed`]).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long writing one reply may block on a client that does not read; the connection is
+/// then closed.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the listener pauses after `accept` failed for want of descriptors (EMFILE,
+/// ENFILE) or memory.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Entries of each list an info snapshot starts with; fewer when the reply would not fit
+/// [`MAX_JSON`] (the count left out is in [`super::InfoOmitted`]).
+pub const INFO_LIST_MAX: usize = 1000;
+/// How often a blocking send that found no room tries again.
+const SEND_RETRY: Duration = Duration::from_millis(10);
+/// Longest sleep of the event loop (it then checks the stop flag and the timers).
+const TICK: Duration = Duration::from_millis(200);
+/// Descriptors kept from one request (only a TraceStart uses one).
+const MAX_PASSED_FDS: usize = 4;
+/// Bytes read from one connection per readiness event.
+const READ_CHUNK: usize = 64 * 1024;
+/// Largest frame, header included.
+const MAX_FRAME: usize = 8 + MAX_JSON + MAX_DATA;
+
+/// Epoll tokens: the listener, the wake-up eventfd, connections (their id), and socket
+/// readiness descriptors (`FD_TOKEN | fd`).
+const LISTENER: u64 = u64::MAX;
+const WAKE: u64 = u64::MAX - 1;
+const FD_TOKEN: u64 = 1 << 62;
+
+/// A running control server; stopping it removes the socket file and its lock file.
 #[derive(Debug)]
 pub struct CtlServer {
     path: PathBuf,
-    stop: Arc<AtomicBool>,
+    lock: Option<Flock<File>>,
+    ctx: Arc<Ctx>,
+    wake: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// A client socket opened through the node, registered under its capability.
+#[derive(Debug)]
+struct CapEntry {
+    uid: u32,
+    sock: Weak<Socket>,
 }
 
 #[derive(Debug)]
@@ -44,57 +121,167 @@ struct Ctx {
     inner: Arc<Inner>,
     owner: Weak<Owner>,
     owner_uid: u32,
-    stop: Arc<AtomicBool>,
-    socks: Mutex<HashMap<u64, Arc<Socket>>>,
-    next_sock: AtomicU64,
+    stop: AtomicBool,
+    /// Every client socket open through this node, by capability.
+    caps: Mutex<HashMap<u128, CapEntry>>,
+    /// Connections closed because a request stalled half sent.
+    stalled: AtomicU64,
+    /// Connections refused at a cap.
+    refused: AtomicU64,
 }
 
 impl Ctx {
     fn node(&self) -> Option<Node> {
         Node::from_parts(self.inner.clone(), self.owner.upgrade()?)
     }
+
+    fn caps(&self) -> std::sync::MutexGuard<'_, HashMap<u128, CapEntry>> {
+        self.caps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Who is at the other end of a control connection (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    uid: u32,
+    pid: i32,
+    privileged: bool,
+}
+
+/// A socket in a connection's table: opened here (closed with the connection), or reached
+/// through a capability (the opener's connection keeps it alive).
+#[derive(Debug)]
+enum Slot {
+    Owned(Arc<Socket>, u128),
+    Attached(Weak<Socket>),
+}
+
+/// One control connection.
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    stream: UnixStream,
+    peer: Peer,
+    /// Bytes of requests not yet run (at most one frame's worth is read ahead).
+    buf: Vec<u8>,
+    /// Descriptors passed with those bytes.
+    fds: Vec<OwnedFd>,
+    /// When the first byte of the incomplete request in `buf` came.
+    partial_since: Option<Instant>,
+    socks: HashMap<u64, Slot>,
+    next_sock: u64,
+}
+
+/// A request waiting for its socket.
+#[derive(Debug)]
+struct Park {
+    req: Request,
+    data: Vec<u8>,
+    /// Keeps the socket (and so the descriptors in `fds`) alive while parked.
+    _sock: Arc<Socket>,
+    /// Readiness descriptors that end the wait.
+    fds: Vec<RawFd>,
+    deadline: Option<Instant>,
+    retry_at: Option<Instant>,
+}
+
+/// What a worker runs.
+#[derive(Debug)]
+enum Work {
+    Frame {
+        json: Vec<u8>,
+        data: Vec<u8>,
+        file: Option<OwnedFd>,
+    },
+    Retry {
+        park: Park,
+        /// The deadline passed: answer now.
+        expired: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Job {
+    conn: Conn,
+    work: Work,
+}
+
+/// A connection back from a worker.
+#[derive(Debug)]
+enum Done {
+    Idle(Conn),
+    Park(Conn, Park),
+    Close(Conn),
 }
 
 impl CtlServer {
     /// Serves `name.sock` in the runtime directory for the node.
     ///
     /// # Errors
-    /// The directory or socket cannot be created (for example a live node of that name).
+    /// The directory is unsafe or cannot be created ([`super::ensure_runtime_dir`]), a live
+    /// node of that name holds its lock, or the socket cannot be created.
     pub(crate) fn start(
         inner: Arc<Inner>,
         owner: Weak<Owner>,
         name: &str,
     ) -> io::Result<CtlServer> {
-        let dir = super::runtime_dir();
-        std::fs::create_dir_all(&dir)?;
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+        let dir = super::ensure_runtime_dir()?;
         let path = dir.join(format!("{name}.sock"));
-        if UnixStream::connect(&path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("a node named '{name}' already serves {}", path.display()),
-            ));
-        }
+        let lock = take_lock(&path, name)?;
+        // Holding the lock proves any socket file there is a dead node's.
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)?;
-        // Reading is open to local users; privileged requests are checked per request.
+        // Open to local users: every socket belongs to its connection, privileged requests
+        // are checked per request.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
         listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
         let ctx = Arc::new(Ctx {
             inner,
             owner,
             owner_uid: nix::unistd::geteuid().as_raw(),
-            stop: stop.clone(),
-            socks: Mutex::new(HashMap::new()),
-            next_sock: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            caps: Mutex::new(HashMap::new()),
+            stalled: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         });
+        let wake = Arc::new(sys::eventfd()?);
+        let ep = sys::Epoll::new()?;
+        ep.add(listener.as_raw_fd(), LISTENER, sys::EPOLLIN)?;
+        ep.add(wake.as_raw_fd(), WAKE, sys::EPOLLIN)?;
+        let (done_tx, done_rx) = mpsc::channel();
+        let (job_tx, job_rx) = mpsc::channel();
+        let ev = EventLoop {
+            ctx: ctx.clone(),
+            ep,
+            listener,
+            listening: true,
+            backoff_until: None,
+            wake: wake.clone(),
+            idle: HashMap::new(),
+            parked: HashMap::new(),
+            fd_waiters: HashMap::new(),
+            waiting: VecDeque::new(),
+            conns_by_uid: HashMap::new(),
+            conns_total: 0,
+            conns_unpriv: 0,
+            busy_by_uid: HashMap::new(),
+            busy_total: 0,
+            busy_unpriv: 0,
+            workers: 0,
+            job_tx,
+            job_rx: Arc::new(Mutex::new(job_rx)),
+            done_tx,
+            done_rx,
+            next_id: 1,
+        };
         let thread = std::thread::Builder::new()
             .name("rds-ctl".into())
-            .spawn(move || accept_loop(listener, ctx))?;
+            .spawn(move || ev.run())?;
         Ok(CtlServer {
             path,
-            stop,
+            lock: Some(lock),
+            ctx,
+            wake,
             thread: Some(thread),
         })
     }
@@ -104,15 +291,32 @@ impl CtlServer {
         &self.path
     }
 
-    /// Stops accepting and removes the socket file (connections being served end when their
-    /// clients go away or the node stops).
+    /// Connections closed so far because a request stalled half sent ([`REQUEST_TIMEOUT`]).
+    pub fn stalled_closed(&self) -> u64 {
+        self.ctx.stalled.load(Ordering::Relaxed)
+    }
+
+    /// Connections refused so far at a connection cap.
+    pub fn refused(&self) -> u64 {
+        self.ctx.refused.load(Ordering::Relaxed)
+    }
+
+    /// Stops serving, closes every connection (and the client sockets they own) and removes
+    /// the socket file and the lock file.
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = std::fs::remove_file(&self.path);
+        self.ctx.stop.store(true, Ordering::SeqCst);
+        sys::eventfd_signal(self.wake.as_raw_fd());
         if let Some(h) = self.thread.take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
+        }
+        if let Some(lock) = self.lock.take() {
+            // Removed while still held: a node starting meanwhile finds the file gone (or a
+            // new one) and locks again (see `take_lock`).
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(super::lock_path(&self.path));
+            drop(lock);
         }
     }
 }
@@ -123,23 +327,553 @@ impl Drop for CtlServer {
     }
 }
 
-fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>) {
-    while !ctx.stop.load(Ordering::SeqCst) {
-        let _ = sys::wait_readable(listener.as_raw_fd(), Duration::from_millis(200));
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let c = ctx.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("rds-ctl-conn".into())
-                        .spawn(move || serve(stream, c));
+/// Takes the lock file of the socket `path` for the node's lifetime.
+fn take_lock(path: &Path, name: &str) -> io::Result<Flock<File>> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let lp = super::lock_path(path);
+    for _ in 0..8 {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&lp)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("opening the lock file {}: {e}", lp.display()),
+                )
+            })?;
+        let l = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "a node named '{name}' already serves {} (it holds {})",
+                        path.display(),
+                        lp.display()
+                    ),
+                ))
+            }
+            Err((_, e)) => return Err(e.into()),
+        };
+        // The file may have been removed (by a node stopping) between open and lock: the
+        // lock counts only on the file still at the path.
+        let ours = l.metadata()?;
+        match std::fs::symlink_metadata(&lp) {
+            Ok(m) if m.ino() == ours.ino() && m.dev() == ours.dev() => return Ok(l),
+            _ => continue,
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("the lock file {} keeps changing", lp.display()),
+    ))
+}
+
+struct EventLoop {
+    ctx: Arc<Ctx>,
+    ep: sys::Epoll,
+    listener: UnixListener,
+    listening: bool,
+    backoff_until: Option<Instant>,
+    wake: Arc<OwnedFd>,
+    /// Connections waiting for a request (registered for input).
+    idle: HashMap<u64, Conn>,
+    /// Connections whose request waits for its socket (registered for hangup only).
+    parked: HashMap<u64, (Conn, Park)>,
+    /// Parked connections by the readiness descriptor they wait on.
+    fd_waiters: HashMap<RawFd, Vec<u64>>,
+    /// Complete requests waiting for a worker.
+    waiting: VecDeque<Job>,
+    conns_by_uid: HashMap<u32, usize>,
+    conns_total: usize,
+    conns_unpriv: usize,
+    busy_by_uid: HashMap<u32, usize>,
+    busy_total: usize,
+    busy_unpriv: usize,
+    workers: usize,
+    job_tx: mpsc::Sender<Job>,
+    job_rx: Arc<Mutex<mpsc::Receiver<Job>>>,
+    done_tx: mpsc::Sender<Done>,
+    done_rx: mpsc::Receiver<Done>,
+    next_id: u64,
+}
+
+fn peer_of(stream: &UnixStream, owner_uid: u32) -> Peer {
+    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(c) => Peer {
+            uid: c.uid(),
+            pid: c.pid(),
+            privileged: c.uid() == 0 || c.uid() == owner_uid,
+        },
+        Err(_) => Peer {
+            uid: u32::MAX,
+            pid: 0,
+            privileged: false,
+        },
+    }
+}
+
+/// Writes an error frame without blocking (best effort: the connection is being dropped).
+fn refuse(stream: &UnixStream, errno: i32, message: String) {
+    if let Ok(json) = serde_json::to_vec(&error(errno, message)) {
+        let mut all = Vec::new();
+        if write_frame(&mut all, &json, &[]).is_ok() {
+            let _ = nix::sys::socket::send(
+                stream.as_raw_fd(),
+                &all,
+                nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            );
+        }
+    }
+}
+
+impl EventLoop {
+    fn run(mut self) {
+        let mut events = Vec::new();
+        while !self.ctx.stop.load(Ordering::SeqCst) {
+            let timeout = self.next_timer().min(TICK);
+            events.clear();
+            if self.ep.wait(&mut events, Some(timeout)).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            for &(token, ev) in &events {
+                match token {
+                    LISTENER => self.accept(),
+                    WAKE => sys::eventfd_clear(self.wake.as_raw_fd()),
+                    t if t & FD_TOKEN != 0 => self.fd_ready((t & !FD_TOKEN) as RawFd),
+                    id => self.conn_event(id, ev),
                 }
+            }
+            while let Ok(d) = self.done_rx.try_recv() {
+                self.done(d);
+            }
+            self.timers();
+            self.schedule();
+        }
+    }
+
+    /// How long until the next timer (a parked deadline or retry, a stalled request, the end
+    /// of an accept back-off).
+    fn next_timer(&self) -> Duration {
+        let now = Instant::now();
+        let mut next: Option<Instant> = self.backoff_until;
+        for (_, p) in self.parked.values() {
+            for t in [p.deadline, p.retry_at].into_iter().flatten() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        for c in self.idle.values() {
+            if let Some(t) = c.partial_since {
+                let t = t + REQUEST_TIMEOUT;
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        next.map_or(TICK, |t| t.saturating_duration_since(now))
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(e) => {
+                    // Out of descriptors or memory (or another failure): pause the listener
+                    // rather than retry at once.
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) || e.raw_os_error().is_some()
+                    {
+                        if self.listening {
+                            let _ = self.ep.delete(self.listener.as_raw_fd());
+                            self.listening = false;
+                        }
+                        self.backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                    }
+                    break;
+                }
             }
         }
     }
+
+    fn admit(&mut self, stream: UnixStream) {
+        let peer = peer_of(&stream, self.ctx.owner_uid);
+        let uid_conns = self.conns_by_uid.get(&peer.uid).copied().unwrap_or(0);
+        let cap = if peer.privileged {
+            (self.conns_total >= CONNS_PER_NODE + PRIVILEGED_HEADROOM).then(|| {
+                format!(
+                    "too many control connections on this node (cap {})",
+                    CONNS_PER_NODE + PRIVILEGED_HEADROOM
+                )
+            })
+        } else if uid_conns >= CONNS_PER_UID {
+            Some(format!(
+                "too many control connections for uid {} (cap {CONNS_PER_UID} per uid)",
+                peer.uid
+            ))
+        } else if self.conns_unpriv >= CONNS_PER_NODE {
+            Some(format!(
+                "too many control connections on this node (cap {CONNS_PER_NODE})"
+            ))
+        } else {
+            None
+        };
+        if let Some(m) = cap {
+            self.ctx.refused.fetch_add(1, Ordering::Relaxed);
+            refuse(&stream, libc::EAGAIN, m);
+            return;
+        }
+        if stream.set_nonblocking(true).is_err()
+            || stream.set_write_timeout(Some(REPLY_TIMEOUT)).is_err()
+        {
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.ep.add(stream.as_raw_fd(), id, sys::EPOLLIN).is_err() {
+            return;
+        }
+        *self.conns_by_uid.entry(peer.uid).or_insert(0) += 1;
+        self.conns_total += 1;
+        if !peer.privileged {
+            self.conns_unpriv += 1;
+        }
+        self.idle.insert(
+            id,
+            Conn {
+                id,
+                stream,
+                peer,
+                buf: Vec::new(),
+                fds: Vec::new(),
+                partial_since: None,
+                socks: HashMap::new(),
+                next_sock: 1,
+            },
+        );
+    }
+
+    /// Forgets a connection (already out of the maps and of epoll): its sockets close.
+    fn close(&mut self, conn: Conn) {
+        let _ = self.ep.delete(conn.stream.as_raw_fd());
+        {
+            let mut caps = self.ctx.caps();
+            for slot in conn.socks.values() {
+                if let Slot::Owned(_, cap) = slot {
+                    caps.remove(cap);
+                }
+            }
+        }
+        if let Some(n) = self.conns_by_uid.get_mut(&conn.peer.uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.conns_by_uid.remove(&conn.peer.uid);
+            }
+        }
+        self.conns_total -= 1;
+        if !conn.peer.privileged {
+            self.conns_unpriv -= 1;
+        }
+    }
+
+    fn conn_event(&mut self, id: u64, ev: u32) {
+        if let Some((conn, park)) = self.parked.remove(&id) {
+            // Parked connections are registered for hangup only.
+            if ev & (sys::EPOLLHUP | sys::EPOLLRDHUP | sys::EPOLLERR) != 0 {
+                self.unwait(id, &park);
+                drop(park);
+                self.close(conn);
+            } else {
+                self.parked.insert(id, (conn, park));
+            }
+            return;
+        }
+        let Some(mut conn) = self.idle.remove(&id) else {
+            return;
+        };
+        let mut scratch = vec![0u8; READ_CHUNK];
+        let mut eof = false;
+        let room = MAX_FRAME.saturating_sub(conn.buf.len()).min(READ_CHUNK);
+        if room > 0 {
+            match sys::recv_with_fds(conn.stream.as_raw_fd(), &mut scratch[..room], &mut conn.fds) {
+                Ok(0) => eof = true,
+                Ok(n) => {
+                    conn.buf.extend_from_slice(&scratch[..n]);
+                    if conn.partial_since.is_none() {
+                        conn.partial_since = Some(Instant::now());
+                    }
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => eof = true,
+            }
+            if conn.fds.len() > MAX_PASSED_FDS {
+                conn.fds.truncate(MAX_PASSED_FDS);
+            }
+        }
+        if eof {
+            self.close(conn);
+            return;
+        }
+        self.after_input(conn);
+    }
+
+    /// Dispatches the connection's next complete request, or keeps it idle.
+    fn after_input(&mut self, mut conn: Conn) {
+        match take_frame(&mut conn) {
+            Ok(Some((json, data))) => {
+                let _ = self.ep.delete(conn.stream.as_raw_fd());
+                // The capture file's descriptor comes with a TraceStart's bytes; any other is
+                // closed.
+                let file = conn.fds.pop();
+                conn.fds.clear();
+                self.waiting.push_back(Job {
+                    conn,
+                    work: Work::Frame { json, data, file },
+                });
+            }
+            Ok(None) => {
+                self.idle.insert(conn.id, conn);
+            }
+            Err((json, data)) => {
+                refuse(
+                    &conn.stream,
+                    libc::EMSGSIZE,
+                    format!("frame too large ({json} + {data} bytes)"),
+                );
+                self.close(conn);
+            }
+        }
+    }
+
+    fn done(&mut self, d: Done) {
+        let peer = match &d {
+            Done::Idle(c) | Done::Park(c, _) | Done::Close(c) => c.peer,
+        };
+        self.busy_total -= 1;
+        if !peer.privileged {
+            self.busy_unpriv -= 1;
+        }
+        if let Some(n) = self.busy_by_uid.get_mut(&peer.uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.busy_by_uid.remove(&peer.uid);
+            }
+        }
+        match d {
+            Done::Close(c) => self.close(c),
+            Done::Idle(c) => {
+                if self
+                    .ep
+                    .add(c.stream.as_raw_fd(), c.id, sys::EPOLLIN)
+                    .is_err()
+                {
+                    self.close(c);
+                    return;
+                }
+                self.after_input(c);
+            }
+            Done::Park(c, p) => self.park(c, p),
+        }
+    }
+
+    fn park(&mut self, conn: Conn, park: Park) {
+        if self
+            .ep
+            .add(conn.stream.as_raw_fd(), conn.id, sys::EPOLLRDHUP)
+            .is_err()
+        {
+            self.close(conn);
+            return;
+        }
+        for &fd in &park.fds {
+            let w = self.fd_waiters.entry(fd).or_default();
+            if w.is_empty() && self.ep.add(fd, FD_TOKEN | fd as u64, sys::EPOLLIN).is_err() {
+                continue;
+            }
+            w.push(conn.id);
+        }
+        self.parked.insert(conn.id, (conn, park));
+    }
+
+    /// Takes a parked connection off the descriptors it waits on.
+    fn unwait(&mut self, id: u64, park: &Park) {
+        for fd in &park.fds {
+            if let Some(w) = self.fd_waiters.get_mut(fd) {
+                w.retain(|&x| x != id);
+                if w.is_empty() {
+                    self.fd_waiters.remove(fd);
+                    let _ = self.ep.delete(*fd);
+                }
+            }
+        }
+    }
+
+    fn unpark(&mut self, id: u64, expired: bool) {
+        let Some((conn, park)) = self.parked.remove(&id) else {
+            return;
+        };
+        self.unwait(id, &park);
+        let _ = self.ep.delete(conn.stream.as_raw_fd());
+        self.waiting.push_back(Job {
+            conn,
+            work: Work::Retry { park, expired },
+        });
+    }
+
+    fn fd_ready(&mut self, fd: RawFd) {
+        let ids = self.fd_waiters.get(&fd).cloned().unwrap_or_default();
+        if ids.is_empty() {
+            let _ = self.ep.delete(fd);
+        }
+        for id in ids {
+            self.unpark(id, false);
+        }
+    }
+
+    fn timers(&mut self) {
+        let now = Instant::now();
+        if self.backoff_until.is_some_and(|t| now >= t) {
+            self.backoff_until = None;
+            if !self.listening
+                && self
+                    .ep
+                    .add(self.listener.as_raw_fd(), LISTENER, sys::EPOLLIN)
+                    .is_ok()
+            {
+                self.listening = true;
+                self.accept();
+            }
+        }
+        let due: Vec<(u64, bool)> = self
+            .parked
+            .iter()
+            .filter_map(|(&id, (_, p))| {
+                if p.deadline.is_some_and(|d| now >= d) {
+                    Some((id, true))
+                } else if p.retry_at.is_some_and(|r| now >= r) {
+                    Some((id, false))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (id, expired) in due {
+            self.unpark(id, expired);
+        }
+        let stalled: Vec<u64> = self
+            .idle
+            .iter()
+            .filter(|(_, c)| c.partial_since.is_some_and(|t| now >= t + REQUEST_TIMEOUT))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in stalled {
+            if let Some(c) = self.idle.remove(&id) {
+                self.ctx.stalled.fetch_add(1, Ordering::Relaxed);
+                refuse(
+                    &c.stream,
+                    libc::ETIMEDOUT,
+                    format!(
+                        "request not completed within {} s; closing the connection",
+                        REQUEST_TIMEOUT.as_secs()
+                    ),
+                );
+                self.close(c);
+            }
+        }
+    }
+
+    /// Hands waiting requests to workers as the caps allow, oldest first.
+    fn schedule(&mut self) {
+        let mut keep = VecDeque::new();
+        while let Some(job) = self.waiting.pop_front() {
+            let p = job.conn.peer;
+            let uid_busy = self.busy_by_uid.get(&p.uid).copied().unwrap_or(0);
+            let fits = self.busy_total < WORKERS
+                && (p.privileged
+                    || (self.busy_unpriv < WORKERS - PRIVILEGED_RESERVE
+                        && uid_busy < BUSY_PER_UID));
+            if !fits {
+                keep.push_back(job);
+                continue;
+            }
+            self.busy_total += 1;
+            if !p.privileged {
+                self.busy_unpriv += 1;
+            }
+            *self.busy_by_uid.entry(p.uid).or_insert(0) += 1;
+            if self.workers < self.busy_total {
+                self.spawn_worker();
+            }
+            if let Err(mpsc::SendError(job)) = self.job_tx.send(job) {
+                // No worker can take it (the pool is gone): drop the connection.
+                self.done(Done::Close(job.conn));
+            }
+        }
+        self.waiting = keep;
+    }
+
+    fn spawn_worker(&mut self) {
+        let rx = self.job_rx.clone();
+        let tx = self.done_tx.clone();
+        let ctx = self.ctx.clone();
+        let wake = self.wake.clone();
+        if std::thread::Builder::new()
+            .name("rds-ctl-work".into())
+            .spawn(move || loop {
+                let job = {
+                    let g = rx.lock().unwrap_or_else(|p| p.into_inner());
+                    g.recv()
+                };
+                let Ok(job) = job else { break };
+                let d = work(&ctx, job);
+                if tx.send(d).is_err() {
+                    break;
+                }
+                sys::eventfd_signal(wake.as_raw_fd());
+            })
+            .is_ok()
+        {
+            self.workers += 1;
+        }
+    }
+}
+
+/// A request's JSON and data parts.
+type Frame = (Vec<u8>, Vec<u8>);
+
+/// Takes the first complete frame out of the connection's buffer. `Err((json, data))`: the
+/// header claims more than the limits allow.
+fn take_frame(conn: &mut Conn) -> Result<Option<Frame>, (usize, usize)> {
+    if conn.buf.len() < 8 {
+        if conn.buf.is_empty() {
+            conn.partial_since = None;
+        }
+        return Ok(None);
+    }
+    let json = u32::from_be_bytes([conn.buf[0], conn.buf[1], conn.buf[2], conn.buf[3]]) as usize;
+    let data = u32::from_be_bytes([conn.buf[4], conn.buf[5], conn.buf[6], conn.buf[7]]) as usize;
+    if json > MAX_JSON || data > MAX_DATA {
+        return Err((json, data));
+    }
+    let total = 8 + json + data;
+    if conn.buf.len() < total {
+        return Ok(None);
+    }
+    let j = conn.buf[8..8 + json].to_vec();
+    let d = conn.buf[8 + json..total].to_vec();
+    conn.buf.drain(..total);
+    // The next request's clock starts with its first byte.
+    conn.partial_since = (!conn.buf.is_empty()).then(Instant::now);
+    Ok(Some((j, d)))
 }
 
 fn error(errno: i32, message: impl Into<String>) -> Reply {
@@ -149,117 +883,143 @@ fn error(errno: i32, message: impl Into<String>) -> Reply {
     }
 }
 
+/// Sends a reply; one too large for a frame becomes an `EMSGSIZE` error.
 fn send(stream: &mut UnixStream, reply: &Reply, data: &[u8]) -> io::Result<()> {
     let json = serde_json::to_vec(reply).map_err(io::Error::other)?;
+    if json.len() > MAX_JSON || data.len() > MAX_DATA {
+        let e = error(
+            libc::EMSGSIZE,
+            format!(
+                "the reply is too large for a control frame ({} + {} bytes)",
+                json.len(),
+                data.len()
+            ),
+        );
+        let json = serde_json::to_vec(&e).map_err(io::Error::other)?;
+        return write_frame(stream, &json, &[]);
+    }
     write_frame(stream, &json, data)
 }
 
-fn serve(mut stream: UnixStream, ctx: Arc<Ctx>) {
-    let _ = stream.set_nonblocking(false);
-    let uid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
-        .map(|c| c.uid())
-        .unwrap_or(u32::MAX);
-    let privileged = uid == 0 || uid == ctx.owner_uid;
-    let mut mine: Vec<u64> = Vec::new();
-    // Descriptors passed with requests (only TraceStart takes one; others are closed).
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    loop {
-        let read = {
-            let mut r = FdReader::new(&stream);
-            let f = read_frame(&mut r);
-            fds.append(&mut r.fds);
-            f
-        };
-        let (json, data) = match read {
-            Ok(f) => f,
-            Err(FrameError::TooLarge { json, data }) => {
-                let _ = send(
-                    &mut stream,
-                    &error(
-                        libc::EMSGSIZE,
-                        format!("frame too large ({json} + {data} bytes)"),
-                    ),
-                    &[],
-                );
-                break;
-            }
-            Err(_) => break,
-        };
-        let req: Request = match serde_json::from_slice(&json) {
-            Ok(r) => r,
-            Err(e) => {
-                if send(
-                    &mut stream,
-                    &error(libc::EINVAL, format!("malformed request: {e}")),
-                    &[],
-                )
-                .is_err()
-                {
-                    break;
-                }
-                continue;
-            }
-        };
-        let Some(node) = ctx.node() else {
-            let _ = send(
-                &mut stream,
-                &error(libc::ENETDOWN, "the node is shutting down"),
-                &[],
-            );
-            break;
-        };
-        // The capture file's descriptor comes with a TraceStart's bytes; any other is closed.
-        let file = fds.pop();
-        fds.clear();
-        if let Request::TraceStart {
-            snaplen,
-            peer,
-            port,
-            output,
-        } = req
-        {
-            if !privileged {
-                let _ = send(&mut stream, &denied(), &[]);
-                continue;
-            }
-            let output = output.map(|o| (o, file));
-            // The session runs on a thread of its own at a lower priority ([`TRACE_NICE`],
-            // then `SCHED_IDLE` while it captures; see `trace`).
-            let filter = TapFilter { peer, port };
-            let go_on = std::thread::scope(|sc| {
-                std::thread::Builder::new()
-                    .name("rds-trace-out".into())
-                    .spawn_scoped(sc, || {
-                        let _ = sys::set_thread_nice(TRACE_NICE);
-                        trace(&mut stream, &node, snaplen, filter, output)
-                    })
-                    .map(|h| h.join().unwrap_or(false))
-                    .unwrap_or(false)
-            });
-            if !go_on {
-                break;
-            }
-            continue;
+/// What a request leads to.
+enum Action {
+    Reply(Reply, Vec<u8>),
+    Park(Park),
+}
+
+/// Runs one job on a worker.
+fn work(ctx: &Ctx, job: Job) -> Done {
+    let Job { mut conn, work } = job;
+    if conn.stream.set_nonblocking(false).is_err() {
+        return Done::Close(conn);
+    }
+    let next = match work {
+        Work::Frame { json, data, file } => frame(ctx, &mut conn, &json, &data, file),
+        Work::Retry { park, expired } => retry(ctx, &mut conn, park, expired),
+    };
+    match next {
+        None => Done::Close(conn),
+        Some(_) if conn.stream.set_nonblocking(true).is_err() => Done::Close(conn),
+        Some(Action::Park(p)) => Done::Park(conn, p),
+        Some(Action::Reply(..)) => Done::Idle(conn),
+    }
+}
+
+/// Answers `action`'s reply (or passes a park on); `None` when the connection must close.
+fn answer(conn: &mut Conn, action: Action) -> Option<Action> {
+    match action {
+        Action::Reply(reply, out) => {
+            send(&mut conn.stream, &reply, &out).ok()?;
+            Some(Action::Reply(Reply::Ok, Vec::new()))
         }
-        let shutdown = matches!(req, Request::Shutdown) && privileged;
-        let (reply, out) = handle(&ctx, &node, req, &data, privileged, &mut mine);
-        drop(node);
-        if send(&mut stream, &reply, &out).is_err() {
-            break;
+        park => Some(park),
+    }
+}
+
+fn reply_of(r: Result<Action, Failed>) -> Action {
+    r.unwrap_or_else(|f| Action::Reply(f.into(), Vec::new()))
+}
+
+fn frame(
+    ctx: &Ctx,
+    conn: &mut Conn,
+    json: &[u8],
+    data: &[u8],
+    file: Option<OwnedFd>,
+) -> Option<Action> {
+    let req: Request = match serde_json::from_slice(json) {
+        Ok(r) => r,
+        Err(e) => {
+            let r = error(libc::EINVAL, format!("malformed request: {e}"));
+            return answer(conn, Action::Reply(r, Vec::new()));
         }
-        if shutdown {
-            let c = ctx.clone();
-            std::thread::spawn(move || {
-                if let Some(n) = c.node() {
-                    n.shutdown();
-                }
-            });
+    };
+    let Some(node) = ctx.node() else {
+        let _ = send(
+            &mut conn.stream,
+            &error(libc::ENETDOWN, "the node is shutting down"),
+            &[],
+        );
+        return None;
+    };
+    let privileged = conn.peer.privileged;
+    if let Request::TraceStart {
+        snaplen,
+        peer,
+        port,
+        output,
+    } = req
+    {
+        if !privileged {
+            return answer(conn, Action::Reply(denied(), Vec::new()));
+        }
+        let output = output.map(|o| (o, file));
+        // The session runs on a thread of its own at a lower priority ([`TRACE_NICE`],
+        // then `SCHED_IDLE` while it captures; see `trace`).
+        let filter = TapFilter { peer, port };
+        let stream = &mut conn.stream;
+        let go_on = std::thread::scope(|sc| {
+            std::thread::Builder::new()
+                .name("rds-trace-out".into())
+                .spawn_scoped(sc, || {
+                    let _ = sys::set_thread_nice(TRACE_NICE);
+                    trace(stream, &node, snaplen, filter, output)
+                })
+                .map(|h| h.join().unwrap_or(false))
+                .unwrap_or(false)
+        });
+        return go_on.then_some(Action::Reply(Reply::Ok, Vec::new()));
+    }
+    let shutdown = matches!(req, Request::Shutdown) && privileged;
+    let action = handle(ctx, &node, conn, req, data);
+    drop(node);
+    let next = answer(conn, action)?;
+    if shutdown {
+        if let Some(n) = ctx.node() {
+            std::thread::spawn(move || n.shutdown());
         }
     }
-    let mut socks = ctx.socks.lock().unwrap_or_else(|p| p.into_inner());
-    for s in mine {
-        socks.remove(&s);
+    Some(next)
+}
+
+/// Runs a parked request again.
+fn retry(ctx: &Ctx, conn: &mut Conn, park: Park, expired: bool) -> Option<Action> {
+    if ctx.node().is_none() {
+        let _ = send(
+            &mut conn.stream,
+            &error(libc::ENETDOWN, "the node is shutting down"),
+            &[],
+        );
+        return None;
     }
+    let Park {
+        req,
+        data,
+        deadline,
+        ..
+    } = park;
+    let action = reply_of(sock_io(conn, req, data, Some(deadline), expired));
+    answer(conn, action)
 }
 
 fn denied() -> Reply {
@@ -518,32 +1278,58 @@ fn failed(e: &io::Error) -> Failed {
     Failed(e.raw_os_error().unwrap_or(libc::EIO), e.to_string())
 }
 
-fn sock(ctx: &Ctx, token: u64) -> Result<Arc<Socket>, Failed> {
-    ctx.socks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&token)
-        .cloned()
-        .ok_or_else(|| Failed(libc::EBADF, format!("no client socket {token}")))
+/// `EBADF` for a token this connection does not have: the same answer whether the token
+/// never existed or belongs to another connection.
+fn sock(conn: &Conn, token: u64) -> Result<Arc<Socket>, Failed> {
+    let s = match conn.socks.get(&token) {
+        Some(Slot::Owned(s, _)) => Some(s.clone()),
+        Some(Slot::Attached(w)) => w.upgrade(),
+        None => None,
+    };
+    s.ok_or_else(|| Failed(libc::EBADF, format!("no client socket {token}")))
 }
 
 fn ready(s: &Socket) -> (bool, bool) {
     (s.readable(), s.writable())
 }
 
-fn ms(t: Option<u64>) -> Option<Duration> {
-    t.map(Duration::from_millis)
+/// A fresh capability: 128 bits from the kernel's random source.
+fn new_cap() -> Result<u128, Failed> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| failed(&e))?;
+    Ok(u128::from_be_bytes(b))
 }
 
-fn handle(
-    ctx: &Ctx,
-    node: &Node,
-    req: Request,
-    data: &[u8],
-    privileged: bool,
-    mine: &mut Vec<u64>,
-) -> (Reply, Vec<u8>) {
-    let r = |reply| (reply, Vec::new());
+/// Whether the process `pid` has `CAP_NET_BIND_SERVICE` in its effective set (false when
+/// that cannot be read).
+fn can_bind_service(pid: i32) -> bool {
+    const CAP_NET_BIND_SERVICE: u32 = 10;
+    if pid <= 0 {
+        return false;
+    }
+    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    st.lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
+}
+
+/// The deadline of a request that may block: `None` waits forever (a zero timeout too, as
+/// for `SO_RCVTIMEO`).
+fn deadline_of(timeout_ms: Option<u64>) -> Option<Instant> {
+    timeout_ms
+        .filter(|&t| t != 0)
+        .and_then(|t| Instant::now().checked_add(Duration::from_millis(t)))
+}
+
+fn handle(ctx: &Ctx, node: &Node, conn: &mut Conn, req: Request, data: &[u8]) -> Action {
+    let r = |reply| Action::Reply(reply, Vec::new());
+    let privileged = conn.peer.privileged;
     let needs_priv = matches!(
         req,
         Request::StatsReset
@@ -577,7 +1363,7 @@ fn handle(
                 addrs: node.addrs(),
             })
         }
-        Request::Info => r(Reply::Info(Box::new(snapshot(node)))),
+        Request::Info => r(info(ctx, node, conn.peer)),
         Request::Stats => r(Reply::Stats {
             counters: counters(node),
         }),
@@ -650,39 +1436,101 @@ fn handle(
         Request::TraceStart { .. } | Request::TraceStop => {
             r(error(libc::EINVAL, "no trace runs on this connection"))
         }
-        Request::SockOpen => {
-            let token = ctx.next_sock.fetch_add(1, Ordering::Relaxed);
-            ctx.socks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(token, Arc::new(Socket::with_node(node)));
-            mine.push(token);
-            r(Reply::Sock { sock: token })
-        }
-        Request::SockClose { sock: token } => {
-            ctx.socks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&token);
-            mine.retain(|&t| t != token);
-            r(Reply::Ok)
-        }
-        other => match sock_request(ctx, other, data) {
-            Ok(v) => v,
-            Err(f) => r(f.into()),
+        Request::SockOpen => reply_of(sock_open(ctx, node, conn)),
+        Request::SockClose { sock: token } => match conn.socks.remove(&token) {
+            Some(Slot::Owned(_, cap)) => {
+                ctx.caps().remove(&cap);
+                r(Reply::Ok)
+            }
+            Some(Slot::Attached(_)) => r(Reply::Ok),
+            None => r(error(libc::EBADF, format!("no client socket {token}"))),
         },
+        Request::SockCap { sock: token } => match conn.socks.get(&token) {
+            Some(Slot::Owned(_, cap)) => r(Reply::SockCap {
+                cap: format!("{cap:032x}"),
+            }),
+            _ => r(error(libc::EBADF, format!("no client socket {token}"))),
+        },
+        Request::SockAttach { cap } => {
+            let found = u128::from_str_radix(&cap, 16)
+                .ok()
+                .filter(|_| cap.len() == 32)
+                .and_then(|c| {
+                    ctx.caps()
+                        .get(&c)
+                        .filter(|e| e.uid == conn.peer.uid)
+                        .map(|e| e.sock.clone())
+                })
+                .filter(|w| w.strong_count() > 0);
+            match found {
+                Some(w) => {
+                    let token = conn.next_sock;
+                    conn.next_sock += 1;
+                    conn.socks.insert(token, Slot::Attached(w));
+                    r(Reply::Sock { sock: token })
+                }
+                None => r(error(libc::EBADF, "no client socket with this capability")),
+            }
+        }
+        other => reply_of(sock_request(conn, other, data)),
     }
 }
 
-fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>), Failed> {
-    let ok = |reply| Ok((reply, Vec::new()));
+fn sock_open(ctx: &Ctx, node: &Node, conn: &mut Conn) -> Result<Action, Failed> {
+    let cap = new_cap()?;
+    let s = Arc::new(Socket::with_node(node));
+    {
+        let mut caps = ctx.caps();
+        if caps.len() >= SOCKS_PER_NODE {
+            return Err(Failed(
+                libc::ENFILE,
+                format!("too many RDS sockets open through this node (cap {SOCKS_PER_NODE})"),
+            ));
+        }
+        let uid = conn.peer.uid;
+        if !conn.peer.privileged && caps.values().filter(|e| e.uid == uid).count() >= SOCKS_PER_UID
+        {
+            return Err(Failed(
+                libc::EMFILE,
+                format!(
+                    "too many RDS sockets for uid {uid} through this node (cap {SOCKS_PER_UID} \
+                     per uid)"
+                ),
+            ));
+        }
+        caps.insert(
+            cap,
+            CapEntry {
+                uid,
+                sock: Arc::downgrade(&s),
+            },
+        );
+    }
+    let token = conn.next_sock;
+    conn.next_sock += 1;
+    conn.socks.insert(token, Slot::Owned(s, cap));
+    Ok(Action::Reply(Reply::Sock { sock: token }, Vec::new()))
+}
+
+fn sock_request(conn: &mut Conn, req: Request, data: &[u8]) -> Result<Action, Failed> {
+    let ok = |reply| Ok(Action::Reply(reply, Vec::new()));
     match req {
         Request::SockBind {
             sock: t,
             addr,
             transport,
         } => {
-            let s = sock(ctx, t)?;
+            let s = sock(conn, t)?;
+            let p = conn.peer;
+            if addr.port() != 0 && addr.port() < 1024 && p.uid != 0 && !can_bind_service(p.pid) {
+                return Err(Failed(
+                    libc::EACCES,
+                    format!(
+                        "binding RDS port {} (below 1024) needs root or CAP_NET_BIND_SERVICE",
+                        addr.port()
+                    ),
+                ));
+            }
             if let Some(k) = transport {
                 s.set_transport(k).map_err(|e| failed(&e))?;
             }
@@ -690,12 +1538,12 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
             ok(state(&s))
         }
         Request::SockConnect { sock: t, addr } => {
-            let s = sock(ctx, t)?;
+            let s = sock(conn, t)?;
             s.connect(addr).map_err(|e| failed(&e))?;
             ok(Reply::Ok)
         }
         Request::SockSet { sock: t, opt } => {
-            let s = sock(ctx, t)?;
+            let s = sock(conn, t)?;
             match opt {
                 SockOpt::Sndbuf(v) => s.set_send_buffer_size(v),
                 SockOpt::Rcvbuf(v) => s.set_recv_buffer_size(v),
@@ -706,26 +1554,77 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
             ok(Reply::Ok)
         }
         Request::SockState { sock: t } => {
-            let s = sock(ctx, t)?;
+            let s = sock(conn, t)?;
             ok(state(&s))
         }
+        Request::SockCancel { sock: t, dest } => {
+            let s = sock(conn, t)?;
+            let n = s.cancel_sent_to(dest).map_err(|e| failed(&e))?;
+            ok(Reply::Dropped { messages: n })
+        }
+        r @ (Request::SockSend { .. } | Request::SockRecv { .. } | Request::SockWait { .. }) => {
+            sock_io(conn, r, data.to_vec(), None, false)
+        }
+        _ => Err(Failed(libc::EINVAL, "unexpected request".into())),
+    }
+}
+
+/// The requests that may wait: each tries without blocking, and parks its connection when it
+/// has to wait. `deadline`: `None` on the first try (taken from the request), else the
+/// parked request's. `expired`: the deadline passed, answer now.
+fn sock_io(
+    conn: &mut Conn,
+    req: Request,
+    data: Vec<u8>,
+    deadline: Option<Option<Instant>>,
+    expired: bool,
+) -> Result<Action, Failed> {
+    let timed_out = || Failed(libc::ETIMEDOUT, "timed out".into());
+    match req {
         Request::SockSend {
             sock: t,
             dest,
             dontwait,
             timeout_ms,
         } => {
-            let s = sock(ctx, t)?;
-            s.set_write_timeout(ms(timeout_ms));
-            let len = s
-                .send_bytes(Bytes::copy_from_slice(data), dest, dontwait)
-                .map_err(|e| failed(&e))?;
-            let (readable, writable) = ready(&s);
-            ok(Reply::Sent {
-                len,
-                readable,
-                writable,
-            })
+            let s = sock(conn, t)?;
+            match s.send_bytes(Bytes::copy_from_slice(&data), dest, true) {
+                Ok(len) => {
+                    let (readable, writable) = ready(&s);
+                    Ok(Action::Reply(
+                        Reply::Sent {
+                            len,
+                            readable,
+                            writable,
+                        },
+                        Vec::new(),
+                    ))
+                }
+                Err(e)
+                    if !dontwait
+                        && matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) =>
+                {
+                    if expired {
+                        return Err(timed_out());
+                    }
+                    let deadline = deadline.unwrap_or_else(|| deadline_of(timeout_ms));
+                    let req = Request::SockSend {
+                        sock: t,
+                        dest,
+                        dontwait,
+                        timeout_ms,
+                    };
+                    Ok(Action::Park(Park {
+                        req,
+                        data,
+                        _sock: s,
+                        fds: Vec::new(),
+                        deadline,
+                        retry_at: Some(Instant::now() + SEND_RETRY),
+                    }))
+                }
+                Err(e) => Err(failed(&e)),
+            }
         }
         Request::SockRecv {
             sock: t,
@@ -734,16 +1633,38 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
             dontwait,
             timeout_ms,
         } => {
-            let s = sock(ctx, t)?;
-            s.set_read_timeout(ms(timeout_ms));
+            let s = sock(conn, t)?;
             let flags = RecvFlags {
                 peek,
                 trunc: false,
-                dontwait,
+                dontwait: true,
             };
-            let got = s
-                .recv_bytes(max.min(crate::wire::MAX_MSG_SIZE), flags)
-                .map_err(|e| failed(&e))?;
+            let got = match s.recv_bytes(max.min(crate::wire::MAX_MSG_SIZE), flags) {
+                Ok(g) => g,
+                Err(e) if !dontwait && e.raw_os_error() == Some(libc::EAGAIN) => {
+                    if expired {
+                        return Err(timed_out());
+                    }
+                    let deadline = deadline.unwrap_or_else(|| deadline_of(timeout_ms));
+                    let fd = s.fd().map_err(|e| failed(&e))?;
+                    let req = Request::SockRecv {
+                        sock: t,
+                        max,
+                        peek,
+                        dontwait,
+                        timeout_ms,
+                    };
+                    return Ok(Action::Park(Park {
+                        req,
+                        data,
+                        _sock: s,
+                        fds: vec![fd],
+                        deadline,
+                        retry_at: None,
+                    }));
+                }
+                Err(e) => return Err(failed(&e)),
+            };
             let (readable, writable) = ready(&s);
             let node = s.node().cloned();
             match got {
@@ -752,21 +1673,24 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
                 Received::RdmaStatus(_) => {
                     Err(failed(&io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
                 }
-                Received::CongUpdate(mask) => ok(Reply::Recv {
-                    full_len: 0,
-                    from: None,
-                    truncated: false,
-                    cong_update: Some(mask),
-                    rdma_dest: None,
-                    ts_ns: None,
-                    readable,
-                    writable,
-                }),
+                Received::CongUpdate(mask) => Ok(Action::Reply(
+                    Reply::Recv {
+                        full_len: 0,
+                        from: None,
+                        truncated: false,
+                        cong_update: Some(mask),
+                        rdma_dest: None,
+                        ts_ns: None,
+                        readable,
+                        writable,
+                    },
+                    Vec::new(),
+                )),
                 Received::Data {
                     msg,
                     full_len,
                     truncated,
-                } => Ok((
+                } => Ok(Action::Reply(
                     Reply::Recv {
                         full_len,
                         from: Some(msg.from),
@@ -781,18 +1705,23 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
                 )),
             }
         }
-        Request::SockCancel { sock: t, dest } => {
-            let s = sock(ctx, t)?;
-            let n = s.cancel_sent_to(dest).map_err(|e| failed(&e))?;
-            ok(Reply::Dropped { messages: n })
-        }
         Request::SockWait {
             sock: t,
             rx,
             tx,
             timeout_ms,
         } => {
-            let s = sock(ctx, t)?;
+            let s = sock(conn, t)?;
+            let (readable, writable) = ready(&s);
+            let now_ready = (rx && readable) || (tx && writable);
+            let deadline =
+                deadline.unwrap_or_else(|| deadline_of(Some(timeout_ms.clamp(1, 60_000))));
+            if now_ready || expired || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Action::Reply(
+                    Reply::Ready { readable, writable },
+                    Vec::new(),
+                ));
+            }
             let mut fds = Vec::new();
             if rx {
                 fds.push(s.fd().map_err(|e| failed(&e))?);
@@ -800,11 +1729,87 @@ fn sock_request(ctx: &Ctx, req: Request, data: &[u8]) -> Result<(Reply, Vec<u8>)
             if tx {
                 fds.push(s.send_fd().map_err(|e| failed(&e))?);
             }
-            let _ = sys::wait_any_readable(&fds, Duration::from_millis(timeout_ms.min(60_000)));
-            let (readable, writable) = ready(&s);
-            ok(Reply::Ready { readable, writable })
+            // With neither direction asked, only the timeout ends the wait.
+            Ok(Action::Park(Park {
+                req: Request::SockWait {
+                    sock: t,
+                    rx,
+                    tx,
+                    timeout_ms,
+                },
+                data,
+                _sock: s,
+                fds,
+                deadline,
+                retry_at: None,
+            }))
         }
         _ => Err(Failed(libc::EINVAL, "unexpected request".into())),
+    }
+}
+
+/// The info snapshot for `peer`: everything for root and the owner; for another uid, only the
+/// sockets (and their queue entries) its uid opened through this node. The lists are cut so
+/// that the reply fits one frame.
+fn info(ctx: &Ctx, node: &Node, peer: Peer) -> Reply {
+    let mut snap = snapshot(node);
+    if !peer.privileged {
+        let mine: Vec<SocketAddr> = ctx
+            .caps()
+            .values()
+            .filter(|e| e.uid == peer.uid)
+            .filter_map(|e| e.sock.upgrade())
+            .filter_map(|s| s.local_addr().ok())
+            .collect();
+        let has =
+            |ip: std::net::IpAddr, port: u16| mine.iter().any(|a| a.ip() == ip && a.port() == port);
+        snap.sockets
+            .retain(|s| s.bound.is_some_and(|b| has(b.ip(), b.port())));
+        for q in [&mut snap.send, &mut snap.retrans, &mut snap.recv] {
+            q.retain(|m| has(m.laddr, m.lport));
+        }
+    }
+    fit(snap)
+}
+
+/// Cuts the snapshot's lists until its reply fits [`MAX_JSON`].
+fn fit(mut snap: InfoSnapshot) -> Reply {
+    fn cut<T>(v: &mut Vec<T>, limit: usize, omitted: &mut u64) {
+        if v.len() > limit {
+            *omitted += (v.len() - limit) as u64;
+            v.truncate(limit);
+        }
+    }
+    let mut limit = INFO_LIST_MAX;
+    loop {
+        let o = &mut snap.omitted;
+        cut(&mut snap.connections, limit, &mut o.connections);
+        cut(&mut snap.sockets, limit, &mut o.sockets);
+        cut(&mut snap.send, limit, &mut o.send);
+        cut(&mut snap.retrans, limit, &mut o.retrans);
+        cut(&mut snap.recv, limit, &mut o.recv);
+        cut(&mut snap.tcp, limit, &mut o.tcp);
+        let reply = Reply::Info(Box::new(snap));
+        match serde_json::to_vec(&reply) {
+            Ok(j) if j.len() <= MAX_JSON => return reply,
+            Ok(_) if limit > 0 => {
+                let Reply::Info(s) = reply else {
+                    return error(libc::EIO, "snapshot lost");
+                };
+                snap = *s;
+                limit /= 4;
+            }
+            Ok(j) => {
+                return error(
+                    libc::EMSGSIZE,
+                    format!(
+                        "the info snapshot does not fit a control frame ({} bytes)",
+                        j.len()
+                    ),
+                )
+            }
+            Err(e) => return error(libc::EIO, format!("encoding the snapshot: {e}")),
+        }
     }
 }
 
@@ -841,7 +1846,7 @@ fn transports(node: &Node) -> Vec<String> {
     .collect()
 }
 
-/// The node's state for `rds-info`.
+/// The node's state for `rds-info` (every socket and queue entry, uncut).
 pub fn snapshot(node: &Node) -> InfoSnapshot {
     InfoSnapshot {
         connections: node.connections(),
@@ -854,5 +1859,6 @@ pub fn snapshot(node: &Node) -> InfoSnapshot {
         transports: transports(node),
         ib_unavailable: node.ib_unavailable(),
         ib_qps: node.ib_qps(),
+        omitted: Default::default(),
     }
 }

@@ -1,7 +1,12 @@
 //! The daemon backend of [`super::Socket`]: the socket lives in the daemon's node and every
 //! call is a request on the daemon's control socket. Readiness descriptors are eventfds kept
 //! up to date from each reply and, while the caller waits, by a watcher thread that asks the
-//! daemon (on its own control connection) to report readiness changes.
+//! daemon (on its own control connection) to report readiness changes. The daemon's socket
+//! belongs to the control connection that opened it; a watcher reaches it through the
+//! socket's capability ([`Request::SockCap`], [`Request::SockAttach`]).
+//!
+//! When the daemon goes away (stopped or crashed), every later call fails with `ECONNRESET`
+//! and the first one also says so on stderr, naming the daemon's socket; the watchers end.
 
 use std::io;
 use std::net::SocketAddr;
@@ -50,7 +55,17 @@ pub(crate) struct Remote {
     stop: Arc<AtomicBool>,
 }
 
+/// Whether this process was told that the daemon went away.
+static GONE_TOLD: AtomicBool = AtomicBool::new(false);
+
 fn io(e: CtlError) -> io::Error {
+    if e.is_gone() {
+        // Socket calls carry only an errno: say once what it means.
+        if !GONE_TOLD.swap(true, Ordering::Relaxed) {
+            eprintln!("rds: {e}");
+        }
+        return io::Error::from_raw_os_error(libc::ECONNRESET);
+    }
     e.into_io()
 }
 
@@ -359,10 +374,21 @@ impl Remote {
     /// that found nothing to do). One thread per direction, so that clearing one never waits
     /// behind a wait for the other.
     fn start_watcher(&self, rx: bool) -> io::Result<()> {
+        let cap = match self.call(&Request::SockCap { sock: self.token }, &[])?.0 {
+            Reply::SockCap { cap } => cap,
+            other => return Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        };
         let mut client = CtlClient::connect(&self.endpoint.path).map_err(io)?;
+        let token = match client
+            .call(&Request::SockAttach { cap }, &[])
+            .map_err(io)?
+            .0
+        {
+            Reply::Sock { sock } => sock,
+            other => return Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        };
         let fds = self.fds.clone();
         let stop = self.stop.clone();
-        let token = self.token;
         let signalled = move |f: &Fds| {
             let slot = if rx { &f.rx } else { &f.tx };
             slot.as_ref().is_some_and(|x| x.1)
