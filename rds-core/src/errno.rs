@@ -12,7 +12,7 @@ pub fn send_errno(e: SendError) -> i32 {
         SendError::InvalidDest | SendError::InvalidCtl => libc::EINVAL,
         SendError::NotSupported => libc::EOPNOTSUPP,
         SendError::MsgSize => libc::EMSGSIZE,
-        SendError::Congested | SendError::CongestedWait => libc::ENOBUFS,
+        SendError::Congested | SendError::CongestedWait | SendError::NoBufs => libc::ENOBUFS,
         SendError::WouldBlock => libc::EAGAIN,
         SendError::BadSocket => libc::EBADF,
     }
@@ -42,6 +42,7 @@ pub fn accept_errno(e: AcceptError) -> i32 {
         AcceptError::Local => libc::EOPNOTSUPP,
         AcceptError::NotLocal => libc::EADDRNOTAVAIL,
         AcceptError::Wait => libc::EAGAIN,
+        AcceptError::NoMem => libc::ENOBUFS,
         AcceptError::ConnectBack | AcceptError::Raced => libc::ECONNREFUSED,
     }
 }

@@ -111,6 +111,22 @@ counters! {
         ConnDropBadCongMap = "conn_drop_bad_cong_map",
         /// (This stack) Messages dropped because the peer restarted (generation change).
         SendDropPeerRestart = "send_drop_peer_restart",
+        /// (This stack) A send failed with ENOBUFS: the node's memory budget was used up.
+        MemSendError = "mem_send_error",
+        /// (This stack) A received message (or the pong a ping asked for) was dropped: the
+        /// node's memory budget was used up.
+        RecvDropNoMem = "recv_drop_no_mem",
+        /// (This stack) A received message was dropped: its socket's receive queue was at
+        /// its hard cap (the peer ignored the congestion map).
+        RecvDropRcvqFull = "recv_drop_rcvq_full",
+        /// (This stack) A ping went unanswered: its connection already held the most pongs.
+        SendPongDropFull = "send_pong_drop_full",
+        /// (This stack) A queued pong was dropped: its connection went down for good.
+        SendPongDropDown = "send_pong_drop_down",
+        /// (This stack) A peer's connection was refused: its state did not fit the budget.
+        ConnRefusedNoMem = "conn_refused_no_mem",
+        /// (This stack) An idle connection's state was freed.
+        ConnFreed = "conn_freed",
     }
 }
 
@@ -127,25 +143,6 @@ counters! {
         TcpConnectRaced = "tcp_connect_raced",
         /// An accepted connection replaced a stale one.
         TcpListenClosedStale = "tcp_listen_closed_stale",
-        /// (This stack) `accept` failed for want of descriptors (EMFILE, ENFILE); the pending
-        /// connection was reset with the reserve descriptor.
-        TcpAcceptEmfile = "tcp_accept_emfile",
-        /// (This stack) A listener left the event set for a pause after `accept` failed.
-        TcpListenPaused = "tcp_listen_paused",
-        /// (This stack) An accepted connection was reset: its remote address had the most
-        /// connections allowed.
-        TcpAcceptAddrLimit = "tcp_accept_addr_limit",
-        /// (This stack) An accepted connection was reset: the node had the most connections
-        /// allowed.
-        TcpAcceptNodeLimit = "tcp_accept_node_limit",
-        /// (This stack) A connection waiting for a lane was reset to make room for a newer one
-        /// of its address.
-        TcpWaitAddrEvicted = "tcp_wait_addr_evicted",
-        /// (This stack) A connection waiting for a lane was reset to keep the node's waiting
-        /// connections within their cap.
-        TcpWaitNodeEvicted = "tcp_wait_node_evicted",
-        /// (This stack) A connection waited for a lane too long and was reset.
-        TcpWaitExpired = "tcp_wait_expired",
     }
 }
 
@@ -314,7 +311,7 @@ impl<const N: usize> AtomicCounters<N> {
 }
 
 /// The RDS/TCP counters.
-pub type TcpStats = AtomicCounters<12>;
+pub type TcpStats = AtomicCounters<5>;
 /// The RDS/IB counters.
 pub type IbStats = AtomicCounters<39>;
 
@@ -391,14 +388,7 @@ mod tests {
                 "tcp_write_space_calls",
                 "tcp_sndbuf_full",
                 "tcp_connect_raced",
-                "tcp_listen_closed_stale",
-                "tcp_accept_emfile",
-                "tcp_listen_paused",
-                "tcp_accept_addr_limit",
-                "tcp_accept_node_limit",
-                "tcp_wait_addr_evicted",
-                "tcp_wait_node_evicted",
-                "tcp_wait_expired"
+                "tcp_listen_closed_stale"
             ]
         );
         assert_eq!(IB_NAMES.len(), 39);

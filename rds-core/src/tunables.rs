@@ -29,6 +29,10 @@ pub struct Tunables {
     pub sndbuf_max: u32,
     /// Largest `SO_RCVBUF` accepted (bytes; the kernel caps at `net.core.rmem_max`).
     pub rcvbuf_max: u32,
+    /// `net.rds.mem_budget`: bytes the node may hold for queued messages (both ways),
+    /// pongs, reassembly and per-peer state; 0 = automatic (a node uses min(256 MiB,
+    /// RAM / 8), the bare engine 256 MiB).
+    pub mem_budget: u64,
 }
 
 impl Default for Tunables {
@@ -45,6 +49,7 @@ impl Default for Tunables {
             rcvbuf_default: 212_992 / 2,
             sndbuf_max: 64 << 20,
             rcvbuf_max: 64 << 20,
+            mem_budget: 0,
         }
     }
 }
@@ -196,6 +201,18 @@ pub const TUNABLES: &[TunableDef] = &[
         kernel: false,
         get: |t| u64::from(t.rcvbuf_max),
         set: |t, v| t.rcvbuf_max = v as u32,
+    },
+    TunableDef {
+        name: "net.rds.mem_budget",
+        desc: "bytes a node may hold for queued messages, pongs, reassembly and peers, \
+               0 = min(256 MiB, RAM / 8); beyond it sends fail (ENOBUFS), arrivals are dropped",
+        unit: "bytes",
+        min: 1 << 20,
+        max: 1 << 40,
+        zero_ok: true,
+        kernel: false,
+        get: |t| t.mem_budget,
+        set: |t, v| t.mem_budget = v,
     },
 ];
 

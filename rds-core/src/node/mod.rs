@@ -197,7 +197,7 @@ impl Node {
     /// for example by the kernel's `rds_tcp`), or a system resource is missing.
     pub fn start(cfg: NodeConfig) -> io::Result<Node> {
         let seed = cfg.seed.unwrap_or_else(random_seed);
-        let mut stack = Stack::new(cfg.tunables.clone(), seed);
+        let mut stack = Stack::new(resolve_tunables(cfg.tunables.clone()), seed);
         let tcp_stats = Arc::new(TcpStats::new());
         let ib_stats = Arc::new(IbStats::new());
         let tap = Arc::new(Tap::default());
@@ -432,6 +432,7 @@ impl Node {
     pub fn set_tunables(&self, t: Tunables) {
         let mut core = lock(&self.inner.core);
         let old = core.stack.tunables().clone();
+        let t = resolve_tunables(t);
         core.stack.set_tunables(t.clone());
         if old.tcp_sndbuf != t.tcp_sndbuf || old.tcp_rcvbuf != t.tcp_rcvbuf {
             let now = self.inner.now();
@@ -523,15 +524,34 @@ impl Node {
     pub fn tcp_connection_count(&self) -> usize {
         lock(&self.inner.tcp).len()
     }
-
-    /// Accepted TCP connections waiting for a lane, and the node's TCP connection cap.
-    pub fn tcp_waiting_and_cap(&self) -> (usize, usize) {
-        let t = lock(&self.inner.tcp);
-        (t.waiting(), t.conn_cap())
-    }
 }
 
 static NODE_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The node's memory budget when `net.rds.mem_budget` is 0: min(256 MiB, RAM / 8).
+pub fn default_mem_budget() -> u64 {
+    let cap = crate::proto::stack::DEFAULT_MEM_BUDGET;
+    match ram_bytes() {
+        Some(ram) => (ram / 8).clamp(1 << 20, cap),
+        None => cap,
+    }
+}
+
+/// Total RAM from `/proc/meminfo` (`MemTotal`).
+fn ram_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The tunables the engine gets: an automatic memory budget (0) becomes a number of bytes.
+fn resolve_tunables(mut t: Tunables) -> Tunables {
+    if t.mem_budget == 0 {
+        t.mem_budget = default_mem_budget();
+    }
+    t
+}
 
 fn random_seed() -> u64 {
     let mut b = [0u8; 8];

@@ -63,6 +63,8 @@ pub(crate) struct OutMsg {
     pub first_tx: Option<Instant>,
     /// An RDMA operation the transport performs before the message's first SEND.
     pub rdma: Option<std::sync::Arc<crate::rdma::RdmaOp>>,
+    /// An answer to a ping (counted against the connection's pong cap).
+    pub pong: bool,
 }
 
 /// An IB message being fragmented.
@@ -109,6 +111,10 @@ pub(crate) struct Path {
     /// The previous connection is being drained: frames of this epoch are still processed,
     /// and the path reconnects only once the drain ends.
     pub drain_epoch: Option<u32>,
+    /// Bytes of the node budget held by the message being reassembled (IB).
+    pub frag_charge: usize,
+    /// The message being reassembled is discarded (it did not fit in the budget).
+    pub frag_discard: bool,
 }
 
 impl Path {
@@ -136,6 +142,8 @@ impl Path {
             up_since: None,
             ups: 0,
             drain_epoch: None,
+            frag_charge: 0,
+            frag_discard: false,
         }
     }
 
@@ -143,8 +151,12 @@ impl Path {
         self.state == PathState::Up
     }
 
-    pub(crate) fn has_queued(&self) -> bool {
-        !self.send_q.is_empty() || !self.retrans.is_empty()
+    /// Whether a socket's message is queued (pongs and probes do not count).
+    pub(crate) fn has_sock_queued(&self) -> bool {
+        self.send_q
+            .iter()
+            .chain(self.retrans.iter())
+            .any(|m| m.sock.is_some())
     }
 }
 
@@ -177,10 +189,18 @@ pub(crate) struct Conn {
     pub fanout_ok: bool,
     /// Generation numbers of earlier incarnations of the peer, never to be accepted again.
     pub retired_gens: Vec<u32>,
+    /// Pongs queued on the connection's paths (sent or not, until acknowledged).
+    pub pongs: usize,
+    /// Application messages went either way (sent by a local socket or delivered to one):
+    /// only then does the owning side redial the peer on its own.
+    pub app_traffic: bool,
+    /// Last time something happened: created, a path went up or down, a message was queued
+    /// or received. Failed connection attempts do not count.
+    pub last_active: Instant,
 }
 
 impl Conn {
-    pub(crate) fn new(laddr: IpAddr, faddr: IpAddr, kind: TransportKind) -> Self {
+    pub(crate) fn new(laddr: IpAddr, faddr: IpAddr, kind: TransportKind, now: Instant) -> Self {
         Conn {
             laddr,
             faddr,
@@ -197,6 +217,9 @@ impl Conn {
             killed: false,
             fanout_ok: false,
             retired_gens: Vec::new(),
+            pongs: 0,
+            app_traffic: false,
+            last_active: now,
         }
     }
 
@@ -253,4 +276,87 @@ pub struct ConnInfo {
     pub peer_gen: u32,
     /// Every path.
     pub paths: Vec<PathInfo>,
+}
+
+/// The connections of a stack by id. Ids are handed out in increasing order and never reused
+/// while a connection holds one, so a freed connection's id stays invalid (a transport's late
+/// report about it finds nothing) and iteration follows creation order.
+#[derive(Debug, Default)]
+pub(crate) struct ConnTable {
+    map: std::collections::BTreeMap<u32, Conn>,
+    next: u32,
+}
+
+impl ConnTable {
+    /// Stores a new connection and returns its id.
+    pub(crate) fn insert(&mut self, c: Conn) -> u32 {
+        // Skips ids still in use after the counter wrapped (4 billion connections).
+        while self.map.contains_key(&self.next) {
+            self.next = self.next.wrapping_add(1);
+        }
+        let id = self.next;
+        self.next = self.next.wrapping_add(1);
+        self.map.insert(id, c);
+        id
+    }
+
+    /// Frees a connection.
+    pub(crate) fn remove(&mut self, id: usize) -> Option<Conn> {
+        self.map.remove(&u32::try_from(id).ok()?)
+    }
+
+    /// The connection with this id, if it exists.
+    pub(crate) fn get(&self, id: usize) -> Option<&Conn> {
+        self.map.get(&u32::try_from(id).ok()?)
+    }
+
+    /// The connection with this id, if it exists, mutable.
+    pub(crate) fn get_mut(&mut self, id: usize) -> Option<&mut Conn> {
+        self.map.get_mut(&u32::try_from(id).ok()?)
+    }
+
+    /// Live connections with their ids, in creation order, mutable.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut Conn)> {
+        self.map.iter_mut().map(|(&k, c)| (k as usize, c))
+    }
+
+    /// Whether the id names a live connection.
+    pub(crate) fn contains(&self, id: usize) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Live ids in creation order (a copy, so that the table may change meanwhile).
+    pub(crate) fn ids(&self) -> Vec<usize> {
+        self.map.keys().map(|&k| k as usize).collect()
+    }
+
+    /// Live connections with their ids, in creation order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &Conn)> {
+        self.map.iter().map(|(&k, c)| (k as usize, c))
+    }
+
+    /// Live connections in creation order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Conn> {
+        self.map.values()
+    }
+
+    /// How many connections are live.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+impl core::ops::Index<usize> for ConnTable {
+    type Output = Conn;
+
+    /// Internal use only, for ids known to be live (public entry points check first).
+    fn index(&self, id: usize) -> &Conn {
+        self.get(id).expect("live connection id")
+    }
+}
+
+impl core::ops::IndexMut<usize> for ConnTable {
+    fn index_mut(&mut self, id: usize) -> &mut Conn {
+        self.map.get_mut(&(id as u32)).expect("live connection id")
+    }
 }

@@ -20,6 +20,9 @@ pub struct FragInfo {
     pub ack_only: bool,
     /// The message this fragment completed, if any.
     pub complete: Option<Frame>,
+    /// The completed message was discarded (see [`FragAssembler::discard`]): `complete`
+    /// holds its header and an empty payload.
+    pub discarded: bool,
 }
 
 /// A fragment that breaks the protocol; the connection must be dropped.
@@ -52,17 +55,38 @@ pub enum FragError {
 pub struct FragAssembler {
     max_len: u32,
     cur: Option<(HeaderRepr, BytesMut, usize)>,
+    /// The message in progress is checked fragment by fragment but not stored.
+    discard: bool,
 }
 
 impl FragAssembler {
     /// An assembler refusing messages longer than `max_len`.
     pub fn new(max_len: u32) -> Self {
-        FragAssembler { max_len, cur: None }
+        FragAssembler {
+            max_len,
+            cur: None,
+            discard: false,
+        }
     }
 
     /// Drops a partly received message (on connection reset).
     pub fn reset(&mut self) {
         self.cur = None;
+        self.discard = false;
+    }
+
+    /// The full length of the message being reassembled, if one is.
+    pub fn pending_len(&self) -> Option<u32> {
+        self.cur.as_ref().map(|(h, _, _)| h.len)
+    }
+
+    /// Frees the buffer of the message being reassembled: its remaining fragments are still
+    /// checked, and its completion is reported with [`FragInfo::discarded`] set.
+    pub fn discard(&mut self) {
+        if let Some((_, buf, _)) = self.cur.as_mut() {
+            *buf = BytesMut::new();
+            self.discard = true;
+        }
     }
 
     /// Whether a message is partly received.
@@ -86,6 +110,7 @@ impl FragAssembler {
             credit: hdr.credit,
             ack_only: false,
             complete: None,
+            discarded: false,
         };
         if hdr.sport == 0 && hdr.dport == 0 && data.is_empty() {
             info.ack_only = true;
@@ -118,13 +143,16 @@ impl FragAssembler {
                 want,
             });
         }
-        buf.extend_from_slice(data);
+        if !self.discard {
+            buf.extend_from_slice(data);
+        }
         let rem = rem - want;
         if rem == 0 {
             // Flags of the last fragment are authoritative for ACK_REQUIRED (identical in
             // practice); keep the first header's fields otherwise.
             let mut h = first;
             h.flags |= hdr.flags;
+            info.discarded = std::mem::take(&mut self.discard);
             info.complete = Some(Frame {
                 hdr: h,
                 payload: buf.freeze(),

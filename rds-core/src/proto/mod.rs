@@ -289,6 +289,9 @@ pub enum SendError {
     /// The destination port is congested: a blocking sender must wait and retry.
     #[error("destination port congested (wait)")]
     CongestedWait,
+    /// The node's memory budget is used up (ENOBUFS, also for a blocking sender).
+    #[error("node memory budget exhausted")]
+    NoBufs,
     /// The send buffer is full (EAGAIN); a blocking sender waits for [`Event::Wake`].
     #[error("send buffer full")]
     WouldBlock,
@@ -328,6 +331,9 @@ pub enum AcceptError {
     /// IB: our own connection attempt is in progress; reject and let backoff settle it.
     #[error("connection attempt in progress")]
     Raced,
+    /// A new peer's state would not fit in the node's memory budget (ENOBUFS).
+    #[error("node memory budget exhausted")]
+    NoMem,
 }
 
 /// Normalises an address: IPv4-mapped IPv6 becomes IPv4, as the kernel stores v4 in mapped form.

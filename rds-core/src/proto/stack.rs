@@ -15,7 +15,7 @@ use crate::wire::{
     MPATH_WORKERS, PROBE_PORT,
 };
 
-use super::conn::{Conn, ConnInfo, OutMsg, Path, PathInfo, PathState, TxCur};
+use super::conn::{Conn, ConnInfo, ConnTable, OutMsg, Path, PathInfo, PathState, TxCur};
 use super::rng::{jhash_1word, Rng};
 use super::sock::{InMsg, QueuedMsgInfo, Received, Sock, SockInfo};
 use super::stream::{Frame, StreamError};
@@ -35,6 +35,36 @@ pub const STASH_AS_PATH0_AFTER: Duration = Duration::from_millis(50);
 
 /// How long a transport holds an accepted connection waiting for a lane before it resets it.
 pub const STASH_MAX: Duration = Duration::from_secs(5);
+
+/// How long a connection is kept after its last activity (created, a path up or down, a
+/// message queued or received) once no path is up or connecting, nothing of a socket is
+/// queued and no reconnect is planned; then its state and any pongs left are freed. The
+/// owning (smaller) side redials a lost peer on its own only within this time of the last
+/// activity, and only after application traffic (a socket's message either way); later, the
+/// next message of either side brings the connection back.
+pub const CONN_IDLE_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Pongs one connection holds at most (queued or awaiting acknowledgement); pings beyond
+/// it are consumed without an answer and counted (`send_pong_drop_full`).
+pub const PONG_QUEUE_MAX: usize = 256;
+
+/// A socket's receive queue holds at most `RCVQ_CAP_FACTOR` times its receive buffer (and at
+/// least [`RCVQ_CAP_MIN`] bytes). Congestion is advertised above one receive buffer, so only a
+/// peer that ignores the congestion map reaches the cap; messages beyond it are consumed
+/// (acknowledged) and dropped (`recv_drop_rcvq_full`).
+pub const RCVQ_CAP_FACTOR: usize = 4;
+
+/// The smallest receive queue cap in bytes (see [`RCVQ_CAP_FACTOR`]).
+pub const RCVQ_CAP_MIN: usize = 4 << 20;
+
+/// Bytes of the node budget a queued message costs beyond its payload (its bookkeeping).
+pub const MSG_COST: usize = 256;
+
+/// Bytes of the node budget a connection costs (its paths, its peer's congestion map).
+pub const CONN_COST: usize = 16 << 10;
+
+/// The node budget when the `mem_budget` tunable is 0 (the node passes min(this, RAM / 8)).
+pub const DEFAULT_MEM_BUDGET: u64 = 256 << 20;
 
 /// Which transports serve a local address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +91,9 @@ pub struct Stack {
     socks: BTreeMap<SockId, Sock>,
     next_sock: u32,
     binds: BTreeMap<(IpAddr, u16), SockId>,
-    conns: Vec<Conn>,
+    conns: ConnTable,
+    /// Bytes of the node budget in use: queued messages both ways, reassembly, connections.
+    mem_used: usize,
     conn_index: BTreeMap<(IpAddr, IpAddr, TransportKind), ConnId>,
     stats: Stats,
     events: VecDeque<Event>,
@@ -91,7 +123,8 @@ impl Stack {
             socks: BTreeMap::new(),
             next_sock: 1,
             binds: BTreeMap::new(),
-            conns: Vec::new(),
+            conns: ConnTable::default(),
+            mem_used: 0,
             conn_index: BTreeMap::new(),
             stats: Stats::default(),
             events: VecDeque::new(),
@@ -158,10 +191,62 @@ impl Stack {
         self.stats.reset();
     }
 
-    /// A connection's addresses and transport.
+    /// A connection's addresses and transport. A freed connection reports unspecified
+    /// addresses (matching no peer).
     pub fn conn_addrs(&self, conn: ConnId) -> (IpAddr, IpAddr, TransportKind) {
-        let c = &self.conns[conn.0 as usize];
-        (c.laddr, c.faddr, c.kind)
+        match self.conns.get(conn.0 as usize) {
+            Some(c) => (c.laddr, c.faddr, c.kind),
+            None => {
+                let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                (any, any, TransportKind::Tcp)
+            }
+        }
+    }
+
+    /// Whether the connection exists (it is freed after [`CONN_IDLE_LIFETIME`] unused).
+    pub fn conn_exists(&self, conn: ConnId) -> bool {
+        self.conns.contains(conn.0 as usize)
+    }
+
+    /// How many connections the stack holds.
+    pub fn conn_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Bytes of the node's memory budget in use (queued messages both ways, reassembly,
+    /// connections).
+    pub fn mem_used(&self) -> usize {
+        self.mem_used
+    }
+
+    /// The node's memory budget in bytes (the `mem_budget` tunable; 0 means
+    /// [`DEFAULT_MEM_BUDGET`]).
+    pub fn mem_budget(&self) -> usize {
+        let b = if self.tun.mem_budget == 0 {
+            DEFAULT_MEM_BUDGET
+        } else {
+            self.tun.mem_budget
+        };
+        usize::try_from(b).unwrap_or(usize::MAX)
+    }
+
+    /// Whether `bytes` more fit in the budget.
+    fn mem_fits(&self, bytes: usize) -> bool {
+        self.mem_used.saturating_add(bytes) <= self.mem_budget()
+    }
+
+    fn mem_charge(&mut self, bytes: usize) {
+        self.mem_used = self.mem_used.saturating_add(bytes);
+    }
+
+    fn mem_release(&mut self, bytes: usize) {
+        debug_assert!(self.mem_used >= bytes, "budget accounting underflow");
+        self.mem_used = self.mem_used.saturating_sub(bytes);
+    }
+
+    /// The receive queue cap of a socket (see [`RCVQ_CAP_FACTOR`]).
+    fn rcvq_cap(rcvbuf: usize) -> usize {
+        rcvbuf.saturating_mul(RCVQ_CAP_FACTOR).max(RCVQ_CAP_MIN)
     }
 
     /// Looks up a connection.
@@ -172,27 +257,43 @@ impl Stack {
     }
 
     /// A path's state and epoch.
+    /// A freed connection (or a path out of range) reports `(Down, 0)`.
     pub fn path_state(&self, conn: ConnId, path: usize) -> (PathState, u32) {
-        let p = &self.conns[conn.0 as usize].paths[path];
-        (p.state, p.epoch)
+        match self
+            .conns
+            .get(conn.0 as usize)
+            .and_then(|c| c.paths.get(path))
+        {
+            Some(p) => (p.state, p.epoch),
+            None => (PathState::Down, 0),
+        }
     }
 
     /// The peer's generation number as last seen in a handshake (0 = never).
     pub fn peer_gen(&self, conn: ConnId) -> u32 {
-        self.conns[conn.0 as usize].peer_gen
+        self.conns.get(conn.0 as usize).map_or(0, |c| c.peer_gen)
     }
 
     /// The agreed number of paths of a connection (0 before the handshake).
     pub fn npaths(&self, conn: ConnId) -> usize {
-        self.conns[conn.0 as usize].npaths
+        self.conns.get(conn.0 as usize).map_or(0, |c| c.npaths)
     }
 
     /// Whether an outgoing transport connection on this path only serves to make the peer
     /// connect back (TCP: the larger address may not own connections). The transport closes
     /// such a connection once it is established and reports [`Stack::handle_connect_failed`].
     pub fn is_trigger_only(&self, conn: ConnId) -> bool {
-        let c = &self.conns[conn.0 as usize];
-        c.kind == TransportKind::Tcp && !c.is_smaller()
+        self.conns
+            .get(conn.0 as usize)
+            .is_some_and(|c| c.kind == TransportKind::Tcp && !c.is_smaller())
+    }
+
+    /// Whether `(conn, path)` names a live connection's path (transport reports about freed
+    /// connections are ignored).
+    fn path_exists(&self, conn: ConnId, path: usize) -> bool {
+        self.conns
+            .get(conn.0 as usize)
+            .is_some_and(|c| path < c.paths.len())
     }
 
     // ----------------------------------------------------------------------------------------
@@ -483,6 +584,17 @@ impl Stack {
             return Err(SendError::NotSupported);
         }
         let lane_hash = s.lane_hash;
+        // The node budget covers the message and, for a new peer, its connection; a send
+        // beyond it fails at once, as a kernel send that cannot allocate.
+        let conn_cost = if self.find_conn(bound.ip(), dip, kind).is_some() {
+            0
+        } else {
+            CONN_COST
+        };
+        if !self.mem_fits(len + MSG_COST + conn_cost) {
+            self.stats.inc(Counter::MemSendError);
+            return Err(SendError::NoBufs);
+        }
         let cid = self.conn_get_or_create(now, bound.ip(), dip, kind);
         let lane = self.lane_for(cid, lane_hash);
         if kind != TransportKind::Loopback && !self.conns[cid.0 as usize].paths[lane].is_up() {
@@ -544,7 +656,12 @@ impl Stack {
             ack_off: 0,
             first_tx: None,
             rdma: extras.rdma.clone(),
+            pong: false,
         };
+        if dport != 0 {
+            // Pings (to port 0) are not application traffic.
+            self.conns[cid.0 as usize].app_traffic = true;
+        }
         self.queue_msg(now, cid, lane, msg);
         Ok(len)
     }
@@ -585,6 +702,7 @@ impl Stack {
             msg.payload.truncate(max_len);
         }
         if !peek {
+            self.mem_release(full_len + MSG_COST);
             self.stats.inc(Counter::RecvDelivered);
             self.stats
                 .add(Counter::CopyToUser, msg.payload.len() as u64);
@@ -630,6 +748,7 @@ impl Stack {
             return;
         };
         self.wakes.remove(&sock);
+        self.mem_release(s.rcv_bytes + s.rcv_q.len() * MSG_COST);
         if let Some(b) = s.bound {
             self.binds.remove(&(b.ip(), b.port()));
             if s.congested {
@@ -661,19 +780,34 @@ impl Stack {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.conns
-            .iter()
+            .values()
             .flat_map(|c| {
                 c.paths
                     .iter()
                     .filter_map(|p| p.reconnect_at)
                     .chain(c.hs_deadline)
+                    .chain(Self::idle(c).then(|| c.last_active + CONN_IDLE_LIFETIME))
             })
             .min()
     }
 
-    /// Runs due timers: reconnects and handshake fallbacks.
+    /// Whether a connection is unused: not loopback, no path up, connecting, draining or
+    /// waiting to reconnect, and no socket's message queued. Such a connection is freed
+    /// [`CONN_IDLE_LIFETIME`] after its last activity.
+    fn idle(c: &Conn) -> bool {
+        c.kind != TransportKind::Loopback
+            && c.paths.iter().all(|p| {
+                p.state == PathState::Down
+                    && p.drain_epoch.is_none()
+                    && p.reconnect_at.is_none()
+                    && p.tx_cur.is_none()
+                    && !p.has_sock_queued()
+            })
+    }
+
+    /// Runs due timers: reconnects, handshake fallbacks, and freeing idle connections.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for ci in 0..self.conns.len() {
+        for ci in self.conns.ids() {
             let cid = ConnId(ci as u32);
             if self.conns[ci].hs_deadline.is_some_and(|t| t <= now) {
                 self.conns[ci].hs_deadline = None;
@@ -686,18 +820,96 @@ impl Stack {
                 let p = &mut self.conns[ci].paths[pi];
                 if p.reconnect_at.is_some_and(|t| t <= now) {
                     p.reconnect_at = None;
-                    if p.state == PathState::Down && self.should_reconnect(cid, pi) {
-                        self.start_connect(cid, pi);
+                    if p.state == PathState::Down {
+                        if self.should_reconnect(now, cid, pi) {
+                            self.start_connect(cid, pi);
+                        } else {
+                            self.drop_pongs_if_gone(ci);
+                        }
                     }
                 }
             }
+            let c = &self.conns[ci];
+            if Self::idle(c) && now >= c.last_active + CONN_IDLE_LIFETIME {
+                self.free_conn(ci);
+            }
         }
+    }
+
+    /// Frees an idle connection: its pongs are dropped (counted) and its memory returned.
+    fn free_conn(&mut self, ci: usize) {
+        self.drop_pongs_all(ci);
+        // Nothing of a socket is queued (see `idle`); probe pings may be.
+        self.drop_msgs_of_conn(ci);
+        let paths: Vec<usize> = (0..self.conns[ci].paths.len()).collect();
+        for pi in paths {
+            self.frag_reset(ci, pi);
+        }
+        let Some(c) = self.conns.remove(ci) else {
+            return;
+        };
+        self.conn_index.remove(&(c.laddr, c.faddr, c.kind));
+        self.mem_release(CONN_COST);
+        self.stats.inc(Counter::ConnFreed);
+    }
+
+    /// Drops the pongs queued on one path (its connection will not come back for them).
+    fn drop_pongs(&mut self, ci: usize, path: usize) {
+        let p = &mut self.conns[ci].paths[path];
+        if p.send_q.iter().chain(p.retrans.iter()).all(|m| !m.pong) {
+            return;
+        }
+        let mut dropped = Vec::new();
+        for q in [&mut p.send_q, &mut p.retrans] {
+            let mut keep = VecDeque::with_capacity(q.len());
+            for m in q.drain(..) {
+                if m.pong {
+                    dropped.push(m);
+                } else {
+                    keep.push_back(m);
+                }
+            }
+            *q = keep;
+        }
+        for m in dropped {
+            self.stats.inc(Counter::SendPongDropDown);
+            self.release(ci, &m);
+        }
+    }
+
+    /// Drops the connection's pongs once nothing will bring it back on our side (no path
+    /// up, connecting, draining or waiting to reconnect): they would wait forever.
+    fn drop_pongs_if_gone(&mut self, ci: usize) {
+        let gone = self.conns[ci].paths.iter().all(|p| {
+            p.state == PathState::Down && p.reconnect_at.is_none() && p.drain_epoch.is_none()
+        });
+        if gone {
+            self.drop_pongs_all(ci);
+        }
+    }
+
+    fn drop_pongs_all(&mut self, ci: usize) {
+        for pi in 0..self.conns[ci].paths.len() {
+            self.drop_pongs(ci, pi);
+        }
+    }
+
+    /// Ends a path's reassembly, returning its budget.
+    fn frag_reset(&mut self, ci: usize, path: usize) {
+        let p = &mut self.conns[ci].paths[path];
+        p.frag.reset();
+        p.frag_discard = false;
+        let charge = std::mem::take(&mut p.frag_charge);
+        self.mem_release(charge);
     }
 
     /// The next frame to put on the path's wire, in order. `None` when there is nothing (the
     /// path is not up, empty, or held back).
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, conn: ConnId, path: usize) -> Option<Transmit> {
+        if !self.path_exists(conn, path) {
+            return None;
+        }
         let ci = conn.0 as usize;
         let t = self.next_transmit(now, ci, path);
         if t.is_none() {
@@ -718,6 +930,9 @@ impl Stack {
         path: usize,
         epoch: u32,
     ) -> bool {
+        if !self.path_exists(conn, path) {
+            return false;
+        }
         let p = &self.conns[conn.0 as usize].paths[path];
         if p.epoch != epoch || p.state != PathState::Connecting {
             return false;
@@ -728,6 +943,9 @@ impl Stack {
 
     /// The attempt with `epoch` failed (or served only as a trigger); back off and retry.
     pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, path: usize, epoch: u32) {
+        if !self.path_exists(conn, path) {
+            return;
+        }
         let p = &mut self.conns[conn.0 as usize].paths[path];
         if p.epoch != epoch || p.state != PathState::Connecting {
             return;
@@ -738,8 +956,14 @@ impl Stack {
 
     /// The transport connection of `(conn, path)` with `epoch` went away (FIN, RST, error).
     pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId, path: usize, epoch: u32) {
-        let p = &mut self.conns[conn.0 as usize].paths[path];
+        if !self.path_exists(conn, path) {
+            return;
+        }
+        let c = &mut self.conns[conn.0 as usize];
+        let p = &mut c.paths[path];
         if p.drain_epoch == Some(epoch) {
+            c.last_active = now;
+            let p = &mut c.paths[path];
             p.drain_epoch = None;
             if p.state == PathState::Down && !self.shutting_down {
                 self.queue_reconnect(now, conn, path);
@@ -784,6 +1008,10 @@ impl Stack {
         }
         if self.locals.contains_key(&faddr) {
             return Err(AcceptError::Local);
+        }
+        if self.find_conn(laddr, faddr, kind).is_none() && !self.mem_fits(CONN_COST) {
+            self.stats.inc(Counter::ConnRefusedNoMem);
+            return Err(AcceptError::NoMem);
         }
         let cid = self.conn_get_or_create(now, laddr, faddr, kind);
         let ci = cid.0 as usize;
@@ -873,6 +1101,9 @@ impl Stack {
         epoch: u32,
         acked: u64,
     ) {
+        if !self.path_exists(conn, path) {
+            return;
+        }
         let ci = conn.0 as usize;
         let p = &mut self.conns[ci].paths[path];
         if p.epoch != epoch || !p.is_up() || acked <= p.acked_off {
@@ -886,7 +1117,7 @@ impl Stack {
         }
         for m in done {
             self.stats.inc(Counter::SendDropAcked);
-            self.release(&m);
+            self.release(ci, &m);
         }
     }
 
@@ -903,6 +1134,9 @@ impl Stack {
         epoch: u32,
         frame: Frame,
     ) -> Result<(), DropReason> {
+        if !self.path_exists(conn, path) {
+            return Ok(());
+        }
         let p = &self.conns[conn.0 as usize].paths[path];
         let draining = p.drain_epoch == Some(epoch);
         if !draining && (p.epoch != epoch || !p.is_up()) {
@@ -934,6 +1168,9 @@ impl Stack {
         epoch: u32,
         err: StreamError,
     ) {
+        if !self.path_exists(conn, path) {
+            return;
+        }
         let p = &self.conns[conn.0 as usize].paths[path];
         if p.epoch != epoch || !p.is_up() {
             return;
@@ -958,6 +1195,9 @@ impl Stack {
         epoch: u32,
         frame: &[u8],
     ) -> Result<(), DropReason> {
+        if !self.path_exists(conn, path) {
+            return Ok(());
+        }
         let ci = conn.0 as usize;
         let p = &mut self.conns[ci].paths[path];
         if p.epoch != epoch || !p.is_up() {
@@ -992,10 +1232,34 @@ impl Stack {
             }
             for m in done {
                 self.stats.inc(Counter::SendDropAcked);
-                self.release(&m);
+                self.release(ci, &m);
             }
         }
+        // Reassembly draws from the node budget from its first fragment to its last; a
+        // message that does not fit is received without being stored, then dropped.
+        let p = &mut self.conns[ci].paths[path];
+        if p.frag.in_message() && p.frag_charge == 0 && !p.frag_discard {
+            let want = p.frag.pending_len().unwrap_or(0) as usize;
+            if self.mem_fits(want) {
+                self.mem_charge(want);
+                self.conns[ci].paths[path].frag_charge = want;
+            } else {
+                let p = &mut self.conns[ci].paths[path];
+                p.frag.discard();
+                p.frag_discard = true;
+            }
+        }
+        if info.complete.is_some() {
+            let p = &mut self.conns[ci].paths[path];
+            p.frag_discard = false;
+            let charge = std::mem::take(&mut p.frag_charge);
+            self.mem_release(charge);
+        }
         match info.complete {
+            Some(f) if info.discarded => {
+                self.consume_discarded(conn, path, &f.hdr);
+                Ok(())
+            }
             Some(f) => self
                 .recv_message(now, conn, path, f.hdr, f.payload)
                 .inspect_err(|&r| self.reset_path(now, conn, path, Some(r))),
@@ -1003,8 +1267,27 @@ impl Stack {
         }
     }
 
+    /// IB: a message received but not stored for lack of budget: acknowledged and counted
+    /// as dropped, its sequence number consumed.
+    fn consume_discarded(&mut self, cid: ConnId, path: usize, hdr: &HeaderRepr) {
+        self.stats.inc(Counter::RecvDropNoMem);
+        let p = &mut self.conns[cid.0 as usize].paths[path];
+        p.ack_next = hdr.seq;
+        if hdr.seq >= p.next_rx_seq {
+            p.next_rx_seq = hdr.seq.wrapping_add(1);
+        }
+        if hdr.has_flag(flags::ACK_REQUIRED) {
+            p.ack_requested = true;
+            self.stats.inc(Counter::RecvAckRequired);
+            self.want_transmit(cid, path);
+        }
+    }
+
     /// IB: the ACK-only frame in flight completed; another may be sent.
     pub fn handle_ack_sent(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        if !self.path_exists(conn, path) {
+            return;
+        }
         let p = &mut self.conns[conn.0 as usize].paths[path];
         if p.epoch != epoch {
             return;
@@ -1021,6 +1304,9 @@ impl Stack {
     /// Drops every path of a connection so that it reconnects and retransmits
     /// (`rds-ctrl conn restart`).
     pub fn restart_conn(&mut self, now: Instant, conn: ConnId, reason: DropReason) {
+        if !self.conns.contains(conn.0 as usize) {
+            return;
+        }
         for pi in 0..self.conns[conn.0 as usize].paths.len() {
             let st = self.conns[conn.0 as usize].paths[pi].state;
             if matches!(st, PathState::Up | PathState::Connecting) {
@@ -1031,7 +1317,7 @@ impl Stack {
 
     /// Restarts every connection of a transport (a tunable of it changed).
     pub fn restart_all(&mut self, now: Instant, kind: TransportKind, reason: DropReason) {
-        for ci in 0..self.conns.len() {
+        for ci in self.conns.ids() {
             if self.conns[ci].kind == kind {
                 self.restart_conn(now, ConnId(ci as u32), reason);
             }
@@ -1043,6 +1329,9 @@ impl Stack {
     /// (a send, or the peer connecting) brings it back.
     pub fn kill_conn(&mut self, now: Instant, conn: ConnId) -> usize {
         let ci = conn.0 as usize;
+        if !self.conns.contains(ci) {
+            return 0;
+        }
         self.conns[ci].killed = true;
         self.restart_conn(now, conn, DropReason::Kill);
         for p in &mut self.conns[ci].paths {
@@ -1055,7 +1344,7 @@ impl Stack {
     /// Closes every connection for shutdown; nothing reconnects afterwards.
     pub fn shutdown(&mut self, now: Instant) {
         self.shutting_down = true;
-        for ci in 0..self.conns.len() {
+        for ci in self.conns.ids() {
             self.restart_conn(now, ConnId(ci as u32), DropReason::Shutdown);
             for p in &mut self.conns[ci].paths {
                 p.reconnect_at = None;
@@ -1071,7 +1360,6 @@ impl Stack {
     pub fn conn_infos(&self) -> Vec<ConnInfo> {
         self.conns
             .iter()
-            .enumerate()
             .map(|(i, c)| ConnInfo {
                 id: ConnId(i as u32),
                 laddr: c.laddr,
@@ -1121,7 +1409,7 @@ impl Stack {
     /// Messages in send queues (`retrans = false`) or retransmit queues (`true`).
     pub fn queued_msgs(&self, retrans: bool) -> Vec<QueuedMsgInfo> {
         let mut v = Vec::new();
-        for c in &self.conns {
+        for c in self.conns.values() {
             for (pi, p) in c.paths.iter().enumerate() {
                 let q = if retrans { &p.retrans } else { &p.send_q };
                 v.extend(q.iter().map(|m| QueuedMsgInfo {
@@ -1175,8 +1463,8 @@ impl Stack {
         if let Some(&c) = self.conn_index.get(&(laddr, faddr, kind)) {
             return c;
         }
-        let cid = ConnId(self.conns.len() as u32);
-        self.conns.push(Conn::new(laddr, faddr, kind));
+        let cid = ConnId(self.conns.insert(Conn::new(laddr, faddr, kind, now)));
+        self.mem_charge(CONN_COST);
         self.conn_index.insert((laddr, faddr, kind), cid);
         if kind == TransportKind::Loopback {
             // Loopback connections are up at once and never go down.
@@ -1211,10 +1499,17 @@ impl Stack {
         }
     }
 
+    /// Queues a message (its budget is charged here; callers checked that it fits).
     fn queue_msg(&mut self, now: Instant, cid: ConnId, lane: usize, msg: OutMsg) {
         self.stats.inc(Counter::SendQueued);
+        self.mem_charge(msg.payload.len() + MSG_COST);
         let ci = cid.0 as usize;
-        self.conns[ci].paths[lane].send_q.push_back(msg);
+        let c = &mut self.conns[ci];
+        c.last_active = now;
+        if msg.pong {
+            c.pongs += 1;
+        }
+        c.paths[lane].send_q.push_back(msg);
         match self.conns[ci].kind {
             TransportKind::Loopback => {
                 self.loop_work.push(cid);
@@ -1279,21 +1574,28 @@ impl Stack {
         });
     }
 
-    fn should_reconnect(&self, cid: ConnId, path: usize) -> bool {
+    fn should_reconnect(&self, now: Instant, cid: ConnId, path: usize) -> bool {
         let c = &self.conns[cid.0 as usize];
         if self.shutting_down || c.killed {
             return false;
         }
+        // A socket's message waits, or the peer carried application traffic lately: only
+        // then is a lost peer redialled on our own (a peer that only pinged, probed or
+        // connected is not; it comes back by connecting, or with our next message).
+        let sock_queued = c.paths.iter().any(Path::has_sock_queued);
+        let wanted = sock_queued || (c.app_traffic && now < c.last_active + CONN_IDLE_LIFETIME);
         match c.kind {
             TransportKind::Loopback => false,
             // Lanes above 0 only once the peer confirmed the handshake: a peer that does not
             // know the number of lanes refuses them, possibly after its TCP acknowledged data
             // sent on them (which would then be lost).
-            TransportKind::Tcp if c.is_smaller() => path == 0 || (c.fanout_ok && path < c.npaths),
-            // The larger side connects only to make the peer connect back, and only when it
-            // has something to send.
-            TransportKind::Tcp => path == 0 && c.paths.iter().any(Path::has_queued),
-            TransportKind::Ib => path == 0,
+            TransportKind::Tcp if c.is_smaller() => {
+                wanted && (path == 0 || (c.fanout_ok && path < c.npaths))
+            }
+            // The larger side connects only to make the peer connect back, and only when a
+            // socket has something to send (pongs wait for the peer to come back).
+            TransportKind::Tcp => path == 0 && sock_queued,
+            TransportKind::Ib => wanted && path == 0,
         }
     }
 
@@ -1301,7 +1603,7 @@ impl Stack {
     /// doubles up to the maximum.
     fn queue_reconnect(&mut self, now: Instant, cid: ConnId, path: usize) {
         let c = &self.conns[cid.0 as usize];
-        let path = if path > 0 && c.kind == TransportKind::Tcp && !c.is_smaller() {
+        let target = if path > 0 && c.kind == TransportKind::Tcp && !c.is_smaller() {
             // The larger side never connects lanes above 0; the peer does, once lane 0 is
             // up. A lane that went down with messages queued (say after lane 0, which had
             // nothing queued then) needs lane 0 to reconnect, unless it is already on its way.
@@ -1314,9 +1616,11 @@ impl Stack {
         } else {
             path
         };
-        if !self.should_reconnect(cid, path) {
+        if !self.should_reconnect(now, cid, target) {
+            self.drop_pongs_if_gone(cid.0 as usize);
             return;
         }
+        let path = target;
         let (min, max) = (self.tun.reconnect_min_delay, self.tun.reconnect_max_delay);
         let p = &mut self.conns[cid.0 as usize].paths[path];
         if p.reconnect_delay.is_zero() {
@@ -1350,11 +1654,16 @@ impl Stack {
         p.ack_in_flight = false;
         p.tx_cur = None;
         p.frag.reset();
+        p.frag_discard = false;
+        let frag_charge = std::mem::take(&mut p.frag_charge);
         p.tx_pending = false;
         // A new connection ends any drain of the previous one (an accepting transport reads
         // the old connection to its end before it reports the new one).
         p.drain_epoch = None;
         let epoch = p.epoch;
+        c.last_active = now;
+        self.mem_used = self.mem_used.saturating_sub(frag_charge);
+        let c = &mut self.conns[ci];
         if kind != TransportKind::Loopback {
             c.map_queued = true;
         }
@@ -1422,8 +1731,10 @@ impl Stack {
         // generation ahead of the retransmissions behind it.
         let stale_pong = |m: &OutMsg| m.sock.is_none() && m.hdr.is_probe_pong();
         let mut rdma_dropped = Vec::new();
+        let mut stale_pongs = Vec::new();
         while let Some(mut m) = p.retrans.pop_back() {
             if stale_pong(&m) {
+                stale_pongs.push(m);
                 continue;
             }
             if m.rdma.is_some() {
@@ -1435,9 +1746,21 @@ impl Stack {
             m.ack_required = true;
             p.send_q.push_front(m);
         }
-        p.send_q.retain(|m| !stale_pong(m));
+        if p.send_q.iter().any(stale_pong) {
+            let mut keep = VecDeque::with_capacity(p.send_q.len());
+            for m in p.send_q.drain(..) {
+                if stale_pong(&m) {
+                    stale_pongs.push(m);
+                } else {
+                    keep.push_back(m);
+                }
+            }
+            p.send_q = keep;
+        }
         p.tx_cur = None;
         p.frag.reset();
+        p.frag_discard = false;
+        let frag_charge = std::mem::take(&mut p.frag_charge);
         p.tx_off = 0;
         p.acked_off = 0;
         p.unacked_packets = max_p;
@@ -1468,8 +1791,15 @@ impl Stack {
             self.queue_probe_ping(cid);
             self.want_transmit(cid, 0);
         }
+        self.mem_release(frag_charge);
+        if was == PathState::Up {
+            self.conns[ci].last_active = now;
+        }
+        for m in stale_pongs {
+            self.release(ci, &m);
+        }
         for m in rdma_dropped {
-            self.release(&m);
+            self.release(ci, &m);
             if let Some(op) = &m.rdma {
                 self.rdma_complete(op, RdmaStatus::Dropped);
             }
@@ -1515,12 +1845,15 @@ impl Stack {
             ack_off: 0,
             first_tx: None,
             rdma: None,
+            pong: false,
         };
         // Ahead of fresh messages, behind the ones being retransmitted (they carry older
         // sequence numbers, which must reach the wire first).
         let q = &mut c.paths[0].send_q;
         let at = q.iter().position(|m| m.seq == 0).unwrap_or(q.len());
         q.insert(at, msg);
+        // The probe is part of the connection's own upkeep: charged, never refused.
+        self.mem_charge(MSG_COST);
         self.stats.inc(Counter::SendQueued);
         self.stats.inc(Counter::SendPong);
     }
@@ -1621,7 +1954,7 @@ impl Stack {
         }
         for m in dropped {
             self.stats.inc(Counter::SendDropPeerRestart);
-            self.release(&m);
+            self.release(ci, &m);
         }
     }
 
@@ -1632,7 +1965,7 @@ impl Stack {
         rdma: Option<RdmaStatus>,
     ) -> usize {
         let mut dropped = Vec::new();
-        for c in &mut self.conns {
+        for (ci, c) in self.conns.iter_mut() {
             let faddr = c.faddr;
             for p in &mut c.paths {
                 for q in [&mut p.send_q, &mut p.retrans] {
@@ -1640,7 +1973,7 @@ impl Stack {
                         let mut keep = VecDeque::with_capacity(q.len());
                         for m in q.drain(..) {
                             if pred(&m, faddr) {
-                                dropped.push(m);
+                                dropped.push((ci, m));
                             } else {
                                 keep.push_back(m);
                             }
@@ -1651,8 +1984,8 @@ impl Stack {
             }
         }
         let n = dropped.len();
-        for m in dropped {
-            self.release(&m);
+        for (ci, m) in dropped {
+            self.release(ci, &m);
             if let (Some(op), Some(st)) = (&m.rdma, rdma) {
                 self.rdma_complete(op, st);
             }
@@ -1668,13 +2001,20 @@ impl Stack {
         }
         let n = dropped.len();
         for m in dropped {
-            self.release(&m);
+            self.release(ci, &m);
         }
         n
     }
 
-    /// A message left the queues: give its bytes back to the sending socket.
-    fn release(&mut self, m: &OutMsg) {
+    /// A message of connection `ci` left the queues: give its bytes back to the node budget
+    /// and to the sending socket.
+    fn release(&mut self, ci: usize, m: &OutMsg) {
+        self.mem_release(m.payload.len() + MSG_COST);
+        if m.pong {
+            if let Some(c) = self.conns.get_mut(ci) {
+                c.pongs = c.pongs.saturating_sub(1);
+            }
+        }
         let Some(sid) = m.sock else { return };
         if let Some(s) = self.socks.get_mut(&sid) {
             let was_writable = s.writable();
@@ -1957,6 +2297,23 @@ impl Stack {
             self.stats.inc(Counter::RecvDropNoSock);
             return Ok(());
         };
+        // Bounds of what a peer can make us hold: the socket's receive queue cap (only a
+        // peer ignoring the congestion map reaches it) and the node budget. The message is
+        // consumed either way (acknowledged, never retransmitted), as for an unbound port.
+        let len = payload.len();
+        let s = self.socks.get(&sid).expect("bound sockets exist");
+        if s.rcv_bytes.saturating_add(len) > Self::rcvq_cap(s.rcvbuf) {
+            self.stats.inc(Counter::RecvDropRcvqFull);
+            return Ok(());
+        }
+        if !self.mem_fits(len + MSG_COST) {
+            self.stats.inc(Counter::RecvDropNoMem);
+            return Ok(());
+        }
+        self.mem_charge(len + MSG_COST);
+        let c = &mut self.conns[ci];
+        c.app_traffic = true;
+        c.last_active = now;
         let rdma_dest = hdr.exts().find_map(|e| match e {
             ExtHeader::RdmaDest { rkey, offset } => {
                 Some(u64::from(rkey) | (u64::from(offset) << 32))
@@ -1969,7 +2326,6 @@ impl Stack {
         }) {
             self.events.push_back(Event::RdmaUnuse { sock: sid, rkey });
         }
-        let len = payload.len();
         let s = self.socks.get_mut(&sid).expect("bound sockets exist");
         s.rcv_q.push_back(InMsg {
             from: SocketAddr::new(from_ip, hdr.sport),
@@ -2005,6 +2361,16 @@ impl Stack {
         if self.peer_congested(cid, to_port) {
             return;
         }
+        // Pongs belong to no socket: a cap per connection and the node budget bound them
+        // (a pinger that never reads cannot make us hold more).
+        if self.conns[cid.0 as usize].pongs >= PONG_QUEUE_MAX {
+            self.stats.inc(Counter::SendPongDropFull);
+            return;
+        }
+        if !self.mem_fits(MSG_COST) {
+            self.stats.inc(Counter::RecvDropNoMem);
+            return;
+        }
         let mut hdr = HeaderRepr::pong(0, to_port);
         if to_port == PROBE_PORT && self.conns[cid.0 as usize].kind.multipath() {
             self.add_probe_exts(&mut hdr);
@@ -2020,6 +2386,7 @@ impl Stack {
             ack_off: 0,
             first_tx: None,
             rdma: None,
+            pong: true,
         };
         self.stats.inc(Counter::SendPong);
         self.queue_msg(now, cid, path, msg);
@@ -2071,7 +2438,7 @@ impl Stack {
                 let mut hdr = m.hdr;
                 hdr.seq = m.seq;
                 // Acked as soon as it is handed to the receiver (`rds_loop_xmit`).
-                self.release(&m);
+                self.release(ci, &m);
                 let _ = self.recv_message(now, cid, 0, hdr, m.payload);
             }
         }
@@ -2119,7 +2486,7 @@ impl Stack {
         } else {
             l.cong.clear(port);
         }
-        for ci in 0..self.conns.len() {
+        for ci in self.conns.ids() {
             let c = &mut self.conns[ci];
             if c.laddr != ip || c.kind == TransportKind::Loopback {
                 continue;
