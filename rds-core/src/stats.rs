@@ -143,6 +143,25 @@ counters! {
         TcpConnectRaced = "tcp_connect_raced",
         /// An accepted connection replaced a stale one.
         TcpListenClosedStale = "tcp_listen_closed_stale",
+        /// (This stack) `accept` failed for want of descriptors (EMFILE, ENFILE); the pending
+        /// connection was reset with the reserve descriptor.
+        TcpAcceptEmfile = "tcp_accept_emfile",
+        /// (This stack) A listener left the event set for a pause after `accept` failed.
+        TcpListenPaused = "tcp_listen_paused",
+        /// (This stack) An accepted connection was reset: its remote address had the most
+        /// connections allowed.
+        TcpAcceptAddrLimit = "tcp_accept_addr_limit",
+        /// (This stack) An accepted connection was reset: the node had the most connections
+        /// allowed.
+        TcpAcceptNodeLimit = "tcp_accept_node_limit",
+        /// (This stack) A connection waiting for a lane was reset to make room for a newer one
+        /// of its address.
+        TcpWaitAddrEvicted = "tcp_wait_addr_evicted",
+        /// (This stack) A connection waiting for a lane was reset to keep the node's waiting
+        /// connections within their cap.
+        TcpWaitNodeEvicted = "tcp_wait_node_evicted",
+        /// (This stack) A connection waited for a lane too long and was reset.
+        TcpWaitExpired = "tcp_wait_expired",
     }
 }
 
@@ -311,7 +330,7 @@ impl<const N: usize> AtomicCounters<N> {
 }
 
 /// The RDS/TCP counters.
-pub type TcpStats = AtomicCounters<5>;
+pub type TcpStats = AtomicCounters<12>;
 /// The RDS/IB counters.
 pub type IbStats = AtomicCounters<39>;
 
@@ -388,7 +407,14 @@ mod tests {
                 "tcp_write_space_calls",
                 "tcp_sndbuf_full",
                 "tcp_connect_raced",
-                "tcp_listen_closed_stale"
+                "tcp_listen_closed_stale",
+                "tcp_accept_emfile",
+                "tcp_listen_paused",
+                "tcp_accept_addr_limit",
+                "tcp_accept_node_limit",
+                "tcp_wait_addr_evicted",
+                "tcp_wait_node_evicted",
+                "tcp_wait_expired"
             ]
         );
         assert_eq!(IB_NAMES.len(), 39);

@@ -6,18 +6,30 @@
 //! Addresses: 127.3.7.0/24. The node under attack is 127.3.7.200; the raw clients use smaller
 //! addresses (127.3.7.10 + case) so that the node accepts their connections (a larger address
 //! may not own an RDS/TCP connection), from a source port ≡ 0 (mod 8) (lane 0).
+//!
+//! Connection and descriptor limits (issue 17 item 4, the transport's caps documented in
+//! `rds-core/src/node/tcp.rs`): the per-address cap (node 127.3.7.201-205, attacker
+//! 127.3.7.190); 10,000 connections that send nothing (node 127.37.1.200, legitimate peer
+//! 127.37.1.1, attackers 127.37.0.1-64), with the node in this process so that its
+//! descriptors are counted in `/proc/self/fd`; descriptor exhaustion of an `rds-ctrl daemon`
+//! child whose `RLIMIT_NOFILE` is lowered with `prlimit` once it runs (daemon 127.37.2.200,
+//! attackers 127.37.2.1-80, `rds-ping` from 127.37.2.150). The cases run one at a time
+//! (descriptor counts are per process). Figures go to stderr.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
     bind, connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn,
 };
 use rds_core::stats::Counter;
-use rds_core::wire::{flags, HeaderRepr};
+use rds_core::wire::{flags, ExtHeader, HeaderRepr, PROBE_PORT};
 use rds_core::{CtlMode, Node, NodeConfig, Socket};
 
 const TARGET: &str = "127.3.7.200";
@@ -36,12 +48,24 @@ fn node(ip: &str) -> Node {
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
+/// Cases run one at a time: they count this process's descriptors.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A raw TCP connection from `src` (source port ≡ 0 mod 8) to the target's RDS port.
 fn raw_connect(src: Ipv4Addr) -> TcpStream {
-    let target = SockaddrIn::from(SocketAddrV4::new(TARGET.parse().unwrap(), 16385));
+    raw_connect_lane(src, TARGET.parse().unwrap(), 0)
+}
+
+/// A raw TCP connection from `src` to `dst:16385` from a source port ≡ `lane` (mod 8).
+fn raw_connect_lane(src: Ipv4Addr, dst: Ipv4Addr, lane: u16) -> TcpStream {
+    let target = SockaddrIn::from(SocketAddrV4::new(dst, 16385));
     for _ in 0..256 {
         let k = NEXT_PORT.fetch_add(1, Ordering::Relaxed) + (std::process::id() % 500) as u16;
-        let port = 40000 + (k % 2000) * 8;
+        let port = 40000 + (k % 2000) * 8 + lane;
         let fd = socket(
             AddressFamily::Inet,
             SockType::Stream,
@@ -127,6 +151,7 @@ fn good_peer_still_served(target: &Node, tsock: &Socket, good: &Socket, round: u
 
 #[test]
 fn malformed_streams_drop_only_that_connection() {
+    let _g = serial();
     let t = node(TARGET);
     let g = node("127.3.7.1");
     let tsock = Socket::with_node(&t);
@@ -271,4 +296,476 @@ fn malformed_streams_drop_only_that_connection() {
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
     t.shutdown();
     g.shutdown();
+}
+
+/// Polls `f` every 10 ms until it holds; fails naming `what` after `limit`.
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `s` (non-blocking) is still open: no end of stream and no reset yet. What the node
+/// sent on it is read and discarded.
+fn still_open(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Closes with a reset (no TIME_WAIT left behind for the next run's source ports).
+fn reset_close(s: TcpStream) {
+    let _ = setsockopt(
+        &s,
+        sockopt::Linger,
+        &libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    );
+    drop(s);
+}
+
+/// Open descriptors of a process (`"self"` or a pid).
+fn fd_count(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Counters of the node's TCP transport that count a connection it reset or closed.
+const TCP_CLOSE_COUNTERS: [&str; 7] = [
+    "tcp_accept_addr_limit",
+    "tcp_accept_node_limit",
+    "tcp_wait_addr_evicted",
+    "tcp_wait_node_evicted",
+    "tcp_wait_expired",
+    "tcp_listen_closed_stale",
+    "tcp_connect_raced",
+];
+
+fn counters_line(n: &Node) -> String {
+    TCP_CLOSE_COUNTERS
+        .iter()
+        .chain(&["tcp_accept_emfile", "tcp_listen_paused"])
+        .map(|c| format!("{c} {}", stat(n, c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A node on several local addresses (the transport's caps are per remote address).
+fn multi_node(name: &str, addrs: &[Ipv4Addr]) -> Node {
+    let mut cfg = NodeConfig::new(addrs.iter().map(|&a| std::net::IpAddr::V4(a)));
+    cfg.ctl = CtlMode::Off;
+    cfg.name = name.to_string();
+    cfg.seed = Some(7);
+    Node::start(cfg).unwrap()
+}
+
+/// Per-address cap (`TCP_CONNS_PER_ADDR`, 32): one remote address holds 8 lanes to each of
+/// four of the node's addresses; its 33rd connection, to a fifth, is reset at once and
+/// counted, the 32 others stay, and once one of them ends the address is served again.
+#[test]
+fn per_address_cap_resets_the_33rd_connection() {
+    let _g = serial();
+    let locals: Vec<Ipv4Addr> = (201..=205).map(|h| Ipv4Addr::new(127, 3, 7, h)).collect();
+    let t = multi_node("hostile-per-addr", &locals);
+    let src = Ipv4Addr::new(127, 3, 7, 190);
+    let mut held = Vec::new();
+    for &dst in &locals[..4] {
+        // Lane 0 announces 8 lanes (a probe ping, as a base kernel sends it), then lanes
+        // 1..7 connect and each takes a free slot.
+        let mut s0 = raw_connect_lane(src, dst, 0);
+        let mut probe = HeaderRepr::data(1, PROBE_PORT, 0, 0);
+        probe.push_ext(ExtHeader::Npaths(8)).unwrap();
+        s0.write_all(&probe.to_bytes()).unwrap();
+        wait_until("the probe's lane count", Duration::from_secs(10), || {
+            t.connections().iter().any(|c| {
+                c.laddr == std::net::IpAddr::V4(dst)
+                    && c.faddr == std::net::IpAddr::V4(src)
+                    && c.npaths == 8
+            })
+        });
+        held.push(s0);
+        for lane in 1..8 {
+            held.push(raw_connect_lane(src, dst, lane));
+        }
+    }
+    wait_until("32 lanes adopted", Duration::from_secs(10), || {
+        t.tcp_connection_count() == 32
+    });
+    let mut s = raw_connect_lane(src, locals[4], 0);
+    assert!(
+        closed_by_node(&mut s, Duration::from_secs(10)),
+        "the 33rd connection of one address is reset"
+    );
+    assert_eq!(stat(&t, "tcp_accept_addr_limit"), 1);
+    assert_eq!(t.tcp_connection_count(), 32);
+    for s in &mut held {
+        s.set_nonblocking(true).unwrap();
+        assert!(still_open(s), "the first 32 connections stay");
+    }
+    // One lane ends: the address may connect again.
+    reset_close(held.pop().unwrap());
+    wait_until("the ended lane to go", Duration::from_secs(10), || {
+        t.tcp_connection_count() == 31
+    });
+    let mut again = raw_connect_lane(src, locals[4], 0);
+    wait_until(
+        "the new connection adopted",
+        Duration::from_secs(10),
+        || t.tcp_connection_count() == 32,
+    );
+    again.set_nonblocking(true).unwrap();
+    assert!(still_open(&mut again));
+    assert_eq!(stat(&t, "tcp_accept_addr_limit"), 1);
+    assert_eq!(t.tcp_waiting_and_cap().0, 0);
+    eprintln!(
+        "per-address cap: 32 connections from {src} held, the 33rd reset; {}",
+        counters_line(&t)
+    );
+    for s in held {
+        reset_close(s);
+    }
+    reset_close(again);
+    t.shutdown();
+}
+
+/// A TCP connection from `src:port` to `dst:16385`, closed with a reset when dropped.
+fn connect_from(src: Ipv4Addr, port: u16, dst: Ipv4Addr) -> TcpStream {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .unwrap();
+    setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
+    setsockopt(
+        &fd,
+        sockopt::Linger,
+        &libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    )
+    .unwrap();
+    bind(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(SocketAddrV4::new(src, port)),
+    )
+    .unwrap_or_else(|e| panic!("bind {src}:{port}: {e}"));
+    connect(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(SocketAddrV4::new(dst, 16385)),
+    )
+    .unwrap_or_else(|e| panic!("connect {src}:{port} -> {dst}: {e}"));
+    TcpStream::from(fd)
+}
+
+/// The good peer and the target exchange a message each way.
+fn exchange(t: &Node, tsock: &Socket, good: &Socket, round: u32) {
+    let msg = format!("round {round}");
+    good.send_to(msg.as_bytes(), a("127.37.1.200:6000"))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, from) = tsock.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (msg.as_bytes(), a("127.37.1.1:6001")));
+    tsock.send_to(&buf[..n], from).unwrap();
+    let (n, from) = good.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (msg.as_bytes(), a("127.37.1.200:6000")));
+    assert!(t.is_running());
+}
+
+/// 10,000 connections that send nothing, from 64 addresses, from source ports that do not
+/// say "lane 0" (so that each waits for a lane, the costliest case). At every sample the
+/// node's descriptors and its waiting connections stay within the caps; every connection
+/// the node closed is counted; a legitimate peer keeps exchanging messages throughout.
+#[test]
+fn ten_thousand_silent_connects_stay_within_the_caps() {
+    let _g = serial();
+    const CONNS: usize = 10_000;
+    const SOURCES: usize = 64;
+    /// `TCP_WAIT_MAX` of the transport.
+    const WAIT_MAX: usize = 256;
+    let dst = Ipv4Addr::new(127, 37, 1, 200);
+    let t = node("127.37.1.200");
+    let g = node("127.37.1.1");
+    let tsock = Socket::with_node(&t);
+    tsock.bind(a("127.37.1.200:6000")).unwrap();
+    tsock.set_read_timeout(Some(Duration::from_secs(10)));
+    let good = Socket::with_node(&g);
+    good.bind(a("127.37.1.1:6001")).unwrap();
+    good.set_read_timeout(Some(Duration::from_secs(10)));
+    exchange(&t, &tsock, &good, 0);
+    let (_, cap) = t.tcp_waiting_and_cap();
+    let live0 = t.tcp_connection_count();
+    let fds0 = fd_count("self");
+    // Descriptors the node may hold for the flood: a connection adopted as each address's
+    // path 0, the waiting ones, and a batch accepted but not yet handed on.
+    let fd_bound = SOURCES + WAIT_MAX + 64;
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut closed = 0usize;
+    let sweep = |held: &mut Vec<TcpStream>, closed: &mut usize| {
+        held.retain_mut(|s| {
+            let open = still_open(s);
+            *closed += usize::from(!open);
+            open
+        });
+    };
+    let (mut max_extra, mut max_wait, mut samples) = (0i64, 0usize, 0);
+    let t0 = Instant::now();
+    for i in 0..CONNS {
+        let k = i % SOURCES;
+        let c = (i / SOURCES) as u16;
+        let src = Ipv4Addr::new(127, 37, 0, 1 + k as u8);
+        let s = connect_from(src, 20000 + (c / 7) * 8 + 1 + c % 7, dst);
+        s.set_nonblocking(true).unwrap();
+        held.push(s);
+        if i % 100 == 99 {
+            sweep(&mut held, &mut closed);
+        }
+        if i % 250 == 249 {
+            let (waiting, _) = t.tcp_waiting_and_cap();
+            let live = t.tcp_connection_count();
+            let extra = fd_count("self") as i64 - fds0 as i64 - held.len() as i64;
+            max_extra = max_extra.max(extra);
+            max_wait = max_wait.max(waiting);
+            samples += 1;
+            assert!(waiting <= WAIT_MAX, "{waiting} connections waiting");
+            assert!(
+                live + waiting <= cap,
+                "{live} + {waiting} over the cap {cap}"
+            );
+            assert!(
+                extra <= fd_bound as i64,
+                "the node holds {extra} descriptors for the flood (bound {fd_bound})"
+            );
+        }
+        if i % 2500 == 2499 {
+            exchange(&t, &tsock, &good, 1 + i as u32 / 2500);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "the flood is bounded in time"
+        );
+    }
+    let flood_secs = t0.elapsed().as_secs_f64();
+    exchange(&t, &tsock, &good, 100);
+    // Waiting connections expire after STASH_MAX; then every connection was either closed
+    // by the node (and counted) or adopted and still open.
+    let resets = |t: &Node| TCP_CLOSE_COUNTERS.iter().map(|c| stat(t, c)).sum::<u64>();
+    let settle = rds_core::proto::stack::STASH_MAX + Duration::from_secs(10);
+    wait_until("the waiting connections to expire", settle, || {
+        sweep(&mut held, &mut closed);
+        t.tcp_waiting_and_cap().0 == 0 && resets(&t) == closed as u64
+    });
+    eprintln!(
+        "FIGURE silent connects: {CONNS} connects from {SOURCES} addresses in {flood_secs:.2} s \
+         ({:.0}/s); node descriptors for the flood at most {max_extra} (bound {fd_bound}), \
+         waiting at most {max_wait} (cap {WAIT_MAX}) over {samples} samples; node cap {cap}; \
+         {closed} closed by the node, {} adopted and open; {}",
+        CONNS as f64 / flood_secs,
+        held.len(),
+        counters_line(&t)
+    );
+    assert_eq!(closed + held.len(), CONNS);
+    assert_eq!(stat(&t, "tcp_accept_node_limit"), 0);
+    assert!(
+        stat(&t, "tcp_wait_node_evicted") > 0,
+        "64 addresses × 8 waiting exceed the node's waiting cap"
+    );
+    for s in held.drain(..) {
+        reset_close(s);
+    }
+    wait_until(
+        "the flood's connections to go",
+        Duration::from_secs(10),
+        || t.tcp_connection_count() == live0,
+    );
+    exchange(&t, &tsock, &good, 101);
+    t.shutdown();
+    g.shutdown();
+}
+
+/// A release binary of the workspace, next to this test's executable.
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps");
+    let b = dir.join(name);
+    assert!(
+        b.is_file(),
+        "{} is missing: build the workspace first (cargo test --workspace --release)",
+        b.display()
+    );
+    b
+}
+
+/// User plus system CPU time of a process, in clock ticks (`/proc/<pid>/stat` fields 14, 15).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .collect();
+    rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap()
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    let o = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// Stops the daemon (SIGTERM, then SIGKILL) when the test ends, failed or not.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(5);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Descriptor exhaustion: an `rds-ctrl daemon` whose descriptor limit is lowered (with
+/// `prlimit`, once it runs, to 24 above what it uses) gets more RDS/TCP connections than
+/// it has descriptors. Its listener must back off instead of spinning on EMFILE (CPU time
+/// under 5% of a core over 3 s while connections wait in the backlog), count it, and answer
+/// a legitimate `rds-ping` once the flood is gone.
+#[test]
+fn descriptor_exhaustion_backs_off_and_recovers() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let log_path = dir.path().join("daemon.log");
+    let daemon = Command::new(bin("rds-ctrl"))
+        .args(["daemon", "tcp", "--addr", "127.37.2.200"])
+        .env("RDS_RUNTIME_DIR", &run)
+        .env("RDS_CONFIG", dir.path().join("rds.conf"))
+        .env_remove("RDS_NO_DAEMON")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut daemon = Daemon(daemon);
+    let pid = daemon.0.id();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let ctl = |args: &[&str]| {
+        Command::new(bin("rds-ctrl"))
+            .args(args)
+            .env("RDS_RUNTIME_DIR", &run)
+            .env("RDS_CONFIG", dir.path().join("rds.conf"))
+            .env_remove("RDS_NO_DAEMON")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    wait_until(
+        "the daemon's control socket",
+        Duration::from_secs(15),
+        || {
+            assert!(
+                matches!(daemon.0.try_wait(), Ok(None)),
+                "the daemon exited:\n{}",
+                log()
+            );
+            ctl(&["stats", "--json"]).status.success()
+        },
+    );
+    let fds0 = fd_count(&pid.to_string());
+    let limit = fds0 + 24;
+    let st = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={limit}:{limit}"))
+        .status()
+        .expect("prlimit (util-linux) is needed");
+    assert!(st.success(), "prlimit failed");
+
+    // Each attacker address's lane-0 connection is adopted and held: one descriptor each.
+    let dst = Ipv4Addr::new(127, 37, 2, 200);
+    let mut held: Vec<TcpStream> = (1..=80u8)
+        .map(|h| raw_connect_lane(Ipv4Addr::new(127, 37, 2, h), dst, 0))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let fds_full = fd_count(&pid.to_string());
+    assert!(
+        fds_full + 1 >= limit,
+        "the flood takes every descriptor: {fds_full} of {limit}"
+    );
+    let hz = clock_ticks_per_sec();
+    let c0 = cpu_ticks(pid);
+    let w0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let ticks = cpu_ticks(pid) - c0;
+    let secs = w0.elapsed().as_secs_f64();
+    let cpu = ticks as f64 / hz / secs * 100.0;
+    let mut reset_by_node = 0;
+    for s in &mut held {
+        s.set_nonblocking(true).unwrap();
+        reset_by_node += usize::from(!still_open(s));
+    }
+    for s in held.drain(..) {
+        reset_close(s);
+    }
+
+    // The flood is gone: descriptors come back and a legitimate peer is answered.
+    wait_until(
+        "the daemon's descriptors to return",
+        Duration::from_secs(30),
+        || fd_count(&pid.to_string()) <= fds0 + 2,
+    );
+    let peer_run = dir.path().join("peer-run");
+    let ping = Command::new(bin("rds-ping"))
+        .args(["-c", "3", "-i", "0.2", "-W", "5", "-I", "127.37.2.150"])
+        .arg("127.37.2.200")
+        .env("RDS_RUNTIME_DIR", &peer_run)
+        .env("RDS_NO_DAEMON", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let ping_out = String::from_utf8_lossy(&ping.stdout);
+    let stats = ctl(&["stats", "--json"]);
+    assert!(stats.status.success(), "rds-ctrl stats:\n{}", log());
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let c = |n: &str| {
+        v[n].as_u64()
+            .unwrap_or_else(|| panic!("no counter {n}: {v}"))
+    };
+    eprintln!(
+        "FIGURE fd exhaustion: daemon fds {fds0} at start, RLIMIT_NOFILE lowered to {limit}, \
+         {fds_full} fds with 80 connections offered ({reset_by_node} reset by the daemon); CPU \
+         {cpu:.2}% of a core over {secs:.1} s at EMFILE ({ticks} ticks); tcp_accept_emfile {}, \
+         tcp_listen_paused {}; rds-ping after the flood: {}",
+        c("tcp_accept_emfile"),
+        c("tcp_listen_paused"),
+        ping_out.lines().last().unwrap_or("")
+    );
+    assert!(cpu < 5.0, "CPU {cpu:.2}% of a core at EMFILE (bound 5%)");
+    assert!(c("tcp_accept_emfile") >= 1);
+    assert!(c("tcp_listen_paused") >= c("tcp_accept_emfile"));
+    assert_eq!(
+        ping.status.code(),
+        Some(0),
+        "rds-ping after the flood:\n{ping_out}\n{}",
+        String::from_utf8_lossy(&ping.stderr)
+    );
+    assert!(ping_out.contains("3 packets transmitted, 3 received"));
+    assert!(matches!(daemon.0.try_wait(), Ok(None)), "daemon alive");
 }

@@ -524,6 +524,12 @@ impl Node {
     pub fn tcp_connection_count(&self) -> usize {
         lock(&self.inner.tcp).len()
     }
+
+    /// Accepted TCP connections waiting for a lane, and the node's TCP connection cap.
+    pub fn tcp_waiting_and_cap(&self) -> (usize, usize) {
+        let t = lock(&self.inner.tcp);
+        (t.waiting(), t.conn_cap())
+    }
 }
 
 static NODE_SEQ: AtomicU64 = AtomicU64::new(0);

@@ -5,8 +5,30 @@
 //!
 //! This module only moves bytes: sequence numbers, retransmission and who connects are the
 //! engine's decisions. It runs on the node's I/O thread.
+//!
+//! Resource limits (a remote peer cannot grow the node's descriptor table):
+//! - At most [`TCP_CONNS_PER_ADDR`] (32) connections per remote address and [`TCP_CONNS_MAX`]
+//!   (4096, or half the soft `RLIMIT_NOFILE` read at start if that is less, at least
+//!   [`TCP_CONNS_MIN`]) per node, counting accepted, outgoing, draining and waiting ones. A
+//!   connection accepted beyond either cap is reset at once (`tcp_accept_addr_limit`,
+//!   `tcp_accept_node_limit`); the node's own outgoing connections are never refused.
+//! - Accepted connections waiting, unread, for a lane: at most [`TCP_WAIT_PER_ADDR`] (8) per
+//!   remote address and [`TCP_WAIT_MAX`] (256) per node. Beyond the address's cap its oldest
+//!   waiting connection is reset (`tcp_wait_addr_evicted`): a peer reconnecting its lanes
+//!   again has given up on the older attempts. Beyond the node's cap the oldest waiting
+//!   connection of the address holding the most is reset (`tcp_wait_node_evicted`), so that
+//!   many addresses flooding cannot push out a peer with few. A connection that waits
+//!   [`STASH_MAX`] (5 s) without getting a lane is reset (`tcp_wait_expired`).
+//! - When `accept` fails for want of descriptors (EMFILE, ENFILE), a reserve descriptor is
+//!   closed to accept and reset the pending connection, then reopened
+//!   (`tcp_accept_emfile`). After any `accept` failure other than a transient one the
+//!   listener leaves the event set for [`LISTEN_PAUSE_MIN`] (100 ms), doubling up to
+//!   [`LISTEN_PAUSE_MAX`] (1 s) while failures go on (`tcp_listen_paused`), so the I/O thread
+//!   sleeps instead of spinning on a level-triggered listener; a successful `accept` resets
+//!   the pause.
 
 use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -16,7 +38,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::tap::{Dir, Tap, TxFrames};
-use crate::proto::{AcceptError, ConnId, DropReason, Frame, Stack, StreamParser};
+use crate::proto::stack::STASH_MAX;
+use crate::proto::{canonical, AcceptError, ConnId, DropReason, Frame, Stack, StreamParser};
 use crate::stats::{TcpCounter, TcpStats};
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use crate::time::Instant;
@@ -42,11 +65,37 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ACK_POLL_MIN: Duration = Duration::from_micros(50);
 const ACK_POLL_MAX: Duration = Duration::from_millis(20);
 
+/// Most TCP connections with one remote address (accepted, outgoing, draining and waiting): an
+/// RDS peer uses up to 8 lanes; the rest leaves room for a reconnect whose new lanes overlap
+/// old connections still draining and others waiting for a slot.
+pub(crate) const TCP_CONNS_PER_ADDR: usize = 32;
+/// Most TCP connections of a node; also at most half the soft `RLIMIT_NOFILE` at start, so
+/// that the control socket, client sockets and files keep descriptors.
+pub(crate) const TCP_CONNS_MAX: usize = 4096;
+/// The node's connection cap is never set below this, whatever `RLIMIT_NOFILE` says.
+pub(crate) const TCP_CONNS_MIN: usize = 16;
+/// Most accepted connections waiting for a lane per remote address (a reconnect of all 8
+/// lanes).
+pub(crate) const TCP_WAIT_PER_ADDR: usize = 8;
+/// Most accepted connections waiting for a lane per node.
+pub(crate) const TCP_WAIT_MAX: usize = 256;
+/// First pause of a listener whose `accept` failed (EMFILE, ENFILE, ENOBUFS, ...).
+pub(crate) const LISTEN_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// Longest pause of a listener while its `accept` keeps failing.
+pub(crate) const LISTEN_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Connecting,
     Up,
     Draining(Instant),
+}
+
+/// A listening socket and, while its `accept` fails, when it rejoins the event set.
+#[derive(Debug)]
+struct Listener {
+    sock: TcpListener,
+    paused_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -71,6 +120,8 @@ struct TcpConn {
     epoll_out: bool,
     local: SocketAddr,
     peer: SocketAddr,
+    /// The remote address the connection is counted under (per-address cap).
+    faddr_key: IpAddr,
     ack_poll: Option<(Instant, Duration)>,
     /// Sequence of the last byte sent / expected una / seen una for info (`rds_info_tcp_socket`).
     last_seen_una: u32,
@@ -137,8 +188,18 @@ pub(crate) enum TcpOut {
 #[derive(Debug)]
 pub(crate) struct Tcp {
     pub epoll: Arc<Epoll>,
-    listeners: Vec<(IpAddr, TcpListener)>,
+    listeners: Vec<Listener>,
     conns: Vec<Option<TcpConn>>,
+    /// Live entries of `conns`.
+    live: usize,
+    /// Live entries of `conns` per remote address (`faddr_key`).
+    per_addr: HashMap<IpAddr, usize>,
+    /// The node's connection cap ([`TCP_CONNS_MAX`] or less, from `RLIMIT_NOFILE`).
+    conn_cap: usize,
+    /// A descriptor given up to accept (and reset) a connection when descriptors run out.
+    reserve: Option<File>,
+    /// The current listener pause after failed accepts (zero: none).
+    listen_pause: Duration,
     free: Vec<usize>,
     next_serial: u64,
     by_path: HashMap<(ConnId, usize), usize>,
@@ -173,6 +234,11 @@ impl Tcp {
             epoll,
             listeners: Vec::new(),
             conns: Vec::new(),
+            live: 0,
+            per_addr: HashMap::new(),
+            conn_cap: conn_cap_for(nofile_soft()),
+            reserve: File::open("/dev/null").ok(),
+            listen_pause: Duration::ZERO,
             free: Vec::new(),
             next_serial: 0,
             by_path: HashMap::new(),
@@ -211,8 +277,21 @@ impl Tcp {
         let _ = sys::tune_rds_tcp(l.as_raw_fd());
         let token = TOKEN_LISTENER | self.listeners.len() as u64;
         self.epoll.add(l.as_raw_fd(), token, EPOLLIN)?;
-        self.listeners.push((addr, l));
+        self.listeners.push(Listener {
+            sock: l,
+            paused_until: None,
+        });
         Ok(())
+    }
+
+    /// The node's connection cap.
+    pub(crate) fn conn_cap(&self) -> usize {
+        self.conn_cap
+    }
+
+    /// Accepted connections waiting for a lane.
+    pub(crate) fn waiting(&self) -> usize {
+        self.stashed.len()
     }
 
     fn insert(&mut self, c: TcpConn) -> usize {
@@ -223,12 +302,21 @@ impl Tcp {
                 self.conns.len() - 1
             }
         };
+        *self.per_addr.entry(c.faddr_key).or_insert(0) += 1;
+        self.live += 1;
         self.conns[idx] = Some(c);
         idx
     }
 
     fn remove(&mut self, idx: usize) -> Option<TcpConn> {
         let c = self.conns.get_mut(idx)?.take()?;
+        self.live -= 1;
+        if let Some(n) = self.per_addr.get_mut(&c.faddr_key) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_addr.remove(&c.faddr_key);
+            }
+        }
         let _ = self.epoll.delete(c.stream.as_raw_fd());
         if self.by_path.get(&(c.conn, c.path)) == Some(&idx) {
             self.by_path.remove(&(c.conn, c.path));
@@ -246,7 +334,7 @@ impl Tcp {
         out: &mut Vec<TcpOut>,
     ) {
         if token & !TOKEN_MASK == TOKEN_LISTENER {
-            self.accept_all((token & TOKEN_MASK) as usize, out);
+            self.accept_all((token & TOKEN_MASK) as usize, now, out);
             return;
         }
         if token & !TOKEN_MASK != TOKEN_CONN {
@@ -275,17 +363,56 @@ impl Tcp {
         }
     }
 
-    fn accept_all(&mut self, li: usize, out: &mut Vec<TcpOut>) {
-        let Some((_, l)) = self.listeners.get(li) else {
+    /// Accepts every pending connection of listener `li` within the caps; connections beyond
+    /// a cap are reset and counted. An `accept` failure pauses the listener.
+    fn accept_all(&mut self, li: usize, now: Instant, out: &mut Vec<TcpOut>) {
+        if self
+            .listeners
+            .get(li)
+            .is_none_or(|l| l.paused_until.is_some())
+        {
             return;
-        };
+        }
+        // Connections accepted earlier in this round and not yet given to the engine.
+        let mut fresh: HashMap<IpAddr, usize> = HashMap::new();
+        for o in out.iter() {
+            if let TcpOut::Accepted { peer, .. } = o {
+                *fresh.entry(canonical(peer.ip())).or_insert(0) += 1;
+            }
+        }
+        let mut fresh_total: usize = fresh.values().sum();
         loop {
-            match l.accept() {
+            let res = self.listeners[li].sock.accept();
+            match res {
                 Ok((stream, peer)) => {
+                    self.listen_pause = Duration::ZERO;
                     let local = match stream.local_addr() {
                         Ok(a) => a,
                         Err(_) => continue,
                     };
+                    let ip = canonical(peer.ip());
+                    let of_addr = self.per_addr.get(&ip).copied().unwrap_or(0)
+                        + self
+                            .stashed
+                            .iter()
+                            .filter(|s| canonical(s.peer.ip()) == ip)
+                            .count()
+                        + fresh.get(&ip).copied().unwrap_or(0);
+                    let total = self.live + self.stashed.len() + fresh_total;
+                    let over = if of_addr >= TCP_CONNS_PER_ADDR {
+                        Some(TcpCounter::TcpAcceptAddrLimit)
+                    } else if total >= self.conn_cap {
+                        Some(TcpCounter::TcpAcceptNodeLimit)
+                    } else {
+                        None
+                    };
+                    if let Some(counter) = over {
+                        self.stats.inc(counter);
+                        reset(stream);
+                        continue;
+                    }
+                    *fresh.entry(ip).or_insert(0) += 1;
+                    fresh_total += 1;
                     out.push(TcpOut::Accepted {
                         stream,
                         local,
@@ -293,9 +420,58 @@ impl Tcp {
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // ECONNABORTED and resource errors: try again on the next event.
-                Err(_) => break,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO)
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        self.stats.inc(TcpCounter::TcpAcceptEmfile);
+                        // Give up the reserve descriptor to take the pending connection off
+                        // the queue with a reset, so that its peer learns at once.
+                        if self.reserve.take().is_some() {
+                            if let Ok((stream, _)) = self.listeners[li].sock.accept() {
+                                reset(stream);
+                            }
+                            self.reserve = File::open("/dev/null").ok();
+                        }
+                    }
+                    self.pause_listener(li, now);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Takes listener `li` out of the event set for the current back-off.
+    fn pause_listener(&mut self, li: usize, now: Instant) {
+        self.listen_pause = if self.listen_pause.is_zero() {
+            LISTEN_PAUSE_MIN
+        } else {
+            (self.listen_pause * 2).min(LISTEN_PAUSE_MAX)
+        };
+        let Some(l) = self.listeners.get_mut(li) else {
+            return;
+        };
+        self.stats.inc(TcpCounter::TcpListenPaused);
+        let _ = self.epoll.delete(l.sock.as_raw_fd());
+        l.paused_until = Some(now + self.listen_pause);
+    }
+
+    /// Returns paused listeners whose pause ended to the event set.
+    fn resume_listeners(&mut self, now: Instant) {
+        for (li, l) in self.listeners.iter_mut().enumerate() {
+            if l.paused_until.is_some_and(|t| t <= now) {
+                l.paused_until = None;
+                let token = TOKEN_LISTENER | li as u64;
+                if self.epoll.add(l.sock.as_raw_fd(), token, EPOLLIN).is_err() {
+                    // No room in the event set now (ENOMEM): try again after a pause.
+                    l.paused_until = Some(now + LISTEN_PAUSE_MAX);
+                }
             }
         }
     }
@@ -456,6 +632,7 @@ impl Tcp {
             epoll_out: true,
             local,
             peer: target,
+            faddr_key: canonical(faddr),
             ack_poll: None,
             last_seen_una: 0,
         };
@@ -529,14 +706,20 @@ impl Tcp {
             epoll_out: false,
             local,
             peer,
+            faddr_key: canonical(peer.ip()),
             ack_poll: None,
             last_seen_una: 0,
         };
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
         self.by_path.insert((conn, path), idx);
-        self.epoll
-            .add(fd, TOKEN_CONN | idx as u64, EPOLLIN | EPOLLRDHUP)?;
+        if let Err(e) = self
+            .epoll
+            .add(fd, TOKEN_CONN | idx as u64, EPOLLIN | EPOLLRDHUP)
+        {
+            self.close_now(idx, true);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -545,11 +728,12 @@ impl Tcp {
         if why == AcceptError::Wait {
             self.stats.inc(TcpCounter::TcpConnectRaced);
         }
-        let _ = sys::set_linger0(stream.as_raw_fd());
-        drop(stream);
+        reset(stream);
     }
 
-    /// Holds an accepted connection unread until the engine can give it a lane.
+    /// Holds an accepted connection unread until the engine can give it a lane, within the
+    /// waiting caps: beyond [`TCP_WAIT_PER_ADDR`] the address's oldest waiting connection is
+    /// reset, beyond [`TCP_WAIT_MAX`] the oldest one of the address holding the most.
     pub(crate) fn stash(
         &mut self,
         stream: TcpStream,
@@ -558,6 +742,48 @@ impl Tcp {
         since: Instant,
         now: Instant,
     ) {
+        let ip = canonical(peer.ip());
+        let oldest_of = |stashed: &[Stashed], ip: IpAddr| {
+            stashed
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| canonical(s.peer.ip()) == ip)
+                .min_by_key(|(_, s)| s.since)
+                .map(|(i, _)| i)
+        };
+        let same = self
+            .stashed
+            .iter()
+            .filter(|s| canonical(s.peer.ip()) == ip)
+            .count();
+        if same >= TCP_WAIT_PER_ADDR {
+            if let Some(i) = oldest_of(&self.stashed, ip) {
+                self.stats.inc(TcpCounter::TcpWaitAddrEvicted);
+                reset(self.stashed.swap_remove(i).stream);
+            }
+        } else if self.stashed.len() >= TCP_WAIT_MAX {
+            // The newcomer counts for its address: a flood from one address evicts its own.
+            let mut counts: HashMap<IpAddr, (usize, Instant)> = HashMap::new();
+            counts.insert(ip, (1, since));
+            for s in &self.stashed {
+                let e = counts.entry(canonical(s.peer.ip())).or_insert((0, s.since));
+                e.0 += 1;
+                e.1 = e.1.min(s.since);
+            }
+            let victim = counts
+                .iter()
+                .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.1 .1.cmp(&a.1 .1)))
+                .and_then(|(&v, _)| oldest_of(&self.stashed, v));
+            self.stats.inc(TcpCounter::TcpWaitNodeEvicted);
+            match victim {
+                Some(i) => reset(self.stashed.swap_remove(i).stream),
+                // The newcomer is the one to go (every address holds one, it is the oldest).
+                None => {
+                    reset(stream);
+                    return;
+                }
+            }
+        }
         if self.stashed.is_empty() {
             self.stash_retry_at = now + STASH_RETRY;
         }
@@ -569,13 +795,21 @@ impl Tcp {
         });
     }
 
-    /// Held connections due for another try (all of them, every few milliseconds).
+    /// Held connections due for another try (all of them, every few milliseconds); those that
+    /// waited [`STASH_MAX`] are reset instead.
     pub(crate) fn take_stash(&mut self, now: Instant) -> Vec<Stashed> {
         if self.stashed.is_empty() || now < self.stash_retry_at {
             return Vec::new();
         }
         self.stash_retry_at = now + STASH_RETRY;
-        std::mem::take(&mut self.stashed)
+        let (expired, due): (Vec<Stashed>, Vec<Stashed>) = std::mem::take(&mut self.stashed)
+            .into_iter()
+            .partition(|s| now - s.since >= STASH_MAX);
+        for s in expired {
+            self.stats.inc(TcpCounter::TcpWaitExpired);
+            reset(s.stream);
+        }
+        due
     }
 
     /// The engine dropped `(conn, path, epoch)`: half-close and drain, or close at once.
@@ -780,6 +1014,10 @@ impl Tcp {
 
     /// Runs due acknowledgement polls and drain deadlines.
     pub(crate) fn timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
+        if self.reserve.is_none() {
+            self.reserve = File::open("/dev/null").ok();
+        }
+        self.resume_listeners(now);
         for idx in 0..self.conns.len() {
             let Some(c) = self.conns[idx].as_mut() else {
                 continue;
@@ -814,6 +1052,7 @@ impl Tcp {
     /// The earliest transport timer.
     pub(crate) fn next_timer(&self) -> Option<Instant> {
         let stash = (!self.stashed.is_empty()).then_some(self.stash_retry_at);
+        let paused = self.listeners.iter().filter_map(|l| l.paused_until);
         self.conns
             .iter()
             .flatten()
@@ -822,6 +1061,7 @@ impl Tcp {
                 _ => c.ack_poll.map(|(t, _)| t),
             })
             .chain(stash)
+            .chain(paused)
             .min()
     }
 
@@ -864,8 +1104,11 @@ impl Tcp {
         for idx in 0..self.conns.len() {
             self.close_now(idx, false);
         }
-        for (_, l) in self.listeners.drain(..) {
-            let _ = self.epoll.delete(l.as_raw_fd());
+        for l in self.listeners.drain(..) {
+            let _ = self.epoll.delete(l.sock.as_raw_fd());
+        }
+        for s in self.stashed.drain(..) {
+            reset(s.stream);
         }
     }
 
@@ -902,5 +1145,47 @@ impl Tcp {
             c.peer,
             frames.iter().map(|f| (f.hdr.to_bytes(), &f.payload)),
         );
+    }
+}
+
+/// Closes an accepted connection with a reset.
+fn reset(stream: TcpStream) {
+    let _ = sys::set_linger0(stream.as_raw_fd());
+    drop(stream);
+}
+
+/// The soft `RLIMIT_NOFILE` of this process (`None`: unlimited or unknown), from
+/// `/proc/self/limits`.
+fn nofile_soft() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The node's connection cap for a soft `RLIMIT_NOFILE`: half of it, within
+/// [`TCP_CONNS_MIN`]..=[`TCP_CONNS_MAX`].
+fn conn_cap_for(nofile: Option<u64>) -> usize {
+    nofile.map_or(TCP_CONNS_MAX, |n| {
+        usize::try_from(n / 2)
+            .unwrap_or(usize::MAX)
+            .clamp(TCP_CONNS_MIN, TCP_CONNS_MAX)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_cap_follows_the_descriptor_limit() {
+        assert_eq!(conn_cap_for(None), TCP_CONNS_MAX);
+        assert_eq!(conn_cap_for(Some(1024)), 512);
+        assert_eq!(conn_cap_for(Some(1 << 20)), TCP_CONNS_MAX);
+        assert_eq!(conn_cap_for(Some(20)), TCP_CONNS_MIN);
+        assert!(nofile_soft().is_some_and(|n| n > 0));
     }
 }
