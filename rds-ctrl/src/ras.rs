@@ -27,6 +27,31 @@ pub const DROP_COUNTERS: &[&str] = &[
     "tcp_sndbuf_full",
 ];
 
+/// Counters of the node's memory bounds: work refused or dropped because a per-connection pong
+/// cap, a socket's receive queue cap or the node budget (`net.rds.mem_budget`) was reached.
+pub const BOUND_COUNTERS: &[&str] = &[
+    "mem_send_error",
+    "recv_drop_no_mem",
+    "recv_drop_rcvq_full",
+    "send_pong_drop_full",
+    "send_pong_drop_down",
+    "conn_refused_no_mem",
+];
+
+/// The report's line about memory bounds: the counters of [`BOUND_COUNTERS`] that are not
+/// zero, or `None` when none was hit.
+pub fn bounds_line(snap: &InfoSnapshot) -> Option<String> {
+    let hit: Vec<String> = BOUND_COUNTERS
+        .iter()
+        .filter_map(|n| {
+            counter(snap, n)
+                .filter(|&v| v > 0)
+                .map(|v| format!("{n} {v}"))
+        })
+        .collect();
+    (!hit.is_empty()).then(|| format!("  memory bounds hit: {}", hit.join(", ")))
+}
+
 /// Counters about congestion.
 pub const CONG_COUNTERS: &[&str] = &[
     "cong_update_queued",
@@ -175,6 +200,9 @@ pub fn report(out: &mut dyn Write, client: &mut CtlClient) -> anyhow::Result<u8>
             .join(", ")
     };
     writeln!(out, "  resets and drops: {}", list(DROP_COUNTERS))?;
+    if let Some(line) = bounds_line(&snap) {
+        writeln!(out, "{line}")?;
+    }
     writeln!(
         out,
         "  congestion:  {}; {congested} congested socket(s)",
@@ -190,5 +218,23 @@ pub fn report(out: &mut dyn Write, client: &mut CtlClient) -> anyhow::Result<u8>
             writeln!(out, "  - {line}")?;
         }
         Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_line_lists_the_counters_hit() {
+        let mut snap = InfoSnapshot::default();
+        snap.counters = BOUND_COUNTERS.iter().map(|n| (n.to_string(), 0)).collect();
+        assert_eq!(bounds_line(&snap), None);
+        snap.counters[1].1 = 7;
+        snap.counters[3].1 = 1000;
+        assert_eq!(
+            bounds_line(&snap).as_deref(),
+            Some("  memory bounds hit: recv_drop_no_mem 7, send_pong_drop_full 1000")
+        );
     }
 }
