@@ -56,7 +56,7 @@ pub fn start(
     }
     let tool = util::find_tool("rds-trace")?;
     let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-    let dir = rds_core::ctl::ensure_runtime_dir()?;
+    rds_core::ctl::ensure_runtime_dir()?;
     let log = log_path();
     let log_from = util::file_len(&log);
     let mut args: Vec<OsString> = vec![

@@ -1,7 +1,8 @@
 //! The host daemon through `rds-ctrl`: load/unload cycles leave nothing behind, tunables
 //! round-trip, persist across unload/load and are range-checked, privileges are enforced,
-//! stats/ras/version, SIGTERM, load failures. Each test has its own loopback address
-//! (127.0.0.50–59), runtime directory and config file.
+//! stats/ras/version, SIGTERM, load failures, `kill -9` (clear client errors, the stale socket
+//! file replaced). Each test has its own loopback address (127.0.0.50–59, 127.31.8.1), runtime
+//! directory and config file.
 
 mod common;
 
@@ -427,4 +428,55 @@ fn help_lists_every_tunable() {
     );
     let s = status(&env.run(&["help", "conn"]), 0);
     assert!(s.contains("restart"), "{s}");
+}
+
+/// `kill -9` of the daemon: a client socket served by it fails its next calls with
+/// `ECONNRESET` (never hangs), a control client says the daemon went away, and a new daemon
+/// replaces the stale socket file the dead one left.
+#[test]
+fn a_killed_daemon_gives_clear_errors_and_is_replaced() {
+    use rds_core::ctl::client::CtlClient;
+    let env = Env::new();
+    let d = Daemon::load(&env, "127.31.8.1");
+    // This test alone reads RDS_RUNTIME_DIR in this process (the others pass it to children).
+    std::env::set_var("RDS_RUNTIME_DIR", &env.run);
+    let s = rds_core::Socket::new().unwrap();
+    s.bind("127.31.8.1:7300".parse().unwrap()).unwrap();
+    assert!(s.via_daemon());
+    s.send_to(b"x", "127.31.8.1:7300".parse().unwrap()).unwrap();
+    let mut buf = [0u8; 8];
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    assert_eq!(s.recv_from(&mut buf).unwrap().0, 1);
+    let mut c = CtlClient::connect(&env.sock()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until("the daemon to die", Duration::from_secs(10), || {
+        !pid_alive(d.pid)
+    });
+    let e = s
+        .send_to(b"x", "127.31.8.1:7300".parse().unwrap())
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    let e = s.recv_from(&mut buf).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    let e = c.info().unwrap_err();
+    assert_eq!(e.errno(), libc::ECONNRESET);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "the RDS daemon at {} went away (stopped or crashed)",
+            env.sock().display()
+        )
+    );
+    drop(s);
+    // The dead daemon's socket file is still there; a new daemon takes its place.
+    assert!(env.sock().exists());
+    let mut d2 = Daemon::load(&env, "127.31.8.1");
+    let out = env.run(&["version"]);
+    let v = status(&out, 0);
+    assert!(v.contains(&format!("pid {}", d2.pid)), "{v}");
+    d2.unload();
 }

@@ -93,3 +93,24 @@ where
 pub fn exit_code(sum: &report::Summary) -> i32 {
     i32::from(sum.received + sum.duplicates == 0 || sum.errors > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_make_the_exit_status_one() {
+        let mut s = report::Summary {
+            transmitted: 8,
+            received: 5,
+            ..Default::default()
+        };
+        assert_eq!(exit_code(&s), 0);
+        // The daemon went away after five replies: three ERROR lines.
+        s.errors = 3;
+        assert_eq!(exit_code(&s), 1);
+        s.errors = 0;
+        s.received = 0;
+        assert_eq!(exit_code(&s), 1);
+    }
+}

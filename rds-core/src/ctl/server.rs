@@ -483,20 +483,16 @@ impl EventLoop {
                 Ok((stream, _)) => self.admit(stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of descriptors or memory (or another failure): pause the listener
-                    // rather than retry at once.
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                    ) || e.raw_os_error().is_some()
-                    {
-                        if self.listening {
-                            let _ = self.ep.delete(self.listener.as_raw_fd());
-                            self.listening = false;
-                        }
-                        self.backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                // The client left before it was accepted.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+                Err(_) => {
+                    // Out of descriptors (EMFILE, ENFILE) or memory, or another failure:
+                    // pause the listener rather than retry at once.
+                    if self.listening {
+                        let _ = self.ep.delete(self.listener.as_raw_fd());
+                        self.listening = false;
                     }
+                    self.backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
                     break;
                 }
             }
@@ -871,6 +867,10 @@ fn take_frame(conn: &mut Conn) -> Result<Option<Frame>, (usize, usize)> {
     let j = conn.buf[8..8 + json].to_vec();
     let d = conn.buf[8 + json..total].to_vec();
     conn.buf.drain(..total);
+    if conn.buf.is_empty() && conn.buf.capacity() > READ_CHUNK {
+        // An idle connection keeps no large buffer.
+        conn.buf = Vec::new();
+    }
     // The next request's clock starts with its first byte.
     conn.partial_since = (!conn.buf.is_empty()).then(Instant::now);
     Ok(Some((j, d)))
