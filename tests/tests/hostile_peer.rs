@@ -9,11 +9,13 @@
 //!
 //! Connection and descriptor limits (issue 17 item 4, the transport's caps documented in
 //! `rds-core/src/node/tcp.rs`): the per-address cap (node 127.3.7.201-205, attacker
-//! 127.3.7.190); 10,000 connections that send nothing (node 127.37.1.200, legitimate peer
+//! 127.3.7.190); the waiting caps (node 127.37.3.200, attackers 127.37.3.1-33); 10,000 connections that send nothing (node 127.37.1.200, legitimate peer
 //! 127.37.1.1, attackers 127.37.0.1-64), with the node in this process so that its
 //! descriptors are counted in `/proc/self/fd`; descriptor exhaustion of an `rds-ctrl daemon`
 //! child whose `RLIMIT_NOFILE` is lowered with `prlimit` once it runs (daemon 127.37.2.200,
-//! attackers 127.37.2.1-80, `rds-ping` from 127.37.2.150). The cases run one at a time
+//! attackers 127.37.2.1-80, `rds-ping` from 127.37.2.150); the node cap of a daemon under
+//! `ulimit -n 64` (daemon 127.37.4.200, attackers 127.37.4.1-40, `rds-ping` from
+//! 127.37.4.150). The cases run one at a time
 //! (descriptor counts are per process). Figures go to stderr.
 
 use std::io::{Read, Write};
@@ -382,23 +384,7 @@ fn per_address_cap_resets_the_33rd_connection() {
     let src = Ipv4Addr::new(127, 3, 7, 190);
     let mut held = Vec::new();
     for &dst in &locals[..4] {
-        // Lane 0 announces 8 lanes (a probe ping, as a base kernel sends it), then lanes
-        // 1..7 connect and each takes a free slot.
-        let mut s0 = raw_connect_lane(src, dst, 0);
-        let mut probe = HeaderRepr::data(1, PROBE_PORT, 0, 0);
-        probe.push_ext(ExtHeader::Npaths(8)).unwrap();
-        s0.write_all(&probe.to_bytes()).unwrap();
-        wait_until("the probe's lane count", Duration::from_secs(10), || {
-            t.connections().iter().any(|c| {
-                c.laddr == std::net::IpAddr::V4(dst)
-                    && c.faddr == std::net::IpAddr::V4(src)
-                    && c.npaths == 8
-            })
-        });
-        held.push(s0);
-        for lane in 1..8 {
-            held.push(raw_connect_lane(src, dst, lane));
-        }
+        held.extend(eight_lanes(&t, src, dst));
     }
     wait_until("32 lanes adopted", Duration::from_secs(10), || {
         t.tcp_connection_count() == 32
@@ -437,6 +423,109 @@ fn per_address_cap_resets_the_33rd_connection() {
         reset_close(s);
     }
     reset_close(again);
+    t.shutdown();
+}
+
+/// Opens lane 0 from `src` to `dst` (announcing 8 lanes in a probe ping, as a base kernel
+/// does) and lanes 1..7, each taking a free slot; returns them once the node has all 8.
+fn eight_lanes(t: &Node, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<TcpStream> {
+    let before = t.tcp_connection_count();
+    let mut s0 = raw_connect_lane(src, dst, 0);
+    let mut probe = HeaderRepr::data(1, PROBE_PORT, 0, 0);
+    probe.push_ext(ExtHeader::Npaths(8)).unwrap();
+    s0.write_all(&probe.to_bytes()).unwrap();
+    wait_until("the probe's lane count", Duration::from_secs(10), || {
+        t.connections().iter().any(|c| {
+            c.laddr == std::net::IpAddr::V4(dst)
+                && c.faddr == std::net::IpAddr::V4(src)
+                && c.npaths == 8
+        })
+    });
+    let mut v = vec![s0];
+    for lane in 1..8 {
+        v.push(raw_connect_lane(src, dst, lane));
+    }
+    wait_until("8 lanes adopted", Duration::from_secs(10), || {
+        t.tcp_connection_count() == before + 8
+    });
+    v
+}
+
+/// Waiting caps (`TCP_WAIT_PER_ADDR` 8, `TCP_WAIT_MAX` 256): 33 addresses each hold their 8
+/// lanes, so that every further connection of theirs waits for a slot. 32 addresses fill the
+/// node's waiting cap with 8 each; each of the 33rd address's first 8 waiting connections
+/// evicts the oldest of an address holding the most (8), its 9th evicts its own oldest.
+/// Then every waiting connection expires after `STASH_MAX`.
+#[test]
+fn waiting_caps_evict_fairly_and_expire() {
+    let _g = serial();
+    let dst = Ipv4Addr::new(127, 37, 3, 200);
+    let t = multi_node("hostile-waiting", &[dst]);
+    let src = |k: u8| Ipv4Addr::new(127, 37, 3, k);
+    let mut lanes = Vec::new();
+    let mut waiting: Vec<(u8, TcpStream)> = Vec::new();
+    for k in 1..=32u8 {
+        lanes.extend(eight_lanes(&t, src(k), dst));
+        for _ in 0..8 {
+            waiting.push((k, raw_connect_lane(src(k), dst, 1)));
+        }
+        wait_until(
+            "the extra connections to wait",
+            Duration::from_secs(10),
+            || t.tcp_waiting_and_cap().0 == 8 * usize::from(k),
+        );
+    }
+    assert_eq!(stat(&t, "tcp_wait_node_evicted"), 0);
+    assert_eq!(stat(&t, "tcp_wait_addr_evicted"), 0);
+    lanes.extend(eight_lanes(&t, src(33), dst));
+    for n in 1..=9u64 {
+        waiting.push((33, raw_connect_lane(src(33), dst, 1)));
+        wait_until("an eviction", Duration::from_secs(10), || {
+            stat(&t, "tcp_wait_node_evicted") + stat(&t, "tcp_wait_addr_evicted") == n
+        });
+        assert_eq!(t.tcp_waiting_and_cap().0, 256);
+    }
+    assert_eq!(stat(&t, "tcp_wait_node_evicted"), 8);
+    assert_eq!(stat(&t, "tcp_wait_addr_evicted"), 1);
+    // The node reset exactly the evicted ones: one of each of 8 other addresses and the
+    // 33rd address's oldest.
+    let mut reset_of = std::collections::BTreeMap::new();
+    for (k, s) in &mut waiting {
+        s.set_nonblocking(true).unwrap();
+        if !still_open(s) {
+            *reset_of.entry(*k).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(reset_of.len(), 9, "{reset_of:?}");
+    assert!(reset_of.values().all(|&n| n == 1), "{reset_of:?}");
+    assert!(reset_of.contains_key(&33));
+    let t0 = Instant::now();
+    wait_until(
+        "the waiting connections to expire",
+        rds_core::proto::stack::STASH_MAX + Duration::from_secs(10),
+        || t.tcp_waiting_and_cap().0 == 0,
+    );
+    assert_eq!(stat(&t, "tcp_wait_expired"), 256);
+    assert_eq!(t.tcp_connection_count(), 33 * 8);
+    for (_, s) in &mut waiting {
+        assert!(!still_open(s), "a waiting connection was reset");
+    }
+    for s in &mut lanes {
+        s.set_nonblocking(true).unwrap();
+        assert!(still_open(s), "the lanes stay");
+    }
+    eprintln!(
+        "waiting caps: 33 addresses × 8 lanes; 256 waiting (cap), 8 evicted for the 33rd \
+         address, 1 by its own cap, all expired {:.1} s later; {}",
+        t0.elapsed().as_secs_f64(),
+        counters_line(&t)
+    );
+    for s in lanes {
+        reset_close(s);
+    }
+    for (_, s) in waiting {
+        reset_close(s);
+    }
     t.shutdown();
 }
 
@@ -555,7 +644,7 @@ fn ten_thousand_silent_connects_stay_within_the_caps() {
             exchange(&t, &tsock, &good, 1 + i as u32 / 2500);
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(180),
+            t0.elapsed() < Duration::from_secs(300),
             "the flood is bounded in time"
         );
     }
@@ -580,10 +669,6 @@ fn ten_thousand_silent_connects_stay_within_the_caps() {
     );
     assert_eq!(closed + held.len(), CONNS);
     assert_eq!(stat(&t, "tcp_accept_node_limit"), 0);
-    assert!(
-        stat(&t, "tcp_wait_node_evicted") > 0,
-        "64 addresses × 8 waiting exceed the node's waiting cap"
-    );
     for s in held.drain(..) {
         reset_close(s);
     }
@@ -627,20 +712,157 @@ fn clock_ticks_per_sec() -> f64 {
     String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
 
-/// Stops the daemon (SIGTERM, then SIGKILL) when the test ends, failed or not.
-struct Daemon(std::process::Child);
+/// An `rds-ctrl daemon tcp` child with a private runtime directory; stopped (SIGTERM, then
+/// SIGKILL) when the test ends, failed or not.
+struct Daemon {
+    child: std::process::Child,
+    pid: u32,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts the daemon on `addr` (under `ulimit -n nofile` when given) and waits until its
+    /// control socket answers.
+    fn start(addr: &str, nofile: Option<u32>) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let ctrl = bin("rds-ctrl");
+        let mut c = match nofile {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(&ctrl);
+                c
+            }
+            None => Command::new(&ctrl),
+        };
+        c.args(["daemon", "tcp", "--addr", addr])
+            .env("RDS_RUNTIME_DIR", dir.path().join("run"))
+            .env("RDS_CONFIG", dir.path().join("rds.conf"))
+            .env_remove("RDS_NO_DAEMON")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap());
+        let child = c.spawn().unwrap();
+        let pid = child.id();
+        let mut d = Daemon { child, pid, dir };
+        wait_until(
+            "the daemon's control socket",
+            Duration::from_secs(15),
+            || {
+                assert!(d.alive(), "the daemon exited:\n{}", d.log());
+                d.ctl(&["stats", "--json"]).status.success()
+            },
+        );
+        d
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Runs `rds-ctrl args` against this daemon.
+    fn ctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin("rds-ctrl"))
+            .args(args)
+            .env("RDS_RUNTIME_DIR", self.dir.path().join("run"))
+            .env("RDS_CONFIG", self.dir.path().join("rds.conf"))
+            .env_remove("RDS_NO_DAEMON")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// The daemon's counters (`rds-ctrl stats --json`).
+    fn stats(&self) -> serde_json::Value {
+        let o = self.ctl(&["stats", "--json"]);
+        assert!(o.status.success(), "rds-ctrl stats:\n{}", self.log());
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn fds(&self) -> usize {
+        fd_count(&self.pid.to_string())
+    }
+}
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let end = Instant::now() + Duration::from_secs(5);
-        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < end {
+        while self.alive() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
+}
+
+/// Node cap (`TCP_CONNS_MAX`, at most half the soft `RLIMIT_NOFILE`): a daemon started under
+/// `ulimit -n 64` keeps at most 32 TCP connections; 40 addresses' lane-0 connections leave
+/// 32 held and 8 reset at once (`tcp_accept_node_limit`), without running out of
+/// descriptors; once the flood is gone a legitimate `rds-ping` is answered.
+#[test]
+fn node_cap_follows_the_descriptor_limit() {
+    let _g = serial();
+    let mut d = Daemon::start("127.37.4.200", Some(64));
+    let dst = Ipv4Addr::new(127, 37, 4, 200);
+    let fds0 = d.fds();
+    let mut held: Vec<TcpStream> = (1..=40u8)
+        .map(|h| raw_connect_lane(Ipv4Addr::new(127, 37, 4, h), dst, 0))
+        .collect();
+    wait_until("the flood's resets", Duration::from_secs(10), || {
+        d.stats()["tcp_accept_node_limit"].as_u64() == Some(8)
+    });
+    let fds = d.fds();
+    let mut open = 0;
+    for s in &mut held {
+        s.set_nonblocking(true).unwrap();
+        open += usize::from(still_open(s));
+    }
+    let st = d.stats();
+    eprintln!(
+        "node cap: daemon under ulimit -n 64: fds {fds0} at start, {fds} with 40 connections \
+         offered, {open} held; tcp_accept_node_limit {}, tcp_accept_emfile {}",
+        st["tcp_accept_node_limit"], st["tcp_accept_emfile"]
+    );
+    assert_eq!(open, 32);
+    assert_eq!(st["tcp_accept_emfile"].as_u64(), Some(0));
+    for s in held {
+        reset_close(s);
+    }
+    wait_until(
+        "the daemon's descriptors to return",
+        Duration::from_secs(30),
+        || d.fds() <= fds0 + 2,
+    );
+    let ping = ping_from(&d, "127.37.4.150", "127.37.4.200");
+    assert!(
+        ping.contains("3 packets transmitted, 3 received"),
+        "rds-ping:\n{ping}"
+    );
+    assert!(d.alive(), "daemon alive");
+}
+
+/// `rds-ping -c 3` from an embedded node on `from` to `to`; returns its standard output
+/// (with standard error after it when it failed).
+fn ping_from(d: &Daemon, from: &str, to: &str) -> String {
+    let o = Command::new(bin("rds-ping"))
+        .args(["-c", "3", "-i", "0.2", "-W", "5", "-I", from, to])
+        .env("RDS_RUNTIME_DIR", d.dir.path().join("peer-run"))
+        .env("RDS_NO_DAEMON", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let mut out = String::from_utf8_lossy(&o.stdout).into_owned();
+    if !o.status.success() {
+        out += &format!("\n{}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    }
+    out
 }
 
 /// Descriptor exhaustion: an `rds-ctrl daemon` whose descriptor limit is lowered (with
@@ -651,44 +873,8 @@ impl Drop for Daemon {
 #[test]
 fn descriptor_exhaustion_backs_off_and_recovers() {
     let _g = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("run");
-    let log_path = dir.path().join("daemon.log");
-    let daemon = Command::new(bin("rds-ctrl"))
-        .args(["daemon", "tcp", "--addr", "127.37.2.200"])
-        .env("RDS_RUNTIME_DIR", &run)
-        .env("RDS_CONFIG", dir.path().join("rds.conf"))
-        .env_remove("RDS_NO_DAEMON")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let mut daemon = Daemon(daemon);
-    let pid = daemon.0.id();
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let ctl = |args: &[&str]| {
-        Command::new(bin("rds-ctrl"))
-            .args(args)
-            .env("RDS_RUNTIME_DIR", &run)
-            .env("RDS_CONFIG", dir.path().join("rds.conf"))
-            .env_remove("RDS_NO_DAEMON")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
-    wait_until(
-        "the daemon's control socket",
-        Duration::from_secs(15),
-        || {
-            assert!(
-                matches!(daemon.0.try_wait(), Ok(None)),
-                "the daemon exited:\n{}",
-                log()
-            );
-            ctl(&["stats", "--json"]).status.success()
-        },
-    );
+    let mut daemon = Daemon::start("127.37.2.200", None);
+    let pid = daemon.pid;
     let fds0 = fd_count(&pid.to_string());
     let limit = fds0 + 24;
     let st = Command::new("prlimit")
@@ -731,19 +917,8 @@ fn descriptor_exhaustion_backs_off_and_recovers() {
         Duration::from_secs(30),
         || fd_count(&pid.to_string()) <= fds0 + 2,
     );
-    let peer_run = dir.path().join("peer-run");
-    let ping = Command::new(bin("rds-ping"))
-        .args(["-c", "3", "-i", "0.2", "-W", "5", "-I", "127.37.2.150"])
-        .arg("127.37.2.200")
-        .env("RDS_RUNTIME_DIR", &peer_run)
-        .env("RDS_NO_DAEMON", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let ping_out = String::from_utf8_lossy(&ping.stdout);
-    let stats = ctl(&["stats", "--json"]);
-    assert!(stats.status.success(), "rds-ctrl stats:\n{}", log());
-    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let ping_out = ping_from(&daemon, "127.37.2.150", "127.37.2.200");
+    let v = daemon.stats();
     let c = |n: &str| {
         v[n].as_u64()
             .unwrap_or_else(|| panic!("no counter {n}: {v}"))
@@ -760,12 +935,9 @@ fn descriptor_exhaustion_backs_off_and_recovers() {
     assert!(cpu < 5.0, "CPU {cpu:.2}% of a core at EMFILE (bound 5%)");
     assert!(c("tcp_accept_emfile") >= 1);
     assert!(c("tcp_listen_paused") >= c("tcp_accept_emfile"));
-    assert_eq!(
-        ping.status.code(),
-        Some(0),
-        "rds-ping after the flood:\n{ping_out}\n{}",
-        String::from_utf8_lossy(&ping.stderr)
+    assert!(
+        ping_out.contains("3 packets transmitted, 3 received"),
+        "rds-ping after the flood:\n{ping_out}"
     );
-    assert!(ping_out.contains("3 packets transmitted, 3 received"));
-    assert!(matches!(daemon.0.try_wait(), Ok(None)), "daemon alive");
+    assert!(daemon.alive(), "daemon alive");
 }
