@@ -2924,3 +2924,45 @@ fn a_connection_with_queued_messages_is_not_freed() {
     assert!(!st.conn_exists(cid));
     assert_eq!(st.mem_used(), 0);
 }
+
+#[test]
+fn ib_reassembly_draws_from_the_budget_and_a_message_beyond_it_is_consumed_and_dropped() {
+    let budget: usize = 1 << 20;
+    let tun = Tunables {
+        mem_budget: budget as u64,
+        ..Tunables::default()
+    };
+    let mut p = Pair::new(TransportKind::Ib, Tunables::default(), tun);
+    p.establish();
+    let s = p.sock(A, 4000);
+    p.st(A).set_sndbuf(s, 4 << 20);
+    let rb = p.sock(B, 6000);
+    p.st(B).set_rcvbuf(rb, 8 << 20);
+    let base = p.st(B).mem_used();
+    // 1 MiB does not fit next to the connection: received fragment by fragment, not stored.
+    p.send(A, s, 6000, &vec![7; MAX_MSG_SIZE]).unwrap();
+    let out = p.tx(A, 0);
+    assert_eq!(out.len(), 256);
+    let seq = HeaderRepr::from_bytes(&out[0].hdr).unwrap().seq;
+    p.rx(B, 0, &out).unwrap();
+    assert_eq!(p.stat(B, Counter::RecvDropNoMem), 1);
+    assert!(p.recv_all(B, rb).is_empty());
+    assert_eq!(p.st(B).mem_used(), base);
+    assert_eq!(p.path_info(B, 0).next_rx_seq, seq + 1);
+    // The path stays up and the next message that fits arrives; while it is reassembled its
+    // full length is charged.
+    let out = {
+        p.send(A, s, 6000, &[9; FRAG_SIZE + 1]).unwrap();
+        p.tx(A, 0)
+    };
+    assert_eq!(out.len(), 2);
+    p.rx(B, 0, &out[..1]).unwrap();
+    assert_eq!(p.st(B).mem_used(), base + FRAG_SIZE + 1);
+    p.rx(B, 0, &out[1..]).unwrap();
+    assert_eq!(p.st(B).mem_used(), base + FRAG_SIZE + 1 + MSG_COST);
+    let got = p.recv_all(B, rb);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload.len(), FRAG_SIZE + 1);
+    assert_eq!(p.stat(B, Counter::RecvDropNoMem), 1);
+    assert_eq!(p.path_info(B, 0).state, PathState::Up);
+}

@@ -410,6 +410,27 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
             ));
         }
     }
+    // The memory budget in use is exactly what the queues and connections hold, and closing
+    // every socket gives its share back (once what is in flight, a congestion map being
+    // reassembled say, has landed).
+    w.sim.run_for(Duration::from_secs(1));
+    for n in 0..2 {
+        check_accounting(&mut w.sim, n)?;
+    }
+    for s in w.socks.clone() {
+        if w.alive[&s.gid] {
+            w.sim.stack(s.node).close(s.id);
+            w.alive.insert(s.gid, false);
+        }
+    }
+    w.sim.run_for(Duration::from_secs(1));
+    for n in 0..2 {
+        check_accounting(&mut w.sim, n)?;
+        let st = w.sim.stack(n);
+        if st.mem_used() > st.mem_budget() {
+            return Err(format!("node {n}: {} bytes over the budget", st.mem_used()));
+        }
+    }
     let delivered = w.pairs.values().map(|p| p.received).sum();
     Ok(Outcome {
         delivered,
@@ -418,6 +439,28 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         conn_restarts: w.conn_restarts,
         misdirected: w.misdirected,
     })
+}
+
+/// A node's budget in use equals its connections' cost plus every queued message's (send,
+/// retransmit and receive queues; no reassembly is in progress once the network is quiet).
+fn check_accounting(sim: &mut Sim, n: usize) -> Result<(), String> {
+    use rds_core::proto::stack::{CONN_COST, MSG_COST};
+    let st = sim.stack(n);
+    let queued: usize = st
+        .queued_msgs(false)
+        .iter()
+        .chain(st.queued_msgs(true).iter())
+        .chain(st.recv_queued_msgs().iter())
+        .map(|m| m.len as usize + MSG_COST)
+        .sum();
+    let want = st.conn_count() * CONN_COST + queued;
+    if st.mem_used() != want {
+        return Err(format!(
+            "node {n}: budget in use {} but connections and queues hold {want}",
+            st.mem_used()
+        ));
+    }
+    Ok(())
 }
 
 /// Every protected message between live sockets arrived.
