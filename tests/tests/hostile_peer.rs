@@ -500,11 +500,16 @@ fn waiting_caps_evict_fairly_and_expire() {
     assert!(reset_of.values().all(|&n| n == 1), "{reset_of:?}");
     assert!(reset_of.contains_key(&33));
     let t0 = Instant::now();
+    let cpu0 = cpu_ticks(std::process::id());
     wait_until(
         "the waiting connections to expire",
         rds_core::proto::stack::STASH_MAX + Duration::from_secs(10),
         || t.tcp_waiting_and_cap().0 == 0,
     );
+    let cpu = (cpu_ticks(std::process::id()) - cpu0) as f64
+        / clock_ticks_per_sec()
+        / t0.elapsed().as_secs_f64()
+        * 100.0;
     assert_eq!(stat(&t, "tcp_wait_expired"), 256);
     assert_eq!(t.tcp_connection_count(), 33 * 8);
     for (_, s) in &mut waiting {
@@ -516,7 +521,8 @@ fn waiting_caps_evict_fairly_and_expire() {
     }
     eprintln!(
         "waiting caps: 33 addresses × 8 lanes; 256 waiting (cap), 8 evicted for the 33rd \
-         address, 1 by its own cap, all expired {:.1} s later; {}",
+         address, 1 by its own cap, all expired {:.1} s later (process CPU meanwhile \
+         {cpu:.1}% of a core); {}",
         t0.elapsed().as_secs_f64(),
         counters_line(&t)
     );
