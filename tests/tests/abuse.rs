@@ -667,15 +667,21 @@ fn a_million_unread_pings() {
     );
     std::thread::sleep(Duration::from_secs(1));
     let after = d.proc();
+    let dropped_down = d.stat("send_pong_drop_down");
     eprintln!(
         "FIGURE a unread-pings: peer gone, its queue freed within {:.2} s \
-         (send_pong_drop_down {}); RSS {} KiB one second later ({:+.1} MiB against the start)",
+         (send_pong_drop_down {dropped_down}); RSS {} KiB one second later ({:+.1} MiB against \
+         the start: the allocator keeps freed pages)",
         freed_in.as_secs_f64(),
-        d.stat("send_pong_drop_down"),
         after.rss_kib,
         (after.rss_kib as f64 - start.rss_kib as f64) / 1024.0
     );
-    assert!(after.rss_kib <= peak.max(during.rss_kib));
+    // The pongs held for the peer are what the daemon frees (its RSS is not the measure: the
+    // allocator keeps pages it got back); they were dropped and counted.
+    assert!(
+        dropped_down >= queued,
+        "{queued} pongs were held for the peer, {dropped_down} dropped when it left"
+    );
     assert!(kib_growth(after.rss_kib, start.rss_kib) < GROWTH_MAX_KIB);
     // A legitimate peer still gets its pongs.
     assert_ping_ok(&d.ping_from(ip(1, 1)), "after the flood");

@@ -2,7 +2,9 @@
 //! `systemd-analyze verify` (its `ExecStart` pointed at the built `rds-ctrl`, its
 //! documentation found in the source tree's man pages) and keeps the limits and hardening the
 //! daemon relies on. Without `systemd-analyze` on the machine only the second part runs (a
-//! printed SKIP says so).
+//! printed SKIP says so). A release binary ends at a panic on any of its threads (the
+//! workspace's `panic = "abort"`), which `Restart=on-failure` relies on: a daemon whose I/O
+//! thread died must not live on without a data path.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,4 +109,25 @@ fn unit_passes_systemd_analyze_verify() {
         o.status,
         String::from_utf8_lossy(&o.stdout)
     );
+}
+
+#[test]
+fn a_panicking_thread_ends_a_release_binary() {
+    use std::os::unix::process::ExitStatusExt;
+    let o = Command::new(env!("CARGO_BIN_EXE_rds-idle-sock"))
+        .arg("--panic-in-thread")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if cfg!(debug_assertions) {
+        eprintln!("SKIP a_panicking_thread_ends_a_release_binary: a debug build unwinds");
+        return;
+    }
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGABRT),
+        "status {}: {err}",
+        o.status
+    );
+    assert!(err.contains("a thread's panic (on purpose)"), "{err}");
 }

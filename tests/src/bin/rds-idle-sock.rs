@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! rds-idle-sock ADDR:PORT
+//! rds-idle-sock --panic-in-thread
 //! ```
 //!
 //! Binds one socket to `ADDR:PORT` (through the host daemon when one owns the address, found
@@ -9,12 +10,23 @@
 //! `bound ADDR:PORT embedded` on stdout, then waits until its standard input reaches end of
 //! file, never receiving from the socket. Exit status 0, or 1 with a message when the
 //! address is not an `ADDR:PORT` or the bind fails.
+//!
+//! `--panic-in-thread` checks the release profile's crash semantics: a spawned thread panics
+//! while the main thread sleeps 10 s and then exits 0. Built with `panic = "abort"`, the
+//! process dies of `SIGABRT` at the panic instead.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--panic-in-thread") {
+        let _ = std::thread::Builder::new()
+            .name("doomed".into())
+            .spawn(|| panic!("a thread's panic (on purpose)"));
+        std::thread::sleep(std::time::Duration::from_secs(10));
+        return ExitCode::SUCCESS;
+    }
     let Some(addr) = std::env::args()
         .nth(1)
         .and_then(|a| a.parse::<SocketAddr>().ok())
