@@ -57,6 +57,18 @@ fn unit_keeps_limits_and_hardening() {
     assert_eq!(get("MemoryMax"), "1G");
     let families: Vec<&str> = get("RestrictAddressFamilies").split_whitespace().collect();
     assert_eq!(families, ["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"]);
+    // RDS/IB needs /dev/infiniband: no private /dev, no device allow-list.
+    for k in [
+        "PrivateDevices",
+        "DeviceAllow",
+        "DevicePolicy",
+        "ProtectClock",
+    ] {
+        assert!(
+            s.iter().all(|(key, _)| key != k),
+            "{k}= would close /dev/infiniband"
+        );
+    }
     let caps: Vec<&str> = get("CapabilityBoundingSet").split_whitespace().collect();
     assert_eq!(caps, ["CAP_IPC_LOCK", "CAP_SYS_NICE"]);
     // The memory cap leaves room for the node's default budget (at most 256 MiB) twice over.
