@@ -3,7 +3,9 @@
 //! a child process running as uid 65534 (python3 speaking the framing) tries to read, send
 //! from, close, attach and enumerate it, binds a privileged port, holds 500 idle control
 //! connections and stalls a half-sent request. Also: a runtime directory squatted by another
-//! uid, or writable by others, is refused with a clear error.
+//! uid, or writable by others, is refused with a clear error, including a squatted
+//! `/tmp/rds-65534` for uid 65534 without `XDG_RUNTIME_DIR` (this test binary re-run as that
+//! uid).
 //!
 //! Loopback addresses 127.31.7.0/24. The tests share the process's `RDS_RUNTIME_DIR` and
 //! count the process's threads, so they run one at a time (`SERIAL`).
@@ -445,4 +447,88 @@ fn stale_socket_files_are_replaced_live_ones_kept() {
     n2.shutdown();
     assert!(!path.exists());
     assert!(!rds_core::ctl::lock_path(&path).exists());
+}
+
+/// The child side of [`squatted_tmp_fallback_is_refused`]: runs as uid 65534 without
+/// `XDG_RUNTIME_DIR` or `RDS_RUNTIME_DIR`, so its runtime directory is `/tmp/rds-65534`.
+#[test]
+fn squat_child() {
+    if std::env::var_os("CTL_SECURITY_CHILD").is_none() {
+        return;
+    }
+    let dir = rds_core::ctl::runtime_dir();
+    let listed = rds_core::ctl::search_dirs();
+    let daemon = rds_core::ctl::find_daemon().map(|e| e.path);
+    let mut cfg = NodeConfig::new(["127.31.7.6".parse().unwrap()]);
+    cfg.ctl = CtlMode::Named("squat".into());
+    let err = Node::start(cfg).err().map(|e| e.to_string());
+    println!(
+        "CHILD {}",
+        serde_json::json!({
+            "dir": dir,
+            "listed": listed,
+            "daemon": daemon,
+            "err": err,
+        })
+    );
+}
+
+/// Without `XDG_RUNTIME_DIR` a user's runtime directory is `/tmp/rds-<uid>`: one made by
+/// another uid (here root, mode 0777, with a fake daemon socket in it) is neither served in
+/// nor searched.
+#[test]
+fn squatted_tmp_fallback_is_refused() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let squat = PathBuf::from(format!("/tmp/rds-{NOBODY}"));
+    if squat.exists() {
+        println!("{} exists already; not touching it", squat.display());
+        return;
+    }
+    std::fs::create_dir(&squat).unwrap();
+    std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fake = std::os::unix::net::UnixListener::bind(squat.join("daemon.sock")).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "squat_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env_clear()
+        .env("CTL_SECURITY_CHILD", "1")
+        .env("PATH", "/usr/bin:/bin")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    drop(fake);
+    let _ = std::fs::remove_dir_all(&squat);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("CHILD ").map(|(_, r)| r))
+        .unwrap_or_else(|| {
+            panic!(
+                "no child report:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    println!("uid 65534 with a squatted /tmp/rds-65534: {v}");
+    assert_eq!(v["dir"], "/tmp/rds-65534");
+    assert!(
+        !v["listed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d == "/tmp/rds-65534"),
+        "{v}"
+    );
+    assert_ne!(v["daemon"], "/tmp/rds-65534/daemon.sock", "{v}");
+    let err = v["err"].as_str().unwrap();
+    assert!(
+        err.starts_with("refusing the RDS runtime directory /tmp/rds-65534: it belongs to uid 0"),
+        "{err}"
+    );
 }
