@@ -963,3 +963,23 @@ fn drain_events(core: &mut Core, inner: &Inner, _from_app: bool) -> bool {
     }
     io
 }
+
+#[cfg(test)]
+mod mem_budget_tests {
+    use super::*;
+
+    #[test]
+    fn an_automatic_budget_becomes_min_of_256_mib_and_an_eighth_of_ram() {
+        let b = default_mem_budget();
+        assert!((1 << 20..=crate::proto::stack::DEFAULT_MEM_BUDGET).contains(&b));
+        if let Some(ram) = ram_bytes() {
+            assert_eq!(b, (ram / 8).clamp(1 << 20, 256 << 20));
+        }
+        assert_eq!(resolve_tunables(Tunables::default()).mem_budget, b);
+        let set = Tunables {
+            mem_budget: 5 << 20,
+            ..Tunables::default()
+        };
+        assert_eq!(resolve_tunables(set).mem_budget, 5 << 20);
+    }
+}
