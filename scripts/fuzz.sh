@@ -55,7 +55,7 @@ mkdir -p "$out/logs"
 start=$(date +%s)
 nice -n "$niceness" cargo +nightly fuzz build -O 2>&1 | tail -n 1 ||
     { echo "fuzz.sh: building the fuzz targets failed" >&2; exit 1; }
-echo "fuzz.sh: built ${#targets[@]} targets in $(($(date +%s) - start)) s"
+echo "fuzz.sh: built the fuzz targets in $(($(date +%s) - start)) s; fuzzing ${#targets[@]} for ${seconds} s each"
 
 run_one() {
     local t=$1 scratch="$out/corpus/$1" log="$out/logs/$1.log" rc=0
