@@ -227,8 +227,10 @@ mod tests {
 
     #[test]
     fn bounds_line_lists_the_counters_hit() {
-        let mut snap = InfoSnapshot::default();
-        snap.counters = BOUND_COUNTERS.iter().map(|n| (n.to_string(), 0)).collect();
+        let mut snap = InfoSnapshot {
+            counters: BOUND_COUNTERS.iter().map(|n| (n.to_string(), 0)).collect(),
+            ..InfoSnapshot::default()
+        };
         assert_eq!(bounds_line(&snap), None);
         snap.counters[1].1 = 7;
         snap.counters[3].1 = 1000;
