@@ -18,6 +18,14 @@
 //! `h_ack` and ACK-only frames ("RDS-acked") and fragments messages into 4096-byte pieces;
 //! loopback delivers at once. Only TCP has several paths.
 //!
+//! Memory: everything a peer or an application makes the engine hold draws from one node
+//! budget (the `mem_budget` tunable; the driver passes a number): messages in send,
+//! retransmit and receive queues, pongs, IB reassembly and connections, accounted in O(1)
+//! where a message is queued and where it leaves. Beyond it a send fails with ENOBUFS and an
+//! arriving message is consumed and dropped (counted). Pongs are capped per connection
+//! ([`stack::PONG_QUEUE_MAX`]), receive queues per socket ([`stack::RCVQ_CAP_FACTOR`]), and
+//! a connection unused for [`stack::CONN_IDLE_LIFETIME`] is freed.
+//!
 //! Where this engine departs from the kernel, the item's documentation says so and why.
 
 mod conn;
@@ -37,14 +45,16 @@ pub use stream::{Frame, StreamError, StreamParser};
 use core::fmt;
 use std::net::IpAddr;
 
-/// A connection: one (local address, peer address, transport) triple.
+/// A connection: one (local address, peer address, transport) triple. Ids are handed out in
+/// increasing order and never reused: once a connection is freed its id names nothing, and
+/// calls with it do nothing.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 pub struct ConnId(pub(crate) u32);
 
 impl ConnId {
-    /// The index (stable for the stack's lifetime).
+    /// The number (never reused by a stack).
     pub fn index(self) -> u32 {
         self.0
     }
