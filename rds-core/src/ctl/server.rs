@@ -82,7 +82,8 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Entries of each list an info snapshot starts with; fewer when the reply would not fit
 /// [`MAX_JSON`] (the count left out is in [`super::InfoOmitted`]).
 pub const INFO_LIST_MAX: usize = 1000;
-/// How often a blocking send that found no room tries again.
+/// How often a blocking send that found no room (or a congested destination) tries again,
+/// besides when its socket's send buffer signals room.
 const SEND_RETRY: Duration = Duration::from_millis(10);
 /// Longest sleep of the event loop (it then checks the stop flag and the timers).
 const TICK: Duration = Duration::from_millis(200);
@@ -1614,11 +1615,20 @@ fn sock_io(
                         dontwait,
                         timeout_ms,
                     };
+                    // A full buffer (EAGAIN, not writable) signals room on its descriptor;
+                    // congestion (ENOBUFS), or a message larger than the room there is, is
+                    // retried on the timer only (its descriptor may stay signalled).
+                    let full = e.raw_os_error() == Some(libc::EAGAIN) && !s.writable();
+                    let fds = if full {
+                        vec![s.send_fd().map_err(|e| failed(&e))?]
+                    } else {
+                        Vec::new()
+                    };
                     Ok(Action::Park(Park {
                         req,
                         data,
                         _sock: s,
-                        fds: Vec::new(),
+                        fds,
                         deadline,
                         retry_at: Some(Instant::now() + SEND_RETRY),
                     }))
