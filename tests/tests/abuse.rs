@@ -510,11 +510,15 @@ impl Flood {
     /// Starts the client: `args` after the script, `nofile` its descriptor limit, `uid` to run
     /// as (with the same gid), `settle` seconds before it reports.
     fn start(args: &[String], nofile: u64, uid: Option<u32>, settle: f64) -> Flood {
+        // The system's python3 first: another uid may not reach a user's own install.
+        let py = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
         let mut c = Command::new("sh");
         c.arg("-c")
-            .arg(format!(
-                "ulimit -n {nofile} && exec python3 -c \"$0\" \"$@\""
-            ))
+            .arg(format!("ulimit -n {nofile} && exec {py} -c \"$0\" \"$@\""))
             .arg(FLOOD_PY)
             .args(args)
             .env("SETTLE", settle.to_string())
