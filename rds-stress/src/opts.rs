@@ -445,10 +445,8 @@ impl Args {
         let active = send_addr.is_some() || self.loopback;
         let hdr = if v6 { HEADER_V6_SIZE } else { HEADER_SIZE } as u32;
         if active {
-            w.ack_size = match ack {
-                Some(0) | None => hdr,
-                Some(v) => v as u32,
-            };
+            // As rds-tools 2.0.7: an explicit 0 is a size below the header, not the default.
+            w.ack_size = ack.map_or(hdr, |v| v as u32);
             if w.ack_size < hdr {
                 return Err(Fatal::new(format!(
                     "ack size must be at least {hdr} bytes\n"

@@ -270,6 +270,8 @@ pub struct JsonSummary {
     pub cpu_percent: Option<f64>,
     /// The per-second lines.
     pub intervals: Vec<JsonInterval>,
+    /// Why the run ended before its time: `"interrupted"` (SIGINT or SIGTERM), else null.
+    pub stopped: Option<&'static str>,
 }
 
 /// One second of a `--json` summary.

@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -100,9 +101,7 @@ const NO_TOS: &str = "ERROR: failed to set TOS: this RDS stack has no type of se
 /// A fatal error with the original's message.
 pub fn run(args: &Args) -> Result<i32, Fatal> {
     let r = args.resolve()?;
-    if args.cancel_sent_to {
-        watch_sigint();
-    }
+    watch_signals(args.cancel_sent_to);
     let soak = r.report_cpu.then(|| {
         let s = Soakers::start();
         println!("started {} cycle soaking processes", s.len());
@@ -131,20 +130,103 @@ pub fn run(args: &Args) -> Result<i32, Fatal> {
     }
 }
 
-fn watch_sigint() {
+/// The signal (SIGINT or SIGTERM) that asked the measurement to stop, or 0.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Whether the tasks are released: a signal then ends the run with its summary.
+static MEASURING: AtomicBool = AtomicBool::new(false);
+
+/// The signal that ended the measurement, if one did.
+fn stop_signal() -> Option<i32> {
+    match STOP_SIGNAL.load(Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// Takes SIGINT and SIGTERM on a thread of their own (blocked in every other thread, so this
+/// must run before any thread starts). Once the tasks are released, the first signal ends the
+/// measurement: the run prints its summary and exits with 128 + the signal number (130, 143).
+/// Before that, or at a second signal, the process exits at once with that status. With
+/// `--cancel-sent-to`, SIGINT cancels what the tasks sent and exits 130 ([`interrupt`]).
+fn watch_signals(cancel_sent_to: bool) {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
     if set.thread_block().is_err() {
         return;
     }
     let _ = std::thread::Builder::new()
-        .name("sigint".into())
-        .spawn(move || {
-            if set.wait().is_ok() {
-                interrupt(130);
+        .name("signals".into())
+        .spawn(move || loop {
+            let Ok(sig) = set.wait() else { return };
+            let n = sig as i32;
+            if sig == Signal::SIGINT && cancel_sent_to {
+                interrupt(128 + n);
             }
+            if MEASURING.load(Relaxed) && STOP_SIGNAL.load(Relaxed) == 0 {
+                STOP_SIGNAL.store(n, Relaxed);
+                continue;
+            }
+            let _ = std::io::stdout().flush();
+            std::process::exit(128 + n);
         });
+}
+
+/// How often a waiting report loop looks for a stop signal.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Waits `d`, or less when a stop signal comes; returns whether one came.
+fn pause(d: Duration) -> bool {
+    let until = Instant::now() + d;
+    loop {
+        if stop_signal().is_some() {
+            return true;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(STOP_POLL));
+    }
+}
+
+/// Waits one report interval (1 s). With a control connection, also ends when the peer sends
+/// something or closes it: returns true then (the peer is gone). A stop signal ends the wait
+/// early (see [`stop_signal`]).
+fn wait_interval(stream: Option<&mut TcpStream>) -> bool {
+    let Some(s) = stream else {
+        pause(Duration::from_secs(1));
+        return false;
+    };
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut b = [0u8; 1];
+    loop {
+        if stop_signal().is_some() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        if s.set_read_timeout(Some(left.min(STOP_POLL))).is_err() {
+            return true;
+        }
+        match s.read(&mut b) {
+            Ok(_) => return true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                // A read that returned early does not shorten the interval: wait on.
+            }
+            Err(_) => return true,
+        }
+    }
 }
 
 fn reset(r: &Resolved) -> Result<i32, Fatal> {
@@ -659,10 +741,13 @@ fn release_and_wait(
     if let Some(o) = &other {
         o.ctl.release(start);
     }
+    MEASURING.store(true, Relaxed);
     let mut snap = Snapshotter::new(tasks.stats.len());
     p.out("Starting up");
     for _ in 0..4 {
-        std::thread::sleep(Duration::from_secs(1));
+        if pause(Duration::from_secs(1)) {
+            break;
+        }
         snap.take(&tasks.stats);
         if let Some(s) = soak {
             s.cpu_use();
@@ -694,7 +779,9 @@ fn release_and_wait(
     let perf = w.show_perfdata != 0;
     let mut proc_stat = ProcStat::default();
     let mut last_counters: Vec<(String, u64)> = Vec::new();
-    if perf {
+    if stop_signal().is_some() {
+        // Interrupted in the start-up: straight to the (empty) summary.
+    } else if perf {
         last_counters = node_counters(&tasks.ctl);
         proc_stat.prime();
         let names: Vec<String> = last_counters.iter().map(|c| c.0.clone()).collect();
@@ -710,41 +797,17 @@ fn release_and_wait(
         );
         *p.bar.lock().unwrap_or_else(|x| x.into_inner()) = Some(bar);
     }
-    if let Some(s) = stream.as_mut() {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    }
     let nr = tasks.stats.len() as u32;
     let mut summary = [Counter::default(); NR_STATS];
     let mut cpu_total = 0.0;
     let mut last_ts = first_ts;
     let mut intervals = Vec::new();
     let mut last_perf = Instant::now();
-    loop {
-        let mut peer_gone = false;
-        match stream.as_mut() {
-            Some(s) => {
-                let t0 = Instant::now();
-                let mut b = [0u8; 1];
-                match s.read(&mut b) {
-                    Ok(_) => peer_gone = true,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock
-                                | std::io::ErrorKind::TimedOut
-                                | std::io::ErrorKind::Interrupted
-                        ) =>
-                    {
-                        // Keep a one-second pace even if the read returned early.
-                        let spent = t0.elapsed();
-                        if spent < Duration::from_secs(1) {
-                            std::thread::sleep(Duration::from_secs(1) - spent);
-                        }
-                    }
-                    Err(_) => peer_gone = true,
-                }
-            }
-            None => std::thread::sleep(Duration::from_secs(1)),
+    while stop_signal().is_none() {
+        let peer_gone = wait_interval(stream.as_mut());
+        if stop_signal().is_some() {
+            // The interval in progress is not shown; the summary covers the shown ones.
+            break;
         }
         if peer_gone && !active {
             break;
@@ -858,10 +921,11 @@ fn release_and_wait(
             rtt_usecs: pct,
             cpu_percent: soak.map(|_| scale * cpu_total),
             intervals,
+            stopped: stop_signal().map(|_| "interrupted"),
         };
         let text = serde_json::to_string_pretty(&s).unwrap_or_else(|_| "{}".into());
         println!("{text}");
     }
     let _ = control::RDS_VERSION;
-    Ok(0)
+    Ok(stop_signal().map_or(0, |n| 128 + n))
 }

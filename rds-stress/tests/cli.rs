@@ -139,6 +139,19 @@ fn sizes_and_limits() {
         &["-s", "127.50.9.1", "-a", "62"],
         "ack size must be at least 63 bytes\n",
     );
+    // 0 is not the default (rds-tools 2.0.7; 2.3 took 0 as "unset").
+    fails(
+        &["-s", "127.50.9.1", "-a", "0"],
+        "ack size must be at least 63 bytes\n",
+    );
+    fails(
+        &["--loopback", "-a", "0"],
+        "ack size must be at least 63 bytes\n",
+    );
+    fails(
+        &["-s", "::1", "-a", "0"],
+        "ack size must be at least 96 bytes\n",
+    );
     fails(
         &["-s", "127.50.9.1", "-q", "0x3e"],
         "req size must be at least 63 bytes\n",
