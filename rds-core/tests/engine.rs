@@ -2883,6 +2883,66 @@ fn a_peer_with_traffic_is_redialled_then_freed_once_idle() {
 }
 
 #[test]
+fn a_freed_connection_keeps_its_sequence_state_for_the_peer_s_return() {
+    let mut p = Pair::tcp();
+    p.establish();
+    let (old_tx_a, old_rx_b) = (p.path_info(A, 0).next_tx_seq, p.path_info(B, 0).next_rx_seq);
+    assert!(old_rx_b > 1);
+    cut_all(&mut p);
+    // A's redials fail until both sides free the connection.
+    let start = p.now;
+    while p.now < start + CONN_IDLE_LIFETIME + Duration::from_secs(5) {
+        p.advance(ms(500));
+        let now = p.now;
+        for s in [A, B] {
+            if p.st(s).poll_timeout().is_some_and(|t| t <= now) {
+                p.st(s).handle_timeout(now);
+            }
+        }
+        let evs = p.take_events(A);
+        for &(conn, path, epoch) in &connects(&evs) {
+            p.st(A).handle_connect_failed(now, conn, path, epoch);
+        }
+        assert!(connects(&p.take_events(B)).is_empty(), "B does not dial");
+    }
+    assert_eq!(p.st(A).conn_count(), 0);
+    assert_eq!(p.st(B).conn_count(), 0);
+    // New traffic: sequence numbers go on where they were on both sides.
+    p.lanes.clear();
+    p.wire.clear();
+    let port = port_on_lane(SEED_A, 0, 3900);
+    let sb = p.sock(B, port + 1);
+    let sa = p.sock(A, port + 2);
+    p.send(A, sa, port + 1, b"again").unwrap();
+    p.run();
+    assert_eq!(p.recv_all(B, sb).len(), 1);
+    let first = p
+        .wire
+        .iter()
+        .filter(|w| w.from == A && w.path == 0 && w.kind == FrameKind::Data)
+        .map(|w| w.hdr.seq)
+        .min()
+        .unwrap();
+    assert_eq!(
+        first, old_tx_a,
+        "A's lane 0 goes on from its last sequence number"
+    );
+    // (The new connection is the only one: its info comes first.)
+    assert!(p.st(B).conn_infos()[0].paths[0].next_rx_seq > old_rx_b);
+    // A retransmission of a message B got before the free is dropped, not delivered again.
+    let (c, e) = (p.conn(B), p.epoch(B, 0));
+    let drops = p.stat(B, Counter::RecvDropOldSeq);
+    let mut h = HeaderRepr::data(old_rx_b - 1, port + 2, port + 1, 5);
+    h.flags |= flags::RETRANSMITTED;
+    let now = p.now;
+    p.st(B)
+        .handle_frame(now, c, 0, e, frame(h, b"hello"))
+        .unwrap();
+    assert_eq!(p.stat(B, Counter::RecvDropOldSeq), drops + 1);
+    assert!(p.recv_all(B, sb).is_empty());
+}
+
+#[test]
 fn a_connection_with_queued_messages_is_not_freed() {
     let mut st = lone();
     let s = st.socket();

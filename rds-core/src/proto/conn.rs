@@ -160,6 +160,47 @@ impl Path {
     }
 }
 
+/// What a freed connection that carried application messages leaves behind: the sequence
+/// state a peer that comes back still holds. Restored when the connection is created again,
+/// it keeps a retransmission of a message delivered before the free from being delivered
+/// twice, and our sequence numbers from starting over.
+#[derive(Debug, Clone)]
+pub(crate) struct SeqMemo {
+    pub peer_gen: u32,
+    pub retired_gens: Vec<u32>,
+    /// Per path: `next_tx_seq`, `next_rx_seq`, `ack_next`.
+    pub paths: Vec<(u64, u64, u64)>,
+    /// Insertion number, to tell the memo from a newer one of the same peer when evicting.
+    pub serial: u64,
+}
+
+impl SeqMemo {
+    /// The sequence state of `c`.
+    pub(crate) fn of(c: &Conn, serial: u64) -> Self {
+        SeqMemo {
+            peer_gen: c.peer_gen,
+            retired_gens: c.retired_gens.clone(),
+            paths: c
+                .paths
+                .iter()
+                .map(|p| (p.next_tx_seq, p.next_rx_seq, p.ack_next))
+                .collect(),
+            serial,
+        }
+    }
+
+    /// Puts the sequence state back into a connection created anew.
+    pub(crate) fn restore(&self, c: &mut Conn) {
+        c.peer_gen = self.peer_gen;
+        c.retired_gens.clone_from(&self.retired_gens);
+        for (p, &(tx, rx, ack)) in c.paths.iter_mut().zip(&self.paths) {
+            p.next_tx_seq = tx;
+            p.next_rx_seq = rx;
+            p.ack_next = ack;
+        }
+    }
+}
+
 /// A connection to one peer address over one transport.
 #[derive(Debug)]
 pub(crate) struct Conn {

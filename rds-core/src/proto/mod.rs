@@ -24,7 +24,9 @@
 //! where a message is queued and where it leaves. Beyond it a send fails with ENOBUFS and an
 //! arriving message is consumed and dropped (counted). Pongs are capped per connection
 //! ([`stack::PONG_QUEUE_MAX`]), receive queues per socket ([`stack::RCVQ_CAP_FACTOR`]), and
-//! a connection unused for [`stack::CONN_IDLE_LIFETIME`] is freed.
+//! a connection unused for [`stack::CONN_IDLE_LIFETIME`] is freed; one that carried
+//! application messages leaves its sequence state behind ([`stack::SEQ_MEMO_MAX`] at most),
+//! so that the peer's return neither restarts our sequence numbers nor redelivers a message.
 //!
 //! Where this engine departs from the kernel, the item's documentation says so and why.
 

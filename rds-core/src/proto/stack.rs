@@ -15,7 +15,7 @@ use crate::wire::{
     MPATH_WORKERS, PROBE_PORT,
 };
 
-use super::conn::{Conn, ConnInfo, ConnTable, OutMsg, Path, PathInfo, PathState, TxCur};
+use super::conn::{Conn, ConnInfo, ConnTable, OutMsg, Path, PathInfo, PathState, SeqMemo, TxCur};
 use super::rng::{jhash_1word, Rng};
 use super::sock::{InMsg, QueuedMsgInfo, Received, Sock, SockInfo};
 use super::stream::{Frame, StreamError};
@@ -43,6 +43,10 @@ pub const STASH_MAX: Duration = Duration::from_secs(5);
 /// activity, and only after application traffic (a socket's message either way); later, the
 /// next message of either side brings the connection back.
 pub const CONN_IDLE_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Freed connections whose sequence state is remembered (see [`SeqMemo`]): only those that
+/// carried application messages, the oldest forgotten first. About 250 bytes each.
+pub const SEQ_MEMO_MAX: usize = 4096;
 
 /// Pongs one connection holds at most (queued or awaiting acknowledgement); pings beyond
 /// it are consumed without an answer and counted (`send_pong_drop_full`).
@@ -95,6 +99,11 @@ pub struct Stack {
     /// Bytes of the node budget in use: queued messages both ways, reassembly, connections.
     mem_used: usize,
     conn_index: BTreeMap<(IpAddr, IpAddr, TransportKind), ConnId>,
+    /// Sequence state of freed connections, by peer (at most [`SEQ_MEMO_MAX`]).
+    seq_memos: BTreeMap<(IpAddr, IpAddr, TransportKind), SeqMemo>,
+    /// The memos in the order they were made, with their serials (oldest first).
+    seq_memo_order: VecDeque<((IpAddr, IpAddr, TransportKind), u64)>,
+    next_memo_serial: u64,
     stats: Stats,
     events: VecDeque<Event>,
     wakes: BTreeSet<SockId>,
@@ -126,6 +135,9 @@ impl Stack {
             conns: ConnTable::default(),
             mem_used: 0,
             conn_index: BTreeMap::new(),
+            seq_memos: BTreeMap::new(),
+            seq_memo_order: VecDeque::new(),
+            next_memo_serial: 0,
             stats: Stats::default(),
             events: VecDeque::new(),
             wakes: BTreeSet::new(),
@@ -848,9 +860,37 @@ impl Stack {
         let Some(c) = self.conns.remove(ci) else {
             return;
         };
-        self.conn_index.remove(&(c.laddr, c.faddr, c.kind));
+        let key = (c.laddr, c.faddr, c.kind);
+        self.conn_index.remove(&key);
+        if c.app_traffic {
+            self.remember_seq(key, &c);
+        }
         self.mem_release(CONN_COST);
         self.stats.inc(Counter::ConnFreed);
+    }
+
+    /// Keeps the sequence state of a freed connection (see [`SeqMemo`]), forgetting the
+    /// oldest memo beyond [`SEQ_MEMO_MAX`].
+    fn remember_seq(&mut self, key: (IpAddr, IpAddr, TransportKind), c: &Conn) {
+        let serial = self.next_memo_serial;
+        self.next_memo_serial += 1;
+        self.seq_memos.insert(key, SeqMemo::of(c, serial));
+        self.seq_memo_order.push_back((key, serial));
+        while self.seq_memos.len() > SEQ_MEMO_MAX {
+            let Some((k, ser)) = self.seq_memo_order.pop_front() else {
+                break;
+            };
+            if self.seq_memos.get(&k).is_some_and(|m| m.serial == ser) {
+                self.seq_memos.remove(&k);
+            }
+        }
+        // Entries of memos restored or replaced since are stale: the order keeps at most
+        // twice as many entries as there are memos.
+        if self.seq_memo_order.len() > 2 * SEQ_MEMO_MAX {
+            let memos = &self.seq_memos;
+            self.seq_memo_order
+                .retain(|(k, ser)| memos.get(k).is_some_and(|m| m.serial == *ser));
+        }
     }
 
     /// Drops the pongs queued on one path (its connection will not come back for them).
@@ -1463,7 +1503,11 @@ impl Stack {
         if let Some(&c) = self.conn_index.get(&(laddr, faddr, kind)) {
             return c;
         }
-        let cid = ConnId(self.conns.insert(Conn::new(laddr, faddr, kind, now)));
+        let mut conn = Conn::new(laddr, faddr, kind, now);
+        if let Some(m) = self.seq_memos.remove(&(laddr, faddr, kind)) {
+            m.restore(&mut conn);
+        }
+        let cid = ConnId(self.conns.insert(conn));
         self.mem_charge(CONN_COST);
         self.conn_index.insert((laddr, faddr, kind), cid);
         if kind == TransportKind::Loopback {
