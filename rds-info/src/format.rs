@@ -2,7 +2,9 @@
 //!
 //! Every table starts with `"\n<Title>:\n"` and a header line. Column widths follow rds-tools
 //! 2.0.7 (addresses 15 wide, counter names 25); with `-a` they follow rds-tools 2.3 (addresses
-//! 37 wide, counter names 32, the socket table's `Cong Pid Comm` columns). The paths table
+//! 37 wide, counter names 32, the socket table's `Cong Pid Comm` columns, where a row has the
+//! pid and comm only when they are known, as the original prints rows for a kernel that
+//! reports no pid). The paths table
 //! (`-p`) has no upstream format and is a comfy-table.
 //!
 //! Without `-a`, entries with IPv6 (not IPv4-mapped) addresses are left out, as the kernel's
@@ -104,6 +106,10 @@ pub struct Layout {
     pub all_families: bool,
     /// `-v` count.
     pub verbose: u8,
+    /// The process that owns every socket of the node, shown in the `Pid` and `Comm` columns
+    /// with `-a`: an embedded node's own process. `None` for the daemon, whose sockets belong
+    /// to client processes that the snapshot does not name (the rows then end after `Cong`).
+    pub socket_pid: Option<u32>,
 }
 
 impl Layout {
@@ -171,6 +177,10 @@ pub fn sockets(out: &mut String, snap: &InfoSnapshot, l: Layout) {
         let _ = write!(out, " {:>8} {:>10} {:>16}", "Cong", "Pid", "Comm");
     }
     out.push('\n');
+    let owner = l
+        .socket_pid
+        .filter(|_| l.all_families)
+        .and_then(|pid| proc_comm(pid).map(|c| (pid, c)));
     for s in &snap.sockets {
         let none = unspecified(l.all_families);
         let (ba, bp) = s.bound.map_or((none, 0), |a| (a.ip(), a.port()));
@@ -191,9 +201,37 @@ pub fn sockets(out: &mut String, snap: &InfoSnapshot, l: Layout) {
         );
         if l.all_families {
             let _ = write!(out, " {:>8}", i32::from(s.congested));
+            if let Some((pid, comm)) = &owner {
+                let _ = write!(out, " {pid:>10} {comm:>16}");
+            }
         }
         out.push('\n');
     }
+}
+
+/// The `Comm` column for `pid`, as the original reads it: at most 16 bytes of
+/// `/proc/<pid>/comm` without their last byte (the newline); `None` for pid 0 or an unreadable
+/// file (the row then has no pid and comm).
+pub fn proc_comm(pid: u32) -> Option<String> {
+    use std::io::Read as _;
+    if pid == 0 {
+        return None;
+    }
+    let mut f = std::fs::File::open(format!("/proc/{pid}/comm")).ok()?;
+    let mut b = [0u8; 16];
+    let mut n = 0;
+    while n < b.len() {
+        match f.read(&mut b[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let end = n.max(1) - 1;
+    let text = &b[..end];
+    let text = text.split(|&c| c == 0).next().unwrap_or_default();
+    Some(String::from_utf8_lossy(text).into_owned())
 }
 
 fn path0(c: &ConnInfo) -> Option<&PathInfo> {
@@ -563,10 +601,12 @@ mod tests {
     const V4: Layout = Layout {
         all_families: false,
         verbose: 0,
+        socket_pid: None,
     };
     const V6: Layout = Layout {
         all_families: true,
         verbose: 0,
+        socket_pid: None,
     };
 
     #[test]
@@ -611,6 +651,47 @@ mod tests {
     }
 
     #[test]
+    fn sockets_pid_and_comm_with_a() {
+        // The comm of this process as /proc shows it, newline dropped (15 bytes at most).
+        let me = std::process::id();
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        let comm = comm.trim_end_matches('\n');
+        assert!(!comm.is_empty() && comm.len() <= 15);
+        assert_eq!(proc_comm(me).as_deref(), Some(comm));
+        assert_eq!(proc_comm(0), None);
+        assert_eq!(proc_comm(u32::MAX), None);
+        let l = Layout {
+            socket_pid: Some(me),
+            ..V6
+        };
+        let s = print(Category::Sockets, l);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines.len(), 5, "{s}");
+        assert_eq!(
+            lines[3],
+            format!(
+                "{:>37}  4000 {:>37}     0     106496     106496        3        0 {me:>10} {comm:>16}",
+                "10.0.0.1", "0.0.0.0"
+            )
+        );
+        assert_eq!(
+            lines[4],
+            format!(
+                "{:>37}  4001 {:>37}     9       1000       2000        4        1 {me:>10} {comm:>16}",
+                "fd00::1", "fd00::2"
+            )
+        );
+        // Header and rows agree: each row is as wide as the header.
+        assert_eq!(lines[3].len(), lines[2].len());
+        // Without -a: the 2.0.7 table, no pid.
+        let l = Layout {
+            socket_pid: Some(me),
+            ..V4
+        };
+        assert_eq!(print(Category::Sockets, l), print(Category::Sockets, V4));
+    }
+
+    #[test]
     fn connections_and_flags() {
         assert_eq!(
             print(Category::Connections, V4),
@@ -623,6 +704,7 @@ mod tests {
             Layout {
                 all_families: false,
                 verbose: 1,
+                socket_pid: None,
             },
         );
         assert!(v.ends_with(
@@ -665,6 +747,7 @@ mod tests {
             Layout {
                 all_families: false,
                 verbose: 1,
+                socket_pid: None,
             },
         );
         assert!(v.ends_with("90  path=0, state=UP\n"), "{v}");

@@ -216,6 +216,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     let layout = Layout {
         all_families: args.all_families,
         verbose: args.verbose,
+        // Every socket of an embedded node is its own process's; the daemon's belong to its
+        // clients.
+        socket_pid: (client.hello.node != rds_core::ctl::DAEMON_NAME).then_some(client.hello.pid),
     };
     for c in args.categories() {
         let mut s = String::new();

@@ -317,6 +317,38 @@ fn tables_of_a_known_state_byte_for_byte() {
         "{t}"
     );
 
+    // -a -k: the 2.3 socket table; the node is embedded in this process, so every row has
+    // its pid and comm (the header's Cong Pid Comm).
+    let out = rds_info(&run, &["-a", "-k"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let t = String::from_utf8(out.stdout).unwrap();
+    let me = std::process::id();
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+    let comm = comm.trim_end_matches('\n');
+    let mut want = format!(
+        "\nRDS Sockets:\n{:>37} BPort {:>37} CPort     SndBuf     RcvBuf    Inode     Cong        Pid             Comm\n",
+        "BoundAddr", "ConnAddr"
+    );
+    for k in &snapshot(&a).sockets {
+        let b = k.bound.unwrap();
+        let (ca, cp) = k.connected.map_or(("0.0.0.0".to_string(), 0), |c| {
+            (c.ip().to_string(), c.port())
+        });
+        let _ = writeln!(
+            want,
+            "{:>37} {:>5} {:>37} {:>5} {:>10} {:>10} {:>8} {:>8} {me:>10} {comm:>16}",
+            b.ip().to_string(),
+            b.port(),
+            ca,
+            cp,
+            k.sndbuf,
+            k.rcvbuf,
+            k.id.index(),
+            i32::from(k.congested)
+        );
+    }
+    assert_eq!(t, want);
+
     // --json: the snapshot, limited to what was asked.
     let out = rds_info(&run, &["--json", "-k"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
