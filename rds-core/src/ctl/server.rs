@@ -1,8 +1,10 @@
 //! The control socket server of a node. One event-loop thread accepts connections and reads
-//! requests without blocking (epoll, a buffer per connection bounded by the frame limits); a
-//! bounded pool of worker threads runs complete requests, one at a time per connection. An
-//! idle connection costs no thread. A request that has to wait (a blocking receive or send, a
-//! readiness wait) does not hold a worker: its connection is parked in the event loop until
+//! requests without blocking (epoll, a buffer per connection bounded by the frame limits). It
+//! runs the client-socket operations itself (send, receive, readiness wait, state, options:
+//! none of them blocks there) and hands every other complete request (hello, info, counters,
+//! tunables, open and bind, trace, ...) to a bounded pool of worker threads, one request at a
+//! time per connection. An idle connection costs no thread. A request that has to wait (a
+//! blocking receive or send, a readiness wait) parks its connection in the event loop until
 //! the socket's readiness descriptor fires, a retry is due or its timeout passes. Only a trace
 //! session (privileged) holds a worker for its duration.
 //!
@@ -49,13 +51,14 @@ use crate::tunables::{TunableDef, TUNABLES};
 /// hold what the data path produces in the ~0.3 s a slow write to the file may take.
 const TRACE_QUEUE: usize = 1 << 19;
 
-/// Worker threads that run requests (started as needed, never more).
+/// Worker threads that run the requests other than socket operations (started as needed,
+/// never more).
 pub const WORKERS: usize = 8;
 /// Workers only root and the node's owner may use: unprivileged uids together keep at most
 /// `WORKERS - PRIVILEGED_RESERVE` busy.
 pub const PRIVILEGED_RESERVE: usize = 2;
 /// Workers one unprivileged uid may keep busy at a time (its further requests wait their
-/// turn, parked in the event loop).
+/// turn in the event loop).
 pub const BUSY_PER_UID: usize = 3;
 /// Control connections one unprivileged uid may hold open on a node (a daemon client socket
 /// takes one, plus one per readiness direction it watches).
@@ -190,15 +193,13 @@ struct Park {
 #[derive(Debug)]
 enum Work {
     Frame {
-        json: Vec<u8>,
+        /// The request, or why it is malformed.
+        req: Result<Request, String>,
         data: Vec<u8>,
         file: Option<OwnedFd>,
     },
-    Retry {
-        park: Park,
-        /// The deadline passed: answer now.
-        expired: bool,
-    },
+    /// The rest of a reply the event loop could not write without blocking.
+    Flush(Vec<u8>),
 }
 
 #[derive(Debug)]
@@ -274,6 +275,7 @@ impl CtlServer {
             done_tx,
             done_rx,
             next_id: 1,
+            scratch: vec![0u8; READ_CHUNK],
         };
         let thread = std::thread::Builder::new()
             .name("rds-ctl".into())
@@ -402,6 +404,8 @@ struct EventLoop {
     done_tx: mpsc::Sender<Done>,
     done_rx: mpsc::Receiver<Done>,
     next_id: u64,
+    /// Where requests are read into before they join their connection's buffer.
+    scratch: Vec<u8>,
 }
 
 fn peer_of(stream: &UnixStream, owner_uid: u32) -> Peer {
@@ -595,11 +599,11 @@ impl EventLoop {
         let Some(mut conn) = self.idle.remove(&id) else {
             return;
         };
-        let mut scratch = vec![0u8; READ_CHUNK];
         let mut eof = false;
         let room = MAX_FRAME.saturating_sub(conn.buf.len()).min(READ_CHUNK);
         if room > 0 {
-            match sys::recv_with_fds(conn.stream.as_raw_fd(), &mut scratch[..room], &mut conn.fds) {
+            let scratch = &mut self.scratch[..room];
+            match sys::recv_with_fds(conn.stream.as_raw_fd(), scratch, &mut conn.fds) {
                 Ok(0) => eof = true,
                 Ok(n) => {
                     conn.buf.extend_from_slice(&scratch[..n]);
@@ -625,30 +629,126 @@ impl EventLoop {
 
     /// Dispatches the connection's next complete request, or keeps it idle.
     fn after_input(&mut self, mut conn: Conn) {
-        match take_frame(&mut conn) {
-            Ok(Some((json, data))) => {
-                let _ = self.ep.delete(conn.stream.as_raw_fd());
-                // The capture file's descriptor comes with a TraceStart's bytes; any other is
-                // closed.
-                let file = conn.fds.pop();
-                conn.fds.clear();
-                self.waiting.push_back(Job {
-                    conn,
-                    work: Work::Frame { json, data, file },
-                });
+        loop {
+            match take_frame(&mut conn) {
+                Ok(Some((json, data))) => {
+                    let req = match serde_json::from_slice::<Request>(&json) {
+                        // Socket operations never block here: they run in the event loop.
+                        Ok(r) if inline_ok(&r) => {
+                            match self.inline(conn, r, data, None, false, true) {
+                                Some(c) => {
+                                    conn = c;
+                                    continue;
+                                }
+                                None => return,
+                            }
+                        }
+                        other => other,
+                    };
+                    let _ = self.ep.delete(conn.stream.as_raw_fd());
+                    // The capture file's descriptor comes with a TraceStart's bytes; any other
+                    // is closed.
+                    let file = conn.fds.pop();
+                    conn.fds.clear();
+                    self.waiting.push_back(Job {
+                        conn,
+                        work: Work::Frame {
+                            req: req.map_err(|e| e.to_string()),
+                            data,
+                            file,
+                        },
+                    });
+                }
+                Ok(None) => {
+                    self.idle.insert(conn.id, conn);
+                }
+                Err((json, data)) => {
+                    refuse(
+                        &conn.stream,
+                        libc::EMSGSIZE,
+                        format!("frame too large ({json} + {data} bytes)"),
+                    );
+                    self.close(conn);
+                }
             }
-            Ok(None) => {
-                self.idle.insert(conn.id, conn);
-            }
-            Err((json, data)) => {
-                refuse(
-                    &conn.stream,
-                    libc::EMSGSIZE,
-                    format!("frame too large ({json} + {data} bytes)"),
-                );
-                self.close(conn);
-            }
+            return;
         }
+    }
+
+    /// Runs a socket operation ([`inline_ok`]) in the event loop: it never blocks, it
+    /// answers at once or parks. Returns the connection, registered for input, when it was
+    /// answered; `None` when it was parked, handed to a worker to finish writing a long
+    /// reply, or closed. `registered`: the connection is in epoll for input now.
+    fn inline(
+        &mut self,
+        mut conn: Conn,
+        req: Request,
+        data: Vec<u8>,
+        deadline: Option<Option<Instant>>,
+        expired: bool,
+        registered: bool,
+    ) -> Option<Conn> {
+        let action = match deadline {
+            None => sock_request(&mut conn, req, &data),
+            Some(d) => sock_io(&mut conn, req, data, Some(d), expired),
+        };
+        let (reply, out) = match action {
+            Ok(Action::Park(p)) => {
+                if registered {
+                    let _ = self.ep.delete(conn.stream.as_raw_fd());
+                }
+                self.park(conn, p);
+                return None;
+            }
+            Ok(Action::Reply(r, out)) => (r, out),
+            Err(f) => (f.into(), Vec::new()),
+        };
+        let mut frame = Vec::new();
+        if send(&mut frame, &reply, &out).is_err() {
+            if registered {
+                let _ = self.ep.delete(conn.stream.as_raw_fd());
+            }
+            self.close(conn);
+            return None;
+        }
+        let sent = match nix::sys::socket::send(
+            conn.stream.as_raw_fd(),
+            &frame,
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EAGAIN) => 0,
+            Err(_) => {
+                if registered {
+                    let _ = self.ep.delete(conn.stream.as_raw_fd());
+                }
+                self.close(conn);
+                return None;
+            }
+        };
+        if sent < frame.len() {
+            // The client's buffer is full: a worker writes the rest (bounded by
+            // REPLY_TIMEOUT) and gives the connection back.
+            if registered {
+                let _ = self.ep.delete(conn.stream.as_raw_fd());
+            }
+            frame.drain(..sent);
+            self.waiting.push_back(Job {
+                conn,
+                work: Work::Flush(frame),
+            });
+            return None;
+        }
+        if !registered
+            && self
+                .ep
+                .add(conn.stream.as_raw_fd(), conn.id, sys::EPOLLIN)
+                .is_err()
+        {
+            self.close(conn);
+            return None;
+        }
+        Some(conn)
     }
 
     fn done(&mut self, d: Done) {
@@ -720,10 +820,15 @@ impl EventLoop {
         };
         self.unwait(id, &park);
         let _ = self.ep.delete(conn.stream.as_raw_fd());
-        self.waiting.push_back(Job {
-            conn,
-            work: Work::Retry { park, expired },
-        });
+        let Park {
+            req,
+            data,
+            deadline,
+            ..
+        } = park;
+        if let Some(c) = self.inline(conn, req, data, Some(deadline), expired, false) {
+            self.after_input(c);
+        }
     }
 
     fn fd_ready(&mut self, fd: RawFd) {
@@ -844,6 +949,21 @@ impl EventLoop {
     }
 }
 
+/// Whether the event loop runs `req` itself: the socket operations, which never block there
+/// (a request that has to wait parks) and cost about as much as handing them to a worker.
+fn inline_ok(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::SockSend { .. }
+            | Request::SockRecv { .. }
+            | Request::SockWait { .. }
+            | Request::SockState { .. }
+            | Request::SockSet { .. }
+            | Request::SockConnect { .. }
+            | Request::SockCancel { .. }
+    )
+}
+
 /// A request's JSON and data parts.
 type Frame = (Vec<u8>, Vec<u8>);
 
@@ -885,7 +1005,7 @@ fn error(errno: i32, message: impl Into<String>) -> Reply {
 }
 
 /// Sends a reply; one too large for a frame becomes an `EMSGSIZE` error.
-fn send(stream: &mut UnixStream, reply: &Reply, data: &[u8]) -> io::Result<()> {
+fn send(stream: &mut impl io::Write, reply: &Reply, data: &[u8]) -> io::Result<()> {
     let json = serde_json::to_vec(reply).map_err(io::Error::other)?;
     if json.len() > MAX_JSON || data.len() > MAX_DATA {
         let e = error(
@@ -915,8 +1035,14 @@ fn work(ctx: &Ctx, job: Job) -> Done {
         return Done::Close(conn);
     }
     let next = match work {
-        Work::Frame { json, data, file } => frame(ctx, &mut conn, &json, &data, file),
-        Work::Retry { park, expired } => retry(ctx, &mut conn, park, expired),
+        Work::Frame { req, data, file } => frame(ctx, &mut conn, req, &data, file),
+        Work::Flush(rest) => {
+            use std::io::Write;
+            conn.stream
+                .write_all(&rest)
+                .ok()
+                .map(|()| Action::Reply(Reply::Ok, Vec::new()))
+        }
     };
     match next {
         None => Done::Close(conn),
@@ -944,11 +1070,11 @@ fn reply_of(r: Result<Action, Failed>) -> Action {
 fn frame(
     ctx: &Ctx,
     conn: &mut Conn,
-    json: &[u8],
+    req: Result<Request, String>,
     data: &[u8],
     file: Option<OwnedFd>,
 ) -> Option<Action> {
-    let req: Request = match serde_json::from_slice(json) {
+    let req: Request = match req {
         Ok(r) => r,
         Err(e) => {
             let r = error(libc::EINVAL, format!("malformed request: {e}"));
@@ -1001,26 +1127,6 @@ fn frame(
         }
     }
     Some(next)
-}
-
-/// Runs a parked request again.
-fn retry(ctx: &Ctx, conn: &mut Conn, park: Park, expired: bool) -> Option<Action> {
-    if ctx.node().is_none() {
-        let _ = send(
-            &mut conn.stream,
-            &error(libc::ENETDOWN, "the node is shutting down"),
-            &[],
-        );
-        return None;
-    }
-    let Park {
-        req,
-        data,
-        deadline,
-        ..
-    } = park;
-    let action = reply_of(sock_io(conn, req, data, Some(deadline), expired));
-    answer(conn, action)
 }
 
 fn denied() -> Reply {
