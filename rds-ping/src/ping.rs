@@ -62,6 +62,36 @@ struct Slot {
     nreplies: u32,
 }
 
+impl Slot {
+    /// What a receive on this socket reports, as the original's `report_packet`: the number
+    /// of the ping last sent on it, the time since that send, `DUP!` when the ping already
+    /// had a reply, and the source when it is not `dest` (a pong) or the error text. Either
+    /// counts as a reply of this ping (a later one is a `DUP!`); only a pong frees the socket
+    /// for the next ping.
+    fn received(&mut self, outcome: Result<Option<IpAddr>, i32>, dest: IpAddr) -> Reply {
+        let rtt = u64::try_from(self.sent_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let dup = self.nreplies > 0;
+        self.nreplies += 1;
+        match outcome {
+            Ok(from) => {
+                self.pending = false;
+                Reply {
+                    seq: self.sent_id,
+                    rtt_us: Some(rtt),
+                    from: from.filter(|&ip| ip != dest),
+                    dup,
+                    error: None,
+                }
+            }
+            Err(errno) => Reply {
+                rtt_us: Some(rtt),
+                dup,
+                ..Reply::error(self.sent_id, errno)
+            },
+        }
+    }
+}
+
 fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
     let sock = Socket::new().map_err(|e| die_errno("socket(PF_RDS) failed", &e))?;
     sock.bind(SocketAddr::new(src, 0))
@@ -211,41 +241,24 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                 };
                 match s.sock.recv_msg(&mut [], flags) {
                     Ok(m) => {
-                        let rtt =
-                            u64::try_from(s.sent_at.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        let from = m.from.map(|f| f.ip()).filter(|&ip| ip != opts.dest);
-                        let dup = s.nreplies > 0;
-                        s.nreplies += 1;
-                        s.pending = false;
+                        let r = s.received(Ok(m.from.map(|f| f.ip())), opts.dest);
                         recv_all += 1;
-                        if dup {
+                        if r.dup {
                             sum.duplicates += 1;
                         } else {
                             sum.received += 1;
-                            rtts.push(rtt);
+                            rtts.extend(r.rtt_us);
                         }
-                        let seq = s.sent_id;
-                        emit(
-                            &mut sum,
-                            Reply {
-                                seq,
-                                rtt_us: Some(rtt),
-                                from,
-                                dup,
-                                error: None,
-                            },
-                            io,
-                        );
+                        emit(&mut sum, r, io);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
+                        // With its time, as a reply of the ping; not a pong (the ping stays
+                        // pending, as in the original).
                         sum.errors += 1;
-                        emit(
-                            &mut sum,
-                            Reply::error(s.sent_id, e.raw_os_error().unwrap_or(0)),
-                            io,
-                        );
+                        let n = e.raw_os_error().unwrap_or(libc::EIO);
+                        emit(&mut sum, s.received(Err(n), opts.dest), io);
                         break;
                     }
                 }
@@ -256,4 +269,59 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
     sum.loss_percent = report::loss_percent(sum.transmitted, sum.received);
     sum.rtt_us = Rtt::of(&rtts);
     Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(seq: u64, ago: Duration) -> Slot {
+        Slot {
+            sock: Socket::new().unwrap(),
+            fd: -1,
+            pending: true,
+            sent_id: seq,
+            sent_at: Instant::now() - ago,
+            nreplies: 0,
+        }
+    }
+
+    /// A receive error is reported as the original does: with the time since the ping, as a
+    /// reply of that ping (the next one is a DUP!), and the ping stays pending.
+    #[test]
+    fn a_receive_error_is_a_timed_reply() {
+        let dest: IpAddr = "127.6.9.2".parse().unwrap();
+        let mut s = slot(3, Duration::from_millis(150));
+        let e = s.received(Err(libc::ECONNRESET), dest);
+        let rtt = e.rtt_us.expect("a receive error has its time");
+        assert!((150_000..10_000_000).contains(&rtt), "{rtt}");
+        assert_eq!(
+            report::line(&e),
+            format!("   3: {rtt} usec ERROR: Connection reset by peer")
+        );
+        assert!(s.pending, "an error does not answer the ping");
+        assert_eq!(s.nreplies, 1);
+        let again = s.received(Err(libc::EIO), dest);
+        assert!(again.dup);
+        assert_eq!(
+            report::line(&again),
+            format!(
+                "   3: {} usec DUP! ERROR: Input/output error",
+                again.rtt_us.unwrap()
+            )
+        );
+        // The pong that follows is a duplicate of the error's reply, and frees the socket.
+        let pong = s.received(Ok(Some(dest)), dest);
+        assert!(pong.dup && pong.error.is_none() && pong.from.is_none());
+        assert!(!s.pending);
+        assert_eq!(s.nreplies, 3);
+        // From another address: shown.
+        let mut s = slot(4, Duration::ZERO);
+        let other: IpAddr = "127.6.9.3".parse().unwrap();
+        let r = s.received(Ok(Some(other)), dest);
+        assert_eq!(
+            report::line(&r),
+            format!("   4: {} usec (127.6.9.3)", r.rtt_us.unwrap())
+        );
+    }
 }

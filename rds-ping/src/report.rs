@@ -11,7 +11,8 @@ use serde::Serialize;
 pub struct Reply {
     /// Number of the ping (from 1).
     pub seq: u64,
-    /// Round-trip time in microseconds (none for an error).
+    /// Round-trip time in microseconds: of a reply, or the time to a receive error (none for
+    /// a failed send).
     pub rtt_us: Option<u64>,
     /// Where the reply came from, when that is not the destination.
     pub from: Option<IpAddr>,
@@ -22,7 +23,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// A failed send or receive of ping `seq` (the `strerror` text of `errno`).
+    /// A failed send of ping `seq` (the `strerror` text of `errno`); a failed receive adds
+    /// its time.
     pub fn error(seq: u64, errno: i32) -> Reply {
         Reply {
             seq,
