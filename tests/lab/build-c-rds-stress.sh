@@ -4,9 +4,10 @@
 # Cached under tests/lab/cache/ (LAB_CACHE overrides), keyed by the sources and the build
 # command, so a second run only hashes.
 #
-# Sources: a git clone or mirror of oracle/rds-tools holding the pinned commit
-# (RDS_TOOLS_GIT = its git dir, default /work/.mirror/oracle+rds-tools/repo). The project
-# keeps no copy of the original's code, so without one this fails.
+# Sources: a git clone or mirror of oracle/rds-tools holding the pinned commit, named by
+# RDS_TOOLS_GIT (a clone's directory or a bare git dir; there is no default). The project
+# keeps no copy of the original's code, so without one this fails with a message saying how
+# to make one.
 # 2.3.11 links json-c statically: the host's libjson-c-dev if installed, else its .deb
 # fetched with `apt-get download` and extracted into the cache (never installed).
 # Both are built as the real packages are: RDS_VERSION "2.0.7" (the pre-generated configure
@@ -33,9 +34,14 @@ src=$(mktemp -d "$CACHE/c-rds-stress-src.XXXXXX")
 trap 'rm -rf "$src"' EXIT
 mkdir -p "$src/include"
 
-git_dir=${RDS_TOOLS_GIT:-/work/.mirror/oracle+rds-tools/repo}
+how="clone it (git clone --bare https://github.com/oracle/rds-tools rds-tools.git) and set RDS_TOOLS_GIT=/path/to/rds-tools.git"
+[ -n "${RDS_TOOLS_GIT:-}" ] ||
+	die "RDS_TOOLS_GIT is not set: it names a git clone of oracle/rds-tools, whose C sources this builds; $how"
+git_dir=$RDS_TOOLS_GIT
+[ -d "$git_dir" ] || die "RDS_TOOLS_GIT=$git_dir does not exist; $how"
+[ ! -d "$git_dir/.git" ] || git_dir=$git_dir/.git
 git --git-dir="$git_dir" cat-file -e "$COMMIT^{commit}" 2>/dev/null ||
-	die "no oracle/rds-tools git dir with commit $COMMIT at $git_dir (set RDS_TOOLS_GIT; e.g. git clone --bare https://github.com/oracle/rds-tools)"
+	die "RDS_TOOLS_GIT=$RDS_TOOLS_GIT is not a git clone of oracle/rds-tools holding commit $COMMIT (fetch it there, or $how)"
 for f in $FILES; do
 	git --git-dir="$git_dir" show "$COMMIT:$f" >"$src/$f" || die "$f missing in $git_dir"
 done
