@@ -373,3 +373,60 @@ fn report_cpu_and_reset() {
         .code(1)
         .stderr("--reset needs the local address (-r)\n");
 }
+
+/// `tests/lab/build-c-rds-stress.sh` (which builds the original for the ignored interop test)
+/// has no machine-specific default for the oracle/rds-tools clone: unset or missing, it exits
+/// 1 and says how to make one, before building anything.
+#[test]
+fn c_build_script_names_its_missing_sources() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/build-c-rds-stress.sh");
+    let cache = tempfile::tempdir().unwrap();
+    let how = "clone it (git clone --bare https://github.com/oracle/rds-tools rds-tools.git) \
+               and set RDS_TOOLS_GIT=/path/to/rds-tools.git\n";
+    let missing = cache.path().join("no-such-clone");
+    let cases = [
+        (
+            None,
+            format!(
+                "build-c-rds-stress: RDS_TOOLS_GIT is not set: it names a git clone of \
+                 oracle/rds-tools, whose C sources this builds; {how}"
+            ),
+        ),
+        (
+            Some(missing.clone()),
+            format!(
+                "build-c-rds-stress: RDS_TOOLS_GIT={} does not exist; {how}",
+                missing.display()
+            ),
+        ),
+    ];
+    for (dir, want) in cases {
+        let mut c = std::process::Command::new("bash");
+        c.arg(&script).env("LAB_CACHE", cache.path());
+        match &dir {
+            Some(d) => c.env("RDS_TOOLS_GIT", d),
+            None => c.env_remove("RDS_TOOLS_GIT"),
+        };
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{dir:?}");
+        assert!(out.stdout.is_empty());
+        assert_eq!(String::from_utf8_lossy(&out.stderr), want);
+    }
+    // A directory that is not a clone of it.
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .env("LAB_CACHE", cache.path())
+        .env("RDS_TOOLS_GIT", cache.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is not a git clone of oracle/rds-tools holding commit ")
+            && err.ends_with(how),
+        "{err}"
+    );
+    // Nothing was built or cached.
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
+}

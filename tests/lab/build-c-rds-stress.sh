@@ -28,12 +28,6 @@ CFLAGS="-O2 -static -w -DDEBUG_EXE -DDYNAMIC_PF_RDS -DRDS_VERSION=\"2.0.7\""
 log() { echo "build-c-rds-stress: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-command -v gcc >/dev/null || die "gcc not found (apt-get install gcc libc6-dev)"
-mkdir -p "$CACHE"
-src=$(mktemp -d "$CACHE/c-rds-stress-src.XXXXXX")
-trap 'rm -rf "$src"' EXIT
-mkdir -p "$src/include"
-
 how="clone it (git clone --bare https://github.com/oracle/rds-tools rds-tools.git) and set RDS_TOOLS_GIT=/path/to/rds-tools.git"
 [ -n "${RDS_TOOLS_GIT:-}" ] ||
 	die "RDS_TOOLS_GIT is not set: it names a git clone of oracle/rds-tools, whose C sources this builds; $how"
@@ -41,7 +35,13 @@ git_dir=$RDS_TOOLS_GIT
 [ -d "$git_dir" ] || die "RDS_TOOLS_GIT=$git_dir does not exist; $how"
 [ ! -d "$git_dir/.git" ] || git_dir=$git_dir/.git
 git --git-dir="$git_dir" cat-file -e "$COMMIT^{commit}" 2>/dev/null ||
-	die "RDS_TOOLS_GIT=$RDS_TOOLS_GIT is not a git clone of oracle/rds-tools holding commit $COMMIT (fetch it there, or $how)"
+	die "RDS_TOOLS_GIT=$RDS_TOOLS_GIT is not a git clone of oracle/rds-tools holding commit $COMMIT; fetch it there, or $how"
+command -v gcc >/dev/null || die "gcc not found (apt-get install gcc libc6-dev)"
+mkdir -p "$CACHE"
+src=$(mktemp -d "$CACHE/c-rds-stress-src.XXXXXX")
+trap 'rm -rf "$src"' EXIT
+mkdir -p "$src/include"
+
 for f in $FILES; do
 	git --git-dir="$git_dir" show "$COMMIT:$f" >"$src/$f" || die "$f missing in $git_dir"
 done
