@@ -27,7 +27,8 @@ pub use opts::{command, Args};
 use clap::Parser;
 
 /// Parses the process arguments, runs, and returns the exit code (usage errors 2, fatal
-/// errors 1, as the original).
+/// errors 1, as the original; 130 or 143 after a run ended by SIGINT or SIGTERM, the status of
+/// the original killed by the signal).
 pub fn main_code() -> i32 {
     let args = match Args::try_parse() {
         Ok(a) => a,

@@ -1,5 +1,7 @@
 //! The two roles and the loopback mode: the control connection, starting the tasks, the
-//! per-second report loop and the summary.
+//! per-second report loop and the summary. SIGINT and SIGTERM are taken by a thread of their
+//! own: once the tasks are released they end the report loop, which prints the summary (and
+//! the JSON document) and returns 128 + the signal number.
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
