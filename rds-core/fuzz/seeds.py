@@ -215,7 +215,7 @@ def record(transport, payload, flags=0, lane=0, direction=0):
 
 
 REQUESTS = [
-    '{"op":"hello","v":3}', '{"op":"info"}', '{"op":"stats"}', '{"op":"stats_reset"}',
+    '{"op":"hello","v":4}', '{"op":"info"}', '{"op":"stats"}', '{"op":"stats_reset"}',
     '{"op":"tunables_get"}', '{"op":"tunable_set","name":"ping_enable","value":0}',
     '{"op":"tunable_default","name":null}', '{"op":"tunable_default","name":"sndbuf"}',
     '{"op":"conn_restart","laddr":"127.0.0.1","faddr":"::1"}',
@@ -228,7 +228,7 @@ REQUESTS = [
 ]
 REPLIES = [
     '{"kind":"error","errno":22,"message":"bad"}', '{"kind":"ok"}',
-    '{"kind":"hello","v":3,"node":"n","version":"0.1","rds_protocol":"3.1","pid":1,'
+    '{"kind":"hello","v":4,"node":"n","version":"0.1","rds_protocol":"3.1","pid":1,'
     '"owner_uid":0,"addrs":["127.0.0.1","::1"]}',
     '{"kind":"stats","counters":[["conn_reset",1]]}', '{"kind":"dropped","messages":2}',
     '{"kind":"sock","sock":7}', '{"kind":"trace_frames","frames":2}',

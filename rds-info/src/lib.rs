@@ -229,9 +229,26 @@ pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
                 eprintln!("{msg}");
             }
         }
+        if let Some((n, what)) = omitted(&snap.omitted, c).filter(|&(n, _)| n > 0) {
+            out.flush()?;
+            eprintln!("rds-info: {n} more {what} not listed (a node's reply holds the first ones)");
+        }
     }
     out.flush()?;
     Ok(0)
+}
+
+/// How many entries of a category's list the node left out of the snapshot, and what they are.
+fn omitted(o: &rds_core::ctl::InfoOmitted, c: Category) -> Option<(u64, &'static str)> {
+    match c {
+        Category::Connections | Category::Paths => Some((o.connections, "connections")),
+        Category::Sockets => Some((o.sockets, "sockets")),
+        Category::Send => Some((o.send, "send queue messages")),
+        Category::Retrans => Some((o.retrans, "retransmit queue messages")),
+        Category::Recv => Some((o.recv, "receive queue messages")),
+        Category::Tcp => Some((o.tcp, "TCP sockets")),
+        Category::Ib | Category::Counters => None,
+    }
 }
 
 /// The snapshot as JSON, limited to the selected categories when any was selected.
@@ -253,7 +270,7 @@ pub fn json(args: &Args, node: &str, snap: &InfoSnapshot) -> serde_json::Value {
                     Category::Retrans => Some("retrans"),
                 })
                 .collect();
-            map.retain(|k, _| k == "transports" || keep.contains(&k.as_str()));
+            map.retain(|k, _| k == "transports" || k == "omitted" || keep.contains(&k.as_str()));
         }
         map.insert("node".into(), serde_json::Value::String(node.to_string()));
     }

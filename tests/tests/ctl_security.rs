@@ -58,7 +58,7 @@ def call(s, req, data=b""):
     d = read_exact(s, dl)
     return rep, d
 def hello(s):
-    return call(s, {"op": "hello", "v": 3})[0]
+    return call(s, {"op": "hello", "v": 4})[0]
 "#;
 
 /// Runs `script` (after [`PY_LIB`]) as uid 65534 and returns its stdout, checking its status.

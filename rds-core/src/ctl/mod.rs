@@ -58,10 +58,13 @@ use crate::trace::{CaptureLink, CaptureTally};
 
 /// Version of this protocol.
 ///
-/// 3: [`Request::TraceStart`] may pass the capture file's descriptor, and the node then writes
+/// 4: a client socket belongs to the control connection that opened it; a second connection
+/// of the same uid reaches it only through [`Request::SockCap`] and [`Request::SockAttach`];
+/// the info snapshot's lists may be cut (their `omitted` counts). 3: [`Request::TraceStart`]
+/// may pass the capture file's descriptor, and the node then writes
 /// the pcap file itself ([`TraceOutput`]). 2: captured frames travel as binary trace records
 /// batched in [`Reply::TraceFrames`] (1 sent one JSON `trace_frame` reply per frame).
-pub const PROTO_VERSION: u32 = 3;
+pub const PROTO_VERSION: u32 = 4;
 /// Largest JSON part of a frame.
 pub const MAX_JSON: usize = 1 << 20;
 /// Largest data part of a frame (a 1 MiB message and some room).
