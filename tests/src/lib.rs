@@ -7,6 +7,7 @@ pub mod interop;
 pub mod lab;
 pub mod manpage;
 pub mod peer;
+pub mod raw;
 
 /// The project's dissector, `wireshark/rds.lua`.
 pub fn lua_script() -> std::path::PathBuf {
@@ -48,4 +49,24 @@ pub fn tshark() -> Option<std::path::PathBuf> {
         }
     }
     found
+}
+
+/// A release binary of the workspace (`rds-ctrl`, `rds-ping`, ...), next to the running test's
+/// executable (`target/<profile>/deps/..`).
+///
+/// # Panics
+/// The binary is not built.
+pub fn workspace_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test executable in target/<profile>/deps");
+    let b = dir.join(name);
+    assert!(
+        b.is_file(),
+        "{} is missing: build the workspace first (cargo test --workspace --release)",
+        b.display()
+    );
+    b
 }

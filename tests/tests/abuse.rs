@@ -30,56 +30,36 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{Ipv4Addr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::sys::socket::{
-    bind, connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn,
-};
 use nix::unistd::Pid;
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::server::{CONNS_PER_UID, REQUEST_TIMEOUT, WORKERS};
 use rds_core::ctl::InfoSnapshot;
 use rds_core::wire::HeaderRepr;
+use rds_tests::raw;
+use rds_tests::workspace_bin as bin;
 
 const MIB: u64 = 1 << 20;
 /// The RSS growth bound of the issue.
 const GROWTH_MAX_KIB: u64 = 64 * 1024;
 /// `/proc/<pid>/stat` reports CPU time in USER_HZ, 100 per second on Linux.
 const TICKS_PER_SEC: f64 = 100.0;
-/// The RDS/TCP port.
-const RDS_PORT: u16 = 16385;
 
 /// Cases run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A release binary of the workspace, next to this test's executable.
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps");
-    let b = dir.join(name);
-    assert!(
-        b.is_file(),
-        "{} is missing: build the workspace first (cargo test --workspace --release)",
-        b.display()
-    );
-    b
 }
 
 fn ip(case: u8, host: u8) -> Ipv4Addr {
@@ -374,40 +354,12 @@ fn assert_ping_ok(o: &Output, what: &str) {
     );
 }
 
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
-
 /// A raw TCP connection from `src` (source port ≡ 0 mod 8: lane 0) to `dst`'s RDS port, with
 /// a receive buffer of `rcvbuf` bytes when given.
 fn raw_connect(src: Ipv4Addr, dst: Ipv4Addr, rcvbuf: Option<usize>) -> TcpStream {
-    let target = SockaddrIn::from(SocketAddrV4::new(dst, RDS_PORT));
-    for _ in 0..256 {
-        let k = NEXT_PORT.fetch_add(1, Ordering::Relaxed) + (std::process::id() % 500) as u16;
-        let port = 40000 + (k % 2000) * 8;
-        let fd = socket(
-            AddressFamily::Inet,
-            SockType::Stream,
-            SockFlag::empty(),
-            None,
-        )
-        .unwrap();
-        setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
-        if let Some(b) = rcvbuf {
-            setsockopt(&fd, sockopt::RcvBuf, &b).unwrap();
-        }
-        if bind(
-            fd.as_raw_fd(),
-            &SockaddrIn::from(SocketAddrV4::new(src, port)),
-        )
-        .is_err()
-        {
-            continue;
-        }
-        connect(fd.as_raw_fd(), &target).unwrap();
-        let s = TcpStream::from(fd);
-        s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-        return s;
-    }
-    panic!("no free source port on {src}");
+    let s = raw::connect_lane(src, dst, 0, rcvbuf);
+    s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+    s
 }
 
 /// The flooding client, in Python so that it is a process of its own (its own descriptor

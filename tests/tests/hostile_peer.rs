@@ -21,9 +21,7 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -33,6 +31,8 @@ use nix::sys::socket::{
 use rds_core::stats::Counter;
 use rds_core::wire::{flags, ExtHeader, HeaderRepr, PROBE_PORT};
 use rds_core::{CtlMode, Node, NodeConfig, Socket};
+use rds_tests::raw;
+use rds_tests::workspace_bin as bin;
 
 const TARGET: &str = "127.3.7.200";
 
@@ -48,8 +48,6 @@ fn node(ip: &str) -> Node {
     Node::start(cfg).unwrap()
 }
 
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
-
 /// Cases run one at a time: they count this process's descriptors.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -62,35 +60,13 @@ fn raw_connect(src: Ipv4Addr) -> TcpStream {
     raw_connect_lane(src, TARGET.parse().unwrap(), 0)
 }
 
-/// A raw TCP connection from `src` to `dst:16385` from a source port ≡ `lane` (mod 8).
+/// A raw TCP connection from `src` to `dst:16385` from a source port ≡ `lane` (mod 8), reads
+/// timing out after 200 ms.
 fn raw_connect_lane(src: Ipv4Addr, dst: Ipv4Addr, lane: u16) -> TcpStream {
-    let target = SockaddrIn::from(SocketAddrV4::new(dst, 16385));
-    for _ in 0..256 {
-        let k = NEXT_PORT.fetch_add(1, Ordering::Relaxed) + (std::process::id() % 500) as u16;
-        let port = 40000 + (k % 2000) * 8 + lane;
-        let fd = socket(
-            AddressFamily::Inet,
-            SockType::Stream,
-            SockFlag::empty(),
-            None,
-        )
+    let s = raw::connect_lane(src, dst, lane, None);
+    s.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-        setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
-        if bind(
-            fd.as_raw_fd(),
-            &SockaddrIn::from(SocketAddrV4::new(src, port)),
-        )
-        .is_err()
-        {
-            continue;
-        }
-        connect(fd.as_raw_fd(), &target).unwrap();
-        let s = TcpStream::from(fd);
-        s.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        return s;
-    }
-    panic!("no free source port on {src}");
+    s
 }
 
 /// Reads (and discards what the node sends) until the node closes the connection; returns
@@ -686,22 +662,6 @@ fn ten_thousand_silent_connects_stay_within_the_caps() {
     exchange(&t, &tsock, &good, 101);
     t.shutdown();
     g.shutdown();
-}
-
-/// A release binary of the workspace, next to this test's executable.
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps");
-    let b = dir.join(name);
-    assert!(
-        b.is_file(),
-        "{} is missing: build the workspace first (cargo test --workspace --release)",
-        b.display()
-    );
-    b
 }
 
 /// User plus system CPU time of a process, in clock ticks (`/proc/<pid>/stat` fields 14, 15).

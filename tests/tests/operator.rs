@@ -6,27 +6,14 @@
 //! Uses the release binaries next to this test's executable (`cargo test --workspace
 //! --release` builds them). Private runtime directory and config file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use rds_tests::workspace_bin as bin;
+
 const DAEMON: &str = "127.9.1.1";
 const PEER: &str = "127.9.1.2";
-
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps");
-    let b = dir.join(name);
-    assert!(
-        b.is_file(),
-        "{} is missing: build the workspace first (cargo test --workspace --release)",
-        b.display()
-    );
-    b
-}
 
 struct Env {
     _dir: tempfile::TempDir,

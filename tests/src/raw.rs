@@ -1,0 +1,53 @@
+//! Raw TCP connections to a node's RDS/TCP port (16385) from a chosen source address and lane,
+//! for the suites that play a hostile or bare-wire peer. The source port is ≡ `lane` (mod 8),
+//! so that the node files the connection under that lane; ports are drawn from 40000..56000,
+//! spread by the test process's id so that concurrent test binaries rarely collide.
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use nix::sys::socket::{
+    bind, connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn,
+};
+
+/// The RDS/TCP port.
+pub const RDS_PORT: u16 = 16385;
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A TCP connection from `src` to `dst:16385` from a source port ≡ `lane` (mod 8), with a
+/// receive buffer of `rcvbuf` bytes when given (set before connecting, so the window the peer
+/// sees is that small).
+///
+/// # Panics
+/// No source port of the range is free on `src` (256 tries), or the connect fails.
+pub fn connect_lane(src: Ipv4Addr, dst: Ipv4Addr, lane: u16, rcvbuf: Option<usize>) -> TcpStream {
+    let target = SockaddrIn::from(SocketAddrV4::new(dst, RDS_PORT));
+    for _ in 0..256 {
+        let k = NEXT_PORT.fetch_add(1, Ordering::Relaxed) + (std::process::id() % 500) as u16;
+        let port = 40000 + (k % 2000) * 8 + lane % 8;
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .expect("socket");
+        setsockopt(&fd, sockopt::ReuseAddr, &true).expect("SO_REUSEADDR");
+        if let Some(b) = rcvbuf {
+            setsockopt(&fd, sockopt::RcvBuf, &b).expect("SO_RCVBUF");
+        }
+        if bind(
+            fd.as_raw_fd(),
+            &SockaddrIn::from(SocketAddrV4::new(src, port)),
+        )
+        .is_err()
+        {
+            continue;
+        }
+        connect(fd.as_raw_fd(), &target).expect("connect to the node's RDS port");
+        return TcpStream::from(fd);
+    }
+    panic!("no free source port on {src}");
+}
