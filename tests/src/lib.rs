@@ -70,3 +70,30 @@ pub fn workspace_bin(name: &str) -> std::path::PathBuf {
     );
     b
 }
+
+/// The command that runs `rds-ctrl daemon tcp --addr ADDR` in the foreground with its runtime
+/// directory at `dir/run` and its configuration at `dir/rds.conf` (under `ulimit -n NOFILE`
+/// when given, through `sh`), its standard input closed; its output is the caller's to set.
+pub fn daemon_command(
+    dir: &std::path::Path,
+    addr: &str,
+    nofile: Option<u64>,
+) -> std::process::Command {
+    let ctrl = workspace_bin("rds-ctrl");
+    let mut c = match nofile {
+        Some(n) => {
+            let mut c = std::process::Command::new("sh");
+            c.arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(&ctrl);
+            c
+        }
+        None => std::process::Command::new(&ctrl),
+    };
+    c.args(["daemon", "tcp", "--addr", addr])
+        .env("RDS_RUNTIME_DIR", dir.join("run"))
+        .env("RDS_CONFIG", dir.join("rds.conf"))
+        .env_remove("RDS_NO_DAEMON")
+        .stdin(std::process::Stdio::null());
+    c
+}

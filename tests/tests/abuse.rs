@@ -181,25 +181,8 @@ impl Daemon {
         // Other users (case e) reach the control socket through this directory.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let ctrl = bin("rds-ctrl");
-        let addr_s = addr.to_string();
-        let mut c = match nofile {
-            Some(n) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(&ctrl);
-                c
-            }
-            None => Command::new(&ctrl),
-        };
-        c.args(["daemon", "tcp", "--addr", &addr_s])
-            .env("RDS_RUNTIME_DIR", dir.path().join("run"))
-            .env("RDS_CONFIG", dir.path().join("rds.conf"))
-            .env_remove("RDS_NO_DAEMON")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut c = rds_tests::daemon_command(dir.path(), &addr.to_string(), nofile);
+        c.stdout(Stdio::null()).stderr(log);
         let child = c.spawn().expect("spawning rds-ctrl daemon");
         let pid = child.id();
         let mut d = Daemon {

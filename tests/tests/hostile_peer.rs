@@ -689,25 +689,10 @@ struct Daemon {
 impl Daemon {
     /// Starts the daemon on `addr` (under `ulimit -n nofile` when given) and waits until its
     /// control socket answers.
-    fn start(addr: &str, nofile: Option<u32>) -> Daemon {
+    fn start(addr: &str, nofile: Option<u64>) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
-        let ctrl = bin("rds-ctrl");
-        let mut c = match nofile {
-            Some(n) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(&ctrl);
-                c
-            }
-            None => Command::new(&ctrl),
-        };
-        c.args(["daemon", "tcp", "--addr", addr])
-            .env("RDS_RUNTIME_DIR", dir.path().join("run"))
-            .env("RDS_CONFIG", dir.path().join("rds.conf"))
-            .env_remove("RDS_NO_DAEMON")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+        let mut c = rds_tests::daemon_command(dir.path(), addr, nofile);
+        c.stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap());
         let child = c.spawn().unwrap();
         let pid = child.id();
