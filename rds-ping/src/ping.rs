@@ -28,10 +28,13 @@ const MAX_WAIT: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct Fatal(pub String);
 
-/// `"msg, errno: N (text)"` as the original's `die_errno`.
+/// `"msg, errno: N (text)"` as the original's `die_errno`; an error without an OS errno gives
+/// `"msg: text"` with the error's own text.
 pub fn die_errno(msg: &str, e: &io::Error) -> Fatal {
-    let n = e.raw_os_error().unwrap_or(0);
-    Fatal(format!("{msg}, errno: {n} ({})", strerror(n)))
+    match e.raw_os_error() {
+        Some(n) => Fatal(format!("{msg}, errno: {n} ({})", strerror(n))),
+        None => Fatal(format!("{msg}: {e}")),
+    }
 }
 
 /// The source address the route to `dst` uses: connect a UDP socket to port 1 and read its
@@ -94,8 +97,14 @@ impl Slot {
 
 fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
     let sock = Socket::new().map_err(|e| die_errno("socket(PF_RDS) failed", &e))?;
-    sock.bind(SocketAddr::new(src, 0))
-        .map_err(|e| die_errno(&format!("bind() to {src} failed"), &e))?;
+    sock.bind(SocketAddr::new(src, 0)).map_err(|e| {
+        let mut f = die_errno(&format!("bind() to {src} failed"), &e);
+        if e.raw_os_error() == Some(libc::EADDRINUSE) {
+            f.0.push('\n');
+            f.0.push_str(&rds_core::ctl::describe_addr_conflict(src));
+        }
+        f
+    })?;
     let fd = sock
         .fd()
         .map_err(|e| die_errno("cannot poll the RDS socket", &e))?;
@@ -204,7 +213,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                 match s.sock.send_to(&[], dst) {
                     Ok(_) => s.pending = true,
                     Err(e) => {
-                        let n = e.raw_os_error().unwrap_or(0);
+                        let n = e.raw_os_error().unwrap_or(libc::EIO);
                         sum.errors += 1;
                         emit(&mut sum, Reply::error(s.sent_id, n), io);
                         if n == libc::EINVAL && !hinted && !opts.json {

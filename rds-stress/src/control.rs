@@ -492,10 +492,13 @@ impl std::fmt::Display for CtlError {
     }
 }
 
-/// `", errno: N (text)\n"` as the original's `die_errno`.
+/// `", errno: N (text)\n"` as the original's `die_errno`; an error without an OS errno gives
+/// `": text\n"` with the error's own text.
 pub fn errno_suffix(e: &io::Error) -> String {
-    let n = e.raw_os_error().unwrap_or(0);
-    format!(", errno: {n} ({})\n", strerror(n))
+    match e.raw_os_error() {
+        Some(n) => format!(", errno: {n} ({})\n", strerror(n)),
+        None => format!(": {e}\n"),
+    }
 }
 
 /// The C library's text for `errno`.

@@ -611,6 +611,13 @@ fn start_node(ip: IpAddr, name: &str) -> Result<Node, Fatal> {
     cfg.name = name.into();
     cfg.ctl = CtlMode::Auto;
     Node::start(cfg).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EADDRINUSE) {
+            return Fatal::new(format!(
+                "bind() to {ip} failed{}{}\n",
+                errno_suffix(&e),
+                rds_core::ctl::describe_addr_conflict(ip)
+            ));
+        }
         Fatal::new(format!(
             "cannot start an RDS node on {ip}: {e} (is port 16385 on {ip} taken, for example by \
              the kernel's rds_tcp module or an rds-ctrl daemon? choose other addresses with -r \

@@ -44,7 +44,10 @@
 //! `CAP_NET_BIND_SERVICE`. The server's limits are in [`server`].
 
 pub mod client;
+pub mod owner;
 pub mod server;
+
+pub use owner::describe_addr_conflict;
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};

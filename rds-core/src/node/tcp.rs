@@ -264,15 +264,8 @@ impl Tcp {
 
     /// Listens on `addr:16385` (never a wildcard).
     pub(crate) fn listen(&mut self, addr: IpAddr) -> io::Result<()> {
-        let l = TcpListener::bind(SocketAddr::new(addr, RDS_TCP_PORT)).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot listen on {}: {e}",
-                    SocketAddr::new(addr, RDS_TCP_PORT)
-                ),
-            )
-        })?;
+        // The OS error is returned as is: callers print its errno (EADDRINUSE, EADDRNOTAVAIL).
+        let l = TcpListener::bind(SocketAddr::new(addr, RDS_TCP_PORT))?;
         l.set_nonblocking(true)?;
         let _ = sys::tune_rds_tcp(l.as_raw_fd());
         let token = TOKEN_LISTENER | self.listeners.len() as u64;

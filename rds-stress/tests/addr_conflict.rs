@@ -1,0 +1,124 @@
+//! rds-stress when its embedded node cannot listen on an address: the real errno (98,
+//! "Address already in use") and a line naming who holds it, either another RDS node of ours
+//! (its pid and program) or another program.
+//!
+//! Addresses: 127.88.3.x (held by another rds-stress), 127.88.4.x (a plain listener).
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+
+/// Kills and reaps the child when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (up to 20 s) until something listens on `addr`.
+fn wait_listening(addr: SocketAddr) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(Instant::now() < end, "nothing listens on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run_stress(rt: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let o = Command::cargo_bin("rds-stress")
+        .unwrap()
+        .env("RDS_NO_DAEMON", "1")
+        .env("RDS_RUNTIME_DIR", rt)
+        .timeout(Duration::from_secs(60))
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    (o.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn address_held_by_another_node_is_named() {
+    let rt = tempfile::tempdir().unwrap();
+    let owner = StdCommand::new(assert_cmd::cargo::cargo_bin("rds-stress"))
+        .env("RDS_NO_DAEMON", "1")
+        .env("RDS_RUNTIME_DIR", rt.path())
+        .args([
+            "--loopback",
+            "-r",
+            "127.88.3.1",
+            "-s",
+            "127.88.3.2",
+            "-T",
+            "120",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let owner = KillOnDrop(owner);
+    wait_listening("127.88.3.1:16385".parse().unwrap());
+    let (code, text) = run_stress(
+        rt.path(),
+        &[
+            "--loopback",
+            "-r",
+            "127.88.3.1",
+            "-s",
+            "127.88.3.3",
+            "-T",
+            "1",
+        ],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("bind() to 127.88.3.1 failed, errno: 98 (Address already in use)"),
+        "{text}"
+    );
+    let pid = owner.0.id();
+    assert!(
+        text.contains(&format!(
+            "127.88.3.1 is used by another RDS node (pid {pid}, rds-stress, node "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("rds-ctrl load tcp --addr 127.88.3.1"),
+        "{text}"
+    );
+    assert!(!text.contains("errno: 0"), "{text}");
+}
+
+#[test]
+fn port_held_by_another_program() {
+    let rt = tempfile::tempdir().unwrap();
+    let _l = TcpListener::bind("127.88.4.1:16385").unwrap();
+    let (code, text) = run_stress(
+        rt.path(),
+        &[
+            "--loopback",
+            "-r",
+            "127.88.4.1",
+            "-s",
+            "127.88.4.2",
+            "-T",
+            "1",
+        ],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("bind() to 127.88.4.1 failed, errno: 98 (Address already in use)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("port 16385 on 127.88.4.1 is held by another program"),
+        "{text}"
+    );
+    assert!(!text.contains("errno: 0"), "{text}");
+}
