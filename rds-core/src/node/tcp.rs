@@ -840,8 +840,7 @@ impl Tcp {
         tap: &Tap,
     ) {
         let Some(&idx) = self.by_path.get(&(conn, path)) else {
-            // No socket (yet): drain the engine's frames anyway? No: the engine only transmits
-            // on paths it believes up, which always have a socket here.
+            // The engine transmits only on paths it holds up, and each has a socket here.
             return;
         };
         let Some(c) = self.conns[idx].as_mut() else {
