@@ -144,7 +144,7 @@ counters! {
         /// An accepted connection replaced a stale one.
         TcpListenClosedStale = "tcp_listen_closed_stale",
         /// (This stack) `accept` failed for want of descriptors (EMFILE, ENFILE); the pending
-        /// connection was reset with the reserve descriptor.
+        /// connection stays in the backlog.
         TcpAcceptEmfile = "tcp_accept_emfile",
         /// (This stack) A listener left the event set for a pause after `accept` failed.
         TcpListenPaused = "tcp_listen_paused",

@@ -19,16 +19,16 @@
 //!   connection of the address holding the most is reset (`tcp_wait_node_evicted`), so that
 //!   many addresses flooding cannot push out a peer with few. A connection that waits
 //!   [`STASH_MAX`] (5 s) without getting a lane is reset (`tcp_wait_expired`).
-//! - When `accept` fails for want of descriptors (EMFILE, ENFILE), a reserve descriptor is
-//!   closed to accept and reset the pending connection, then reopened
-//!   (`tcp_accept_emfile`). After any `accept` failure other than a transient one the
+//! - When `accept` fails for want of descriptors (EMFILE, ENFILE; `tcp_accept_emfile`), the
+//!   pending connection stays in the backlog: its peer's TCP already acknowledged what it
+//!   sent, and RDS/TCP counts that as delivered, so resetting it would lose messages. After
+//!   any `accept` failure other than a transient one the
 //!   listener leaves the event set for [`LISTEN_PAUSE_MIN`] (100 ms), doubling up to
 //!   [`LISTEN_PAUSE_MAX`] (1 s) while failures go on (`tcp_listen_paused`), so the I/O thread
 //!   sleeps instead of spinning on a level-triggered listener; a successful `accept` resets
 //!   the pause.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -175,8 +175,6 @@ pub(crate) struct Tcp {
     per_addr: HashMap<IpAddr, usize>,
     /// The node's connection cap ([`TCP_CONNS_MAX`] or less, from `RLIMIT_NOFILE`).
     conn_cap: usize,
-    /// A descriptor given up to accept (and reset) a connection when descriptors run out.
-    reserve: Option<File>,
     /// The current listener pause after failed accepts (zero: none).
     listen_pause: Duration,
     free: Vec<usize>,
@@ -216,7 +214,6 @@ impl Tcp {
             live: 0,
             per_addr: HashMap::new(),
             conn_cap: conn_cap_for(nofile_soft()),
-            reserve: File::open("/dev/null").ok(),
             listen_pause: Duration::ZERO,
             free: Vec::new(),
             next_serial: 0,
@@ -403,14 +400,6 @@ impl Tcp {
                 Err(e) => {
                     if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
                         self.stats.inc(TcpCounter::TcpAcceptEmfile);
-                        // Give up the reserve descriptor to take the pending connection off
-                        // the queue with a reset, so that its peer learns at once.
-                        if self.reserve.take().is_some() {
-                            if let Ok((stream, _)) = self.listeners[li].sock.accept() {
-                                reset(stream);
-                            }
-                            self.reserve = File::open("/dev/null").ok();
-                        }
                     }
                     self.pause_listener(li, now);
                     break;
@@ -985,9 +974,6 @@ impl Tcp {
 
     /// Runs due acknowledgement polls and drain deadlines.
     pub(crate) fn timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
-        if self.reserve.is_none() {
-            self.reserve = File::open("/dev/null").ok();
-        }
         self.resume_listeners(now);
         for idx in 0..self.conns.len() {
             let Some(c) = self.conns[idx].as_mut() else {
