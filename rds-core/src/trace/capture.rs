@@ -9,8 +9,9 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FlowCache, PcapSink, RecordRef, TcpCaptureConfig, TraceError, Transport};
-use crate::node::tap::{decode_record_refs, RecordDecodeError, TapChunk, TapFrameRef};
+use super::chunk::TapChunk;
+use super::record::{decode_record_refs, RecordDecodeError, TapFrameRef, Transport};
+use super::{FlowCache, PcapSink, RecordRef, TcpCaptureConfig, TraceError};
 
 /// The transport whose frames a capture file holds (a pcap file has one link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,8 +136,8 @@ impl<W: Write> Capture<W> {
         self.write_records(decode_record_refs(batch))
     }
 
-    /// [`Capture::write_batch`] of a chunk taken from the node's tap
-    /// ([`crate::node::tap::Tap::take_chunks`]), read in place.
+    /// [`Capture::write_batch`] of a chunk of records as the node's tap wrote them, read in
+    /// place.
     ///
     /// # Errors
     /// Writing to the output failed (nothing more should be written).

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::checksum::{crc16, crc32};
-use super::writer::pcap_record_header;
+use super::pcap::pcap_record_header;
 use super::{Direction, RecordRef, Transport, ERF_TYPE_INFINIBAND};
 
 /// ERF header length (no extension headers).

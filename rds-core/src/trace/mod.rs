@@ -31,34 +31,37 @@
 //!   reader reports `client port % 8`, the rule Linux (since the 2026 multipath series) and
 //!   this stack use when they bind lane `i` to a source port `≡ i (mod 8)`.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 
-use crate::node::tap::{Dir, TapFrame, TapFrameRef, TapTransport, FLOW_LEN};
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 mod capture;
 mod checksum;
+mod chunk;
 mod direct;
 mod ib;
+mod pcap;
 mod reader;
+mod record;
 mod tcp;
 mod writer;
 
 pub use capture::{Capture, CaptureLink, CaptureTally};
+pub use chunk::{ChunkRecords, TapBatch, TapChunk};
 pub use direct::{open_capture_file, CaptureFile};
+pub use pcap::{LINKTYPE_ERF, LINKTYPE_ETHERNET, PCAP_SNAPLEN};
 pub use reader::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
-pub use writer::{PcapSink, SinkStats, TcpCaptureConfig};
+pub(crate) use record::record_head;
+pub use record::{
+    decode_record_refs, decode_records, encode_record, Direction, RecordDecodeError, RecordIter,
+    RecordRefIter, TapFrame, TapFrameRef, Transport, FLOW_LEN, MAX_RECORD, MAX_SNAPLEN,
+    REC_HDR_LEN,
+};
+pub use tcp::TcpCaptureConfig;
+pub use writer::{PcapSink, SinkStats};
 
-/// The snap length written into every capture header. Large enough for the largest packet the
-/// writer produces (an IPv6 datagram of 65535 payload bytes in an Ethernet frame).
-pub const PCAP_SNAPLEN: u32 = 262_144;
-/// `LINKTYPE_ETHERNET`.
-pub const LINKTYPE_ETHERNET: u32 = 1;
-/// `LINKTYPE_ERF` (Endace Extensible Record Format).
-pub const LINKTYPE_ERF: u32 = 197;
 /// ERF record type of an InfiniBand packet starting with its LRH.
 pub const ERF_TYPE_INFINIBAND: u8 = 21;
 /// Default TCP maximum segment size over IPv4: 1500-byte MTU minus IPv4 and TCP headers and
@@ -68,52 +71,6 @@ pub const DEFAULT_MSS_V4: u16 = 1448;
 pub const DEFAULT_MSS_V6: u16 = 1428;
 /// Largest RDS fragment over InfiniBand: the header plus [`FRAG_SIZE`] payload bytes.
 pub const IB_MAX_FRAGMENT: usize = HEADER_LEN + FRAG_SIZE;
-
-/// Direction of a frame as seen by the node that captured it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Direction {
-    /// Sent by the local node to the peer.
-    Tx,
-    /// Received by the local node from the peer.
-    Rx,
-}
-
-impl fmt::Display for Direction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Direction::Tx => "tx",
-            Direction::Rx => "rx",
-        })
-    }
-}
-
-/// The transport a traced frame travelled on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// RDS/TCP: the real TCP connection of the frame's lane. The passive (server) side is on
-    /// port 16385; every lane is a separate connection with its own client port.
-    Tcp {
-        /// The local node's TCP endpoint of this connection.
-        local: SocketAddr,
-        /// The peer's TCP endpoint of this connection.
-        peer: SocketAddr,
-    },
-    /// RDS over InfiniBand (RC queue pair). Each record is one RDS fragment: the 48-byte header
-    /// and at most [`FRAG_SIZE`] payload bytes, carried by one IB SEND.
-    Ib {
-        /// The local queue pair number (24 bits, at least 2).
-        local_qpn: u32,
-        /// The peer's queue pair number (24 bits, at least 2).
-        peer_qpn: u32,
-        /// The local port's LID (source LID of the frames the local node sends).
-        local_lid: u16,
-        /// The peer port's LID.
-        peer_lid: u16,
-        /// The SEND's solicited-event bit: set on the last fragment of each message and on
-        /// ACK-only frames.
-        solicited: bool,
-    },
-}
 
 /// One RDS frame captured by a node's trace tap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,13 +162,16 @@ impl TraceRecord {
 
     /// [`TraceRecord::from_tap`], taking the frame (its bytes are moved, not shared).
     pub fn from_tap_frame(frame: TapFrame) -> Option<Self> {
+        if frame.transport == Transport::Loopback {
+            return None;
+        }
         Some(TraceRecord {
             ts_ns: frame.ts_ns,
-            dir: direction_of(frame.dir),
+            dir: frame.dir,
             local: frame.laddr,
             peer: frame.faddr,
             lane: frame.lane,
-            transport: transport_of(frame.transport)?,
+            transport: frame.transport,
             orig_len: frame.orig_len,
             data: frame.data,
         })
@@ -233,34 +193,6 @@ impl TraceRecord {
     /// Checks what the writers rely on; see [`RecordError`].
     pub fn validate(&self) -> Result<(), RecordError> {
         self.view().validate()
-    }
-}
-
-fn direction_of(d: Dir) -> Direction {
-    match d {
-        Dir::Tx => Direction::Tx,
-        Dir::Rx => Direction::Rx,
-    }
-}
-
-/// The transport of a tapped frame; `None` for same-node loopback, which never touches a wire.
-fn transport_of(t: TapTransport) -> Option<Transport> {
-    match t {
-        TapTransport::Tcp { local, peer } => Some(Transport::Tcp { local, peer }),
-        TapTransport::Ib {
-            local_qpn,
-            peer_qpn,
-            local_lid,
-            peer_lid,
-            solicited,
-        } => Some(Transport::Ib {
-            local_qpn,
-            peer_qpn,
-            local_lid,
-            peer_lid,
-            solicited,
-        }),
-        TapTransport::Loopback => None,
     }
 }
 
@@ -306,7 +238,7 @@ pub(crate) struct FlowCache {
 #[derive(Debug, Clone, Copy)]
 struct FlowSlot {
     flow: [u8; FLOW_LEN],
-    transport: Option<Transport>,
+    transport: Transport,
     /// 0: empty.
     id: u64,
 }
@@ -316,7 +248,7 @@ impl Default for FlowCache {
         FlowCache {
             slots: [FlowSlot {
                 flow: [0; FLOW_LEN],
-                transport: None,
+                transport: Transport::Loopback,
                 id: 0,
             }; FLOW_SLOTS],
             last_id: 0,
@@ -336,15 +268,18 @@ impl<'a> RecordRef<'a> {
             cache.last_id += 1;
             *s = FlowSlot {
                 flow: *flow,
-                transport: transport_of(f.transport()),
+                transport: f.transport(),
                 id: cache.last_id,
             };
         }
+        if s.transport == Transport::Loopback {
+            return None;
+        }
         Some(RecordRef {
             ts_ns: f.ts_ns(),
-            dir: direction_of(f.dir()),
+            dir: f.dir(),
             lane: f.lane(),
-            transport: s.transport?,
+            transport: s.transport,
             orig_len: f.orig_len(),
             bytes: f.bytes(),
             flow: Some(FlowId {
@@ -429,6 +364,7 @@ impl<'a> RecordRef<'a> {
                     });
                 }
             }
+            Transport::Loopback => return Err(RecordError::Loopback),
         }
         Ok(())
     }
@@ -479,6 +415,9 @@ pub enum RecordError {
         /// The record's `orig_len`.
         orig_len: u32,
     },
+    /// A same-node loopback frame: it never travels on a wire, so no capture holds it.
+    #[error("a loopback frame has no wire to be captured on")]
+    Loopback,
 }
 
 /// Errors of [`PcapSink`].
@@ -544,4 +483,4 @@ pub fn node_mac(ip: IpAddr, local: bool) -> [u8; 6] {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

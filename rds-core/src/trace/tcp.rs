@@ -5,7 +5,8 @@
 //! is cut into segments at absolute stream offsets that are multiples of the MSS, so RDS
 //! headers can straddle segments as they do on a real wire. The last, partial segment of a
 //! stream is held back for a short while (`hold_ns`) so the next frame of the same stream can
-//! fill it; see `TcpCaptureConfig` for the exact rules.
+//! fill it; [`TcpCaptureConfig`] sets the MSS and that time, and
+//! [`super::PcapSink::ethernet`] states every rule.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -13,9 +14,37 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
 use super::checksum::{fold, sum16};
-use super::writer::pcap_record_header;
-use super::writer::TcpCaptureConfig;
-use super::{node_mac, Direction, RecordRef, Transport, FLOW_SLOTS};
+use super::pcap::pcap_record_header;
+use super::{
+    node_mac, Direction, RecordRef, Transport, DEFAULT_MSS_V4, DEFAULT_MSS_V6, FLOW_SLOTS,
+};
+
+/// How [`super::PcapSink::ethernet`] lays RDS/TCP streams out as TCP segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpCaptureConfig {
+    /// Maximum segment size over IPv4, 1..=65495 (default [`DEFAULT_MSS_V4`]).
+    pub mss_v4: u16,
+    /// Maximum segment size over IPv6, 1..=65515 (default [`DEFAULT_MSS_V6`]).
+    pub mss_v6: u16,
+    /// How long (in record time) a stream's last, partial segment waits for the next frame of
+    /// the same stream before it is written on its own. 0 writes every frame's tail at once
+    /// (no frame then shares a segment with the next one). Default 1 ms.
+    pub hold_ns: u64,
+    /// Initial TCP sequence number of every direction. `None` (the default) derives a
+    /// different one per direction from a hash of both endpoints.
+    pub fixed_isn: Option<u32>,
+}
+
+impl Default for TcpCaptureConfig {
+    fn default() -> Self {
+        TcpCaptureConfig {
+            mss_v4: DEFAULT_MSS_V4,
+            mss_v6: DEFAULT_MSS_V6,
+            hold_ns: 1_000_000,
+            fixed_isn: None,
+        }
+    }
+}
 
 /// One synthesized packet: link-layer bytes as captured and the length on the wire (what
 /// [`segment_slow`] builds).
