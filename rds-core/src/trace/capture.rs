@@ -10,8 +10,11 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::chunk::TapChunk;
+use super::error::TraceError;
+use super::frame::{FlowCache, RecordRef};
 use super::record::{decode_record_refs, RecordDecodeError, TapFrameRef, Transport};
-use super::{FlowCache, PcapSink, RecordRef, TcpCaptureConfig, TraceError};
+use super::tcp::TcpCaptureConfig;
+use super::writer::PcapSink;
 
 /// The transport whose frames a capture file holds (a pcap file has one link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use std::io::Write;
 use pcap_file::pcap::PcapHeader;
 use pcap_file::{DataLink, Endianness, TsResolution};
 
-use super::TraceError;
+use super::error::TraceError;
 
 /// The snap length written into every capture header. Large enough for the largest packet the
 /// writer produces (an IPv6 datagram of 65535 payload bytes in an Ethernet frame).

@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use bytes::Bytes;
 use pcap_file::pcap::PcapReader;
 
+use super::frame::RecordRef;
 use super::ib::{erf_timestamp, erf_timestamp_ns};
 use super::*;
 

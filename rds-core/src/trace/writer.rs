@@ -4,10 +4,12 @@ use std::io::Write;
 
 use pcap_file::DataLink;
 
+use super::error::TraceError;
+use super::frame::{RecordRef, TraceRecord};
 use super::ib::IbSynth;
 use super::pcap::{write_file_header, LINKTYPE_ERF, LINKTYPE_ETHERNET};
+use super::record::Transport;
 use super::tcp::{TcpCaptureConfig, TcpSynth};
-use super::{RecordRef, TraceError, TraceRecord, Transport};
 
 /// Counters of a [`PcapSink`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
