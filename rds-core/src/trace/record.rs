@@ -4,7 +4,7 @@
 //!
 //! The tap writes records itself (with [`record_head`]); [`encode_record`] writes the same bytes
 //! for tests and tools. [`decode_records`] and [`decode_record_refs`] read a batch of records
-//! back to back; [`super::chunk`] reads records whose long payloads are kept by reference.
+//! back to back; [`super::TapChunk`] reads records whose long payloads are kept by reference.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

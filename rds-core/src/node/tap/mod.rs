@@ -1,7 +1,7 @@
 //! The node's trace tap, the front end the I/O path calls: every RDS frame the node sends or
 //! receives, with a wall-clock timestamp, direction, addresses, lane and transport endpoints,
 //! the payload cut at a snap length, becomes one binary trace record
-//! ([`crate::trace::REC_HDR_LEN`]) in the session's chunk queue ([`queue`]).
+//! ([`crate::trace::REC_HDR_LEN`]) in the session's chunk queue (`queue.rs`).
 //!
 //! When no trace runs, the data path pays one relaxed atomic load per frame
 //! ([`Tap::enabled`]). When one runs, each frame costs one lock, one timestamp, the fixed part
