@@ -22,6 +22,7 @@ pub struct TapChunk {
 
 impl TapChunk {
     /// Records in the chunk.
+    #[inline]
     pub fn frames(&self) -> u32 {
         self.frames
     }
@@ -50,6 +51,7 @@ impl TapChunk {
     }
 
     /// Length of the records flattened.
+    #[inline]
     pub(crate) fn size(&self) -> usize {
         self.size
     }
@@ -74,6 +76,7 @@ impl TapChunk {
     /// header bytes `hdr`, then the payload bytes `kept` (what the snap length keeps of a
     /// payload of `orig_len - hdr.len()` bytes). `kept` is copied, unless `shared` holds the
     /// same payload: then its first `kept.len()` bytes are kept by reference.
+    #[inline]
     pub(crate) fn push(
         &mut self,
         head: &[u8; REC_HDR_LEN],
