@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rds_core::node::tap::{
-    encode_record, Dir, Tap, TapFilter, TapFrame, TapTransport, TxFrames, CHUNK_SIZE,
+use rds_core::node::tap::{Tap, TapFilter, TxFrames, CHUNK_SIZE};
+use rds_core::trace::{
+    encode_record, Capture, CaptureLink, Direction, TapFrame, TcpCaptureConfig, Transport,
 };
-use rds_core::trace::{Capture, CaptureLink, TcpCaptureConfig};
 use rds_core::wire::{HeaderRepr, HEADER_LEN};
 
 /// One chunk's worth of records: `size`-byte messages on four lanes, cut at `snaplen`.
@@ -41,11 +41,11 @@ fn batch(size: usize, snaplen: usize) -> (Vec<u8>, u64) {
             &mut out,
             &TapFrame {
                 ts_ns: 1_800_000_000_000_000_000 + n * 1500,
-                dir: Dir::Tx,
+                dir: Direction::Tx,
                 laddr: local,
                 faddr: peer,
                 lane,
-                transport: TapTransport::Tcp {
+                transport: Transport::Tcp {
                     local: SocketAddr::new(local, 40000 + u16::from(lane)),
                     peer: SocketAddr::new(peer, 16385),
                 },

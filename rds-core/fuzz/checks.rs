@@ -966,7 +966,7 @@ fn ctl_json(json: &[u8]) {
 /// A batch of binary trace records (the data part of a `trace_frames` reply): the borrowing
 /// and the copying decoder agree, and every record re-encodes to one that decodes the same.
 fn trace_records(batch: &[u8]) {
-    use rds_core::node::tap::{decode_record_refs, decode_records, encode_record};
+    use rds_core::trace::{decode_record_refs, decode_records, encode_record};
     let owned: Vec<_> = decode_records(Bytes::copy_from_slice(batch)).collect();
     let refs: Vec<_> = decode_record_refs(batch).collect();
     assert_eq!(owned.len(), refs.len());

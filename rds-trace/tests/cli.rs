@@ -17,8 +17,9 @@ use assert_cmd::Command;
 use bytes::Bytes;
 use common::*;
 use rds_core::ctl::{read_frame, write_frame, Reply, Request, TraceOutput, PROTO_VERSION};
-use rds_core::node::tap::{encode_record, Dir, TapFrame, TapTransport};
-use rds_core::trace::{Direction, PcapSink, TcpCaptureConfig, TraceRecord, Transport};
+use rds_core::trace::{
+    encode_record, Direction, PcapSink, TapFrame, TcpCaptureConfig, TraceRecord, Transport,
+};
 use rds_core::wire::{ExtHeader, HeaderRepr};
 
 /// 2023-11-14 22:13:20 UTC.
@@ -108,7 +109,7 @@ fn write_sample(path: &Path) {
     let tcp = |ts: u64, dir: Direction, h: HeaderRepr, payload: &[u8]| {
         let (local, peer) = match c {
             Transport::Tcp { local, peer } => (local, peer),
-            Transport::Ib { .. } => unreachable!(),
+            Transport::Ib { .. } | Transport::Loopback => unreachable!(),
         };
         TraceRecord::tcp(T0 + ts, dir, 1, local, peer, frame(&h, payload))
     };
@@ -373,11 +374,11 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                         let h = HeaderRepr::data(i + 1, 4000, 5000, 4);
                         let f = TapFrame {
                             ts_ns: T0 + i * 1000,
-                            dir: Dir::Tx,
+                            dir: Direction::Tx,
                             laddr: "192.0.2.1".parse().unwrap(),
                             faddr: "192.0.2.2".parse().unwrap(),
                             lane: 0,
-                            transport: TapTransport::Tcp {
+                            transport: Transport::Tcp {
                                 local: sa("192.0.2.1:40000"),
                                 peer: sa("192.0.2.2:16385"),
                             },
@@ -392,11 +393,11 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                     }
                     let ib = TapFrame {
                         ts_ns: T0 + n * 1000,
-                        dir: Dir::Rx,
+                        dir: Direction::Rx,
                         laddr: "192.0.2.1".parse().unwrap(),
                         faddr: "192.0.2.2".parse().unwrap(),
                         lane: 0,
-                        transport: TapTransport::Ib {
+                        transport: Transport::Ib {
                             local_qpn: 0x10,
                             peer_qpn: 0x20,
                             local_lid: 1,
@@ -407,7 +408,7 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                         data: HeaderRepr::data(1, 1, 2, 0).to_bytes().to_vec().into(),
                     };
                     let lo = TapFrame {
-                        transport: TapTransport::Loopback,
+                        transport: Transport::Loopback,
                         ..ib.clone()
                     };
                     let mut batch = Vec::new();

@@ -721,7 +721,7 @@ fn hex(b: &[u8]) -> String {
 /// the same session is counted as another transport's, not written.
 #[test]
 fn ib_fragments_from_the_tap_api_decode_exactly() {
-    use rds_core::node::tap::{Dir, IbQps};
+    use rds_core::node::tap::IbQps;
     use rds_core::trace::{Direction, FrameLink};
     use rds_core::wire::HeaderRepr;
 
@@ -778,7 +778,7 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
         .as_nanos() as u64;
     // Another transport's frame first: counted, not written.
     tap.record_tcp(
-        Dir::Tx,
+        Direction::Tx,
         ip("127.7.6.1"),
         ip("127.7.6.2"),
         0,
@@ -787,11 +787,7 @@ fn ib_fragments_from_the_tap_api_decode_exactly() {
         [(&HeaderRepr::data(1, 1, 2, 0).to_bytes()[..], &Bytes::new())],
     );
     for (d, solicited, h, payload) in &fed {
-        let d = match d {
-            Direction::Tx => Dir::Tx,
-            Direction::Rx => Dir::Rx,
-        };
-        tap.record_ib(d, l, p, 0, qps, *solicited, h, payload);
+        tap.record_ib(*d, l, p, 0, qps, *solicited, h, payload);
     }
     let t1 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

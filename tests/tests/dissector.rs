@@ -208,6 +208,7 @@ impl Scenario {
                 transport,
                 frame,
             ),
+            Transport::Loopback => unreachable!("a capture holds no loopback frames"),
         };
         let rec = match snap {
             Some(n) => rec.snapped(n),

@@ -1069,7 +1069,7 @@ fn selected(var: &str, name: &str) -> bool {
 /// A debugging capture of our node's frames with the kernel (trace tap).
 struct Tapper {
     node: Node,
-    thread: std::thread::JoinHandle<Vec<rds_core::node::tap::TapFrame>>,
+    thread: std::thread::JoinHandle<Vec<rds_core::trace::TapFrame>>,
 }
 
 impl Tapper {
@@ -1119,7 +1119,7 @@ impl Tapper {
                 Vec::new()
             };
             let tr = match f.transport {
-                rds_core::node::tap::TapTransport::Tcp { local, peer } => {
+                rds_core::trace::Transport::Tcp { local, peer } => {
                     format!("{}<->{}", local.port(), peer.port())
                 }
                 other => format!("{other:?}"),

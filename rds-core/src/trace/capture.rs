@@ -9,8 +9,12 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FlowCache, PcapSink, RecordRef, TcpCaptureConfig, TraceError, Transport};
-use crate::node::tap::{decode_record_refs, RecordDecodeError, TapChunk, TapFrameRef};
+use super::chunk::TapChunk;
+use super::error::TraceError;
+use super::frame::{FlowCache, RecordRef};
+use super::record::{decode_record_refs, RecordDecodeError, TapFrameRef, Transport};
+use super::tcp::TcpCaptureConfig;
+use super::writer::PcapSink;
 
 /// The transport whose frames a capture file holds (a pcap file has one link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,8 +139,8 @@ impl<W: Write> Capture<W> {
         self.write_records(decode_record_refs(batch))
     }
 
-    /// [`Capture::write_batch`] of a chunk taken from the node's tap
-    /// ([`crate::node::tap::Tap::take_chunks`]), read in place.
+    /// [`Capture::write_batch`] of a chunk of records as the node's tap wrote them, read in
+    /// place.
     ///
     /// # Errors
     /// Writing to the output failed (nothing more should be written).

@@ -3,8 +3,15 @@
 use std::collections::BTreeMap;
 
 use super::checksum::{crc16, crc32};
-use super::writer::pcap_record_header;
-use super::{Direction, RecordRef, Transport, ERF_TYPE_INFINIBAND};
+use super::frame::RecordRef;
+use super::pcap::pcap_record_header;
+use super::record::{Direction, Transport};
+use crate::wire::{FRAG_SIZE, HEADER_LEN};
+
+/// ERF record type of an InfiniBand packet starting with its LRH.
+pub const ERF_TYPE_INFINIBAND: u8 = 21;
+/// Largest RDS fragment over InfiniBand: the header plus [`FRAG_SIZE`] payload bytes.
+pub const IB_MAX_FRAGMENT: usize = HEADER_LEN + FRAG_SIZE;
 
 /// ERF header length (no extension headers).
 pub(crate) const ERF_LEN: usize = 16;

@@ -8,17 +8,17 @@ use bytes::Bytes;
 use pcap_file::pcap::{PcapReader, RawPcapPacket};
 use pcap_file::{PcapError, TsResolution};
 
+use super::frame::TraceRecord;
 use super::ib::{
-    erf_timestamp_ns, BTH_LEN, ERF_LEN, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH_LEN, OP_RC_SEND_ONLY,
-    OP_RC_SEND_ONLY_IMM,
+    erf_timestamp_ns, BTH_LEN, ERF_LEN, ERF_TYPE_INFINIBAND, LNH_IBA_GLOBAL, LNH_IBA_LOCAL,
+    LRH_LEN, OP_RC_SEND_ONLY, OP_RC_SEND_ONLY_IMM,
 };
-use super::{Direction, TraceRecord, Transport, ERF_TYPE_INFINIBAND};
+use super::pcap::{LINKTYPE_ERF, LINKTYPE_ETHERNET};
+use super::record::{Direction, Transport};
 use crate::wire::{HeaderRepr, HEADER_LEN, MAX_MSG_SIZE, RDS_TCP_PORT};
 
-const LINKTYPE_ETHERNET: u32 = 1;
 const LINKTYPE_RAW: u32 = 101;
 const LINKTYPE_LINUX_SLL: u32 = 113;
-const LINKTYPE_ERF: u32 = 197;
 const LINKTYPE_IPV4: u32 = 228;
 const LINKTYPE_IPV6: u32 = 229;
 const LINKTYPE_LINUX_SLL2: u32 = 276;

@@ -5,7 +5,8 @@
 //! is cut into segments at absolute stream offsets that are multiples of the MSS, so RDS
 //! headers can straddle segments as they do on a real wire. The last, partial segment of a
 //! stream is held back for a short while (`hold_ns`) so the next frame of the same stream can
-//! fill it; see `TcpCaptureConfig` for the exact rules.
+//! fill it; [`TcpCaptureConfig`] sets the MSS and that time, and
+//! [`super::PcapSink::ethernet`] states every rule.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -13,9 +14,63 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
 use super::checksum::{fold, sum16};
-use super::writer::pcap_record_header;
-use super::writer::TcpCaptureConfig;
-use super::{node_mac, Direction, RecordRef, Transport, FLOW_SLOTS};
+use super::frame::{RecordRef, FLOW_SLOTS};
+use super::pcap::pcap_record_header;
+use super::record::{Direction, Transport};
+
+/// Default TCP maximum segment size over IPv4: 1500-byte MTU minus IPv4 and TCP headers and
+/// the 12-byte timestamp option Linux uses.
+pub const DEFAULT_MSS_V4: u16 = 1448;
+/// Default TCP maximum segment size over IPv6 (1500-byte MTU, 40-byte IPv6 header).
+pub const DEFAULT_MSS_V6: u16 = 1428;
+
+/// The synthetic MAC address of a node in Ethernet captures: `02:00:a:b:c:d` for the local
+/// (capturing) node, `02:01:a:b:c:d` for its peer, where `a.b.c.d` are the last four bytes of
+/// `ip` (the IPv4 address itself). Locally administered unicast addresses.
+pub fn node_mac(ip: IpAddr, local: bool) -> [u8; 6] {
+    let tail = match ip {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    [
+        0x02,
+        if local { 0x00 } else { 0x01 },
+        tail[0],
+        tail[1],
+        tail[2],
+        tail[3],
+    ]
+}
+
+/// How [`super::PcapSink::ethernet`] lays RDS/TCP streams out as TCP segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpCaptureConfig {
+    /// Maximum segment size over IPv4, 1..=65495 (default [`DEFAULT_MSS_V4`]).
+    pub mss_v4: u16,
+    /// Maximum segment size over IPv6, 1..=65515 (default [`DEFAULT_MSS_V6`]).
+    pub mss_v6: u16,
+    /// How long (in record time) a stream's last, partial segment waits for the next frame of
+    /// the same stream before it is written on its own. 0 writes every frame's tail at once
+    /// (no frame then shares a segment with the next one). Default 1 ms.
+    pub hold_ns: u64,
+    /// Initial TCP sequence number of every direction. `None` (the default) derives a
+    /// different one per direction from a hash of both endpoints.
+    pub fixed_isn: Option<u32>,
+}
+
+impl Default for TcpCaptureConfig {
+    fn default() -> Self {
+        TcpCaptureConfig {
+            mss_v4: DEFAULT_MSS_V4,
+            mss_v6: DEFAULT_MSS_V6,
+            hold_ns: 1_000_000,
+            fixed_isn: None,
+        }
+    }
+}
 
 /// One synthesized packet: link-layer bytes as captured and the length on the wire (what
 /// [`segment_slow`] builds).
@@ -149,7 +204,7 @@ pub(crate) struct TcpSynth {
     /// At most the oldest `pending_ts` of a held segment (`u64::MAX`: none held), so that
     /// most records need no scan for stale segments.
     min_pending_ts: u64,
-    /// Per slot of the [`super::FlowCache`] that reads this synthesizer's records (the one
+    /// Per slot of the [`super::frame::FlowCache`] that reads this synthesizer's records (the one
     /// of its [`super::Capture`]; ids from any other cache would not mean the same flows),
     /// the id of the last flow and its direction's index: the next record of that flow skips
     /// comparing endpoint pairs.

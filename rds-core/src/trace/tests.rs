@@ -1,21 +1,23 @@
-//! Unit tests of the capture writer and reader.
+//! Unit tests of the capture writer and reader; the helpers that build frames and read
+//! captures back serve the node's tap tests too.
 
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 use pcap_file::pcap::PcapReader;
 
+use super::frame::RecordRef;
 use super::ib::{erf_timestamp, erf_timestamp_ns};
 use super::*;
 
 const T0: u64 = 1_700_000_000_123_456_789;
 
-fn sa(s: &str) -> SocketAddr {
+pub(crate) fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
 /// An RDS header built field by field (independent of `crate::wire`), then `payload`.
-fn frame(seq: u64, sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Bytes {
+pub(crate) fn frame(seq: u64, sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Bytes {
     let mut f = vec![0u8; 48];
     f[0..8].copy_from_slice(&seq.to_be_bytes());
     f[16..20].copy_from_slice(&(payload.len() as u32).to_be_bytes());
@@ -26,13 +28,13 @@ fn frame(seq: u64, sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Bytes {
     Bytes::from(f)
 }
 
-fn pattern(n: usize, salt: u8) -> Vec<u8> {
+pub(crate) fn pattern(n: usize, salt: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
         .collect()
 }
 
-fn cfg(mss: u16, hold_ns: u64) -> TcpCaptureConfig {
+pub(crate) fn cfg(mss: u16, hold_ns: u64) -> TcpCaptureConfig {
     TcpCaptureConfig {
         mss_v4: mss,
         mss_v6: mss,
@@ -50,7 +52,7 @@ fn write_tcp(cfg: TcpCaptureConfig, recs: &[TraceRecord]) -> Vec<u8> {
 }
 
 /// (timestamp ns, captured bytes, length on the wire) of every packet, read with pcap-file.
-fn packets(file: &[u8]) -> Vec<(u64, Vec<u8>, u32)> {
+pub(crate) fn packets(file: &[u8]) -> Vec<(u64, Vec<u8>, u32)> {
     let mut r = PcapReader::new(file).unwrap();
     let mut out = Vec::new();
     while let Some(p) = r.next_packet() {
@@ -953,14 +955,13 @@ fn reader_reports_errors_and_keeps_going() {
 
 #[test]
 fn tap_frames_convert() {
-    use crate::node::tap::{Dir, TapFrame, TapTransport};
     let f = TapFrame {
         ts_ns: 5,
-        dir: Dir::Rx,
+        dir: Direction::Rx,
         laddr: "10.0.0.1".parse().unwrap(),
         faddr: "10.0.0.2".parse().unwrap(),
         lane: 3,
-        transport: TapTransport::Tcp {
+        transport: Transport::Tcp {
             local: sa("10.0.0.1:40003"),
             peer: sa("10.0.0.2:16385"),
         },
@@ -975,56 +976,10 @@ fn tap_frames_convert() {
     assert!(r.is_truncated());
     r.validate().unwrap();
     let lo = TapFrame {
-        transport: TapTransport::Loopback,
+        transport: Transport::Loopback,
         ..f
     };
     assert_eq!(TraceRecord::from_tap(&lo), None);
-}
-
-/// A capture file written from the tap's chunks read in place is byte for byte the file
-/// written from the same chunks flattened, at snap lengths that keep payloads by reference
-/// whole, cut, or not at all; over two lanes and both directions.
-#[test]
-fn chunks_read_in_place_write_the_file_of_their_flattened_batches() {
-    use crate::node::tap::{Dir, Tap, TapFilter, TxFrames};
-    let local = sa("10.1.0.1:40001");
-    let peer = sa("10.1.0.2:16385");
-    let local2 = sa("10.1.0.1:40002");
-    for snaplen in [48 + 100_000, 48 + 300, 128] {
-        let tap = Tap::default();
-        tap.start(snaplen, 1 << 16, TapFilter::default()).unwrap();
-        let mut tx = TxFrames::default();
-        for (i, len) in [0usize, 100, 255, 256, 1000, 1448, 3000, 70_000, 300]
-            .into_iter()
-            .enumerate()
-        {
-            let f = frame(i as u64 + 1, 4000, 5000, 0, &pattern(len, i as u8));
-            let hdr: [u8; 48] = f[..48].try_into().unwrap();
-            let payload = f.slice(48..);
-            tx.push(&tap, &hdr, &payload);
-            tx.record(&tap, local.ip(), peer.ip(), i % 2, local, peer);
-            let (l, p) = if i % 2 == 0 {
-                (local, peer)
-            } else {
-                (local2, peer)
-            };
-            tap.record_tcp(Dir::Rx, l.ip(), p.ip(), i % 2, l, p, [(&hdr[..], &payload)]);
-        }
-        let chunks = tap.take_chunks(std::time::Duration::ZERO).unwrap();
-        assert!(!chunks.is_empty());
-        let new = || Capture::new(Vec::new(), CaptureLink::Tcp, None, cfg(1448, 0)).unwrap();
-        let (mut in_place, mut flat) = (new(), new());
-        for c in chunks {
-            in_place.write_chunk(&c).unwrap();
-            flat.write_batch(&c.into_batch().data).unwrap();
-        }
-        let (a, ta) = in_place.finish().unwrap();
-        let (b, tb) = flat.finish().unwrap();
-        assert_eq!(ta, tb);
-        assert_eq!(ta.written, 18, "snap length {snaplen}");
-        assert_eq!(a, b, "snap length {snaplen}");
-        assert!(packets(&a).len() >= 18);
-    }
 }
 
 /// The captured bytes of a record in two pieces, cut at any range, give the same bytes as one
@@ -1067,26 +1022,25 @@ fn record_pieces_cut_anywhere() {
 /// which shares a slot with lane 1) in between.
 #[test]
 fn a_batch_through_the_flow_cache_writes_the_file_of_its_records_one_by_one() {
-    use crate::node::tap::{encode_record, Dir, TapFrame, TapTransport};
-    let tcp = |l: &str, p: &str| TapTransport::Tcp {
+    let tcp = |l: &str, p: &str| Transport::Tcp {
         local: sa(l),
         peer: sa(p),
     };
     let flows = [
-        (Dir::Tx, 0, tcp("10.2.0.1:40000", "10.2.0.2:16385")),
-        (Dir::Tx, 1, tcp("10.2.0.1:40001", "10.2.0.2:16385")),
-        (Dir::Rx, 0, tcp("10.2.0.1:40000", "10.2.0.2:16385")),
-        (Dir::Tx, 0, tcp("10.2.0.1:40008", "10.2.0.2:16385")),
-        (Dir::Tx, 0, tcp("10.2.0.1:40000", "10.2.0.2:16385")),
-        (Dir::Tx, 0, tcp("10.2.0.1:40008", "10.2.0.2:16385")),
-        (Dir::Rx, 2, tcp("[fd00::1]:40002", "[fd00::2]:16385")),
-        (Dir::Tx, 0, TapTransport::Loopback),
-        (Dir::Tx, 9, tcp("10.2.0.1:40009", "10.2.0.2:16385")),
-        (Dir::Tx, 1, tcp("10.2.0.1:40001", "10.2.0.2:16385")),
+        (Direction::Tx, 0, tcp("10.2.0.1:40000", "10.2.0.2:16385")),
+        (Direction::Tx, 1, tcp("10.2.0.1:40001", "10.2.0.2:16385")),
+        (Direction::Rx, 0, tcp("10.2.0.1:40000", "10.2.0.2:16385")),
+        (Direction::Tx, 0, tcp("10.2.0.1:40008", "10.2.0.2:16385")),
+        (Direction::Tx, 0, tcp("10.2.0.1:40000", "10.2.0.2:16385")),
+        (Direction::Tx, 0, tcp("10.2.0.1:40008", "10.2.0.2:16385")),
+        (Direction::Rx, 2, tcp("[fd00::1]:40002", "[fd00::2]:16385")),
+        (Direction::Tx, 0, Transport::Loopback),
+        (Direction::Tx, 9, tcp("10.2.0.1:40009", "10.2.0.2:16385")),
+        (Direction::Tx, 1, tcp("10.2.0.1:40001", "10.2.0.2:16385")),
         (
-            Dir::Tx,
+            Direction::Tx,
             0,
-            TapTransport::Ib {
+            Transport::Ib {
                 local_qpn: 7,
                 peer_qpn: 8,
                 local_lid: 1,
@@ -1094,7 +1048,7 @@ fn a_batch_through_the_flow_cache_writes_the_file_of_its_records_one_by_one() {
                 solicited: false,
             },
         ),
-        (Dir::Tx, 2, tcp("[fd00::1]:40002", "[fd00::2]:16385")),
+        (Direction::Tx, 2, tcp("[fd00::1]:40002", "[fd00::2]:16385")),
     ];
     let mut frames = Vec::new();
     for round in 0..3u64 {
@@ -1103,7 +1057,7 @@ fn a_batch_through_the_flow_cache_writes_the_file_of_its_records_one_by_one() {
             let payload = pattern(100 + (n as usize * 37) % 2000, n as u8);
             let data = frame(n + 1, 4000, 5000, 0, &payload);
             let (laddr, faddr) = match transport {
-                TapTransport::Tcp { local, peer } => (local.ip(), peer.ip()),
+                Transport::Tcp { local, peer } => (local.ip(), peer.ip()),
                 _ => ("10.2.0.1".parse().unwrap(), "10.2.0.2".parse().unwrap()),
             };
             frames.push(TapFrame {

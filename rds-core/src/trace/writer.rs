@@ -2,42 +2,14 @@
 
 use std::io::Write;
 
-use pcap_file::pcap::PcapHeader;
-use pcap_file::{DataLink, Endianness, TsResolution};
+use pcap_file::DataLink;
 
+use super::error::TraceError;
+use super::frame::{RecordRef, TraceRecord};
 use super::ib::IbSynth;
-use super::tcp::TcpSynth;
-use super::{
-    RecordRef, TraceError, TraceRecord, Transport, DEFAULT_MSS_V4, DEFAULT_MSS_V6, LINKTYPE_ERF,
-    LINKTYPE_ETHERNET, PCAP_SNAPLEN,
-};
-
-/// How [`PcapSink::ethernet`] lays RDS/TCP streams out as TCP segments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TcpCaptureConfig {
-    /// Maximum segment size over IPv4, 1..=65495 (default [`DEFAULT_MSS_V4`]).
-    pub mss_v4: u16,
-    /// Maximum segment size over IPv6, 1..=65515 (default [`DEFAULT_MSS_V6`]).
-    pub mss_v6: u16,
-    /// How long (in record time) a stream's last, partial segment waits for the next frame of
-    /// the same stream before it is written on its own. 0 writes every frame's tail at once
-    /// (no frame then shares a segment with the next one). Default 1 ms.
-    pub hold_ns: u64,
-    /// Initial TCP sequence number of every direction. `None` (the default) derives a
-    /// different one per direction from a hash of both endpoints.
-    pub fixed_isn: Option<u32>,
-}
-
-impl Default for TcpCaptureConfig {
-    fn default() -> Self {
-        TcpCaptureConfig {
-            mss_v4: DEFAULT_MSS_V4,
-            mss_v6: DEFAULT_MSS_V6,
-            hold_ns: 1_000_000,
-            fixed_isn: None,
-        }
-    }
-}
+use super::pcap::{write_file_header, LINKTYPE_ERF, LINKTYPE_ETHERNET};
+use super::record::Transport;
+use super::tcp::{TcpCaptureConfig, TcpSynth};
 
 /// Counters of a [`PcapSink`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,7 +29,7 @@ enum Synth {
 }
 
 /// Writes [`TraceRecord`]s as a classic pcap capture (nanosecond timestamps, snap length
-/// [`PCAP_SNAPLEN`], little-endian) to any [`Write`].
+/// [`PCAP_SNAPLEN`](super::PCAP_SNAPLEN), little-endian) to any [`Write`].
 ///
 /// One sink holds one link type: [`PcapSink::ethernet`] takes RDS/TCP records,
 /// [`PcapSink::erf`] takes RDS-over-IB records (write them to a second file). Call
@@ -71,34 +43,6 @@ pub struct PcapSink<W: Write> {
     /// pcap records not yet written to `out`: the synthesizers build packets here, and the
     /// output takes them [`GATHER`] bytes at a time.
     buf: Vec<u8>,
-}
-
-/// Writes the file header: nanosecond magic, version 2.4, [`PCAP_SNAPLEN`], little-endian.
-fn start<W: Write>(mut out: W, datalink: DataLink) -> Result<W, TraceError> {
-    let header = PcapHeader {
-        datalink,
-        ts_resolution: TsResolution::NanoSecond,
-        snaplen: PCAP_SNAPLEN,
-        endianness: Endianness::Little,
-        ..PcapHeader::default()
-    };
-    header.write_to(&mut out)?;
-    Ok(out)
-}
-
-/// The 16-byte header of a pcap record (seconds, nanoseconds, captured length, length on the
-/// wire; little-endian) of a packet of `incl` captured bytes. The sink checked the timestamp
-/// ([`PcapSink::write`]); the synthesizers never build a packet longer than [`PCAP_SNAPLEN`] or
-/// than its length on the wire.
-pub(crate) fn pcap_record_header(ts_ns: u64, incl: usize, orig_len: u32) -> [u8; 16] {
-    debug_assert!(ts_ns / 1_000_000_000 <= u64::from(u32::MAX));
-    debug_assert!(incl <= PCAP_SNAPLEN as usize && incl <= orig_len as usize);
-    let mut hdr = [0u8; 16];
-    hdr[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
-    hdr[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
-    hdr[8..12].copy_from_slice(&(incl as u32).to_le_bytes());
-    hdr[12..16].copy_from_slice(&orig_len.to_le_bytes());
-    hdr
 }
 
 /// Bytes of pcap records a sink gathers before it writes them to its output.
@@ -150,7 +94,7 @@ impl<W: Write> PcapSink<W> {
             return Err(TraceError::Config("mss_v6 must be in 1..=65515"));
         }
         Ok(PcapSink {
-            out: Some(start(out, DataLink::ETHERNET)?),
+            out: Some(write_file_header(out, DataLink::ETHERNET)?),
             synth: Synth::Tcp(Box::new(TcpSynth::new(cfg))),
             stats: SinkStats::default(),
             buf: Vec::new(),
@@ -185,7 +129,7 @@ impl<W: Write> PcapSink<W> {
     /// [`TraceError::Pcap`] if the file header cannot be written.
     pub fn erf(out: W) -> Result<Self, TraceError> {
         Ok(PcapSink {
-            out: Some(start(out, DataLink::ERF)?),
+            out: Some(write_file_header(out, DataLink::ERF)?),
             synth: Synth::Ib(IbSynth::default()),
             stats: SinkStats::default(),
             buf: Vec::new(),
@@ -230,6 +174,7 @@ impl<W: Write> PcapSink<W> {
             let record = match rec.transport {
                 Transport::Tcp { .. } => "tcp",
                 Transport::Ib { .. } => "ib",
+                Transport::Loopback => "loopback",
             };
             let sink = match self.synth {
                 Synth::Tcp(_) => "ethernet",
