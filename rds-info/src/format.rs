@@ -13,7 +13,6 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use comfy_table::{ContentArrangement, Table};
 use rds_core::ctl::InfoSnapshot;
 use rds_core::proto::{ConnInfo, PathInfo, PathState, QueuedMsgInfo};
 
@@ -319,9 +318,7 @@ pub fn connections(out: &mut String, snap: &InfoSnapshot, l: Layout) {
 /// `-p`: every path of every connection (no upstream format: a table).
 pub fn paths(out: &mut String, snap: &InfoSnapshot, l: Layout) {
     title(out, "RDS Paths");
-    let mut t = Table::new();
-    t.set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(vec![
+    let mut t = rds_cli::table(vec![
         "LocalAddr",
         "RemoteAddr",
         "Trans",

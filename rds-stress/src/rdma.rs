@@ -30,9 +30,6 @@ use crate::opts::Fatal;
 /// `ENOPROTOOPT`); ours adds a second line saying why.
 pub const NO_RDMA: &str = "RDMA not supported by this kernel\n";
 
-/// The largest RDMA operation (`size × vector`), the RDS message limit.
-pub const MAX_RDMA_BYTES: u64 = 1 << 20;
-
 /// Type bits of a user token for an RDMA operation (the original's `OP_REQ`/`OP_ACK` types
 /// are for async sends, which this stack lacks).
 pub const TOKEN_RDMA: u64 = 0;

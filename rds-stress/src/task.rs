@@ -396,7 +396,7 @@ impl Task {
                 if want_in { rx_fd } else { -1 },
                 if want_out { tx_fd } else { -1 },
             ];
-            let ready = match crate::sys::poll_readable(&fds, POLL_TIMEOUT) {
+            let ready = match rds_core::poll_readable(&fds, POLL_TIMEOUT) {
                 Ok(r) => r,
                 Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
             };
