@@ -8,6 +8,8 @@
 //!   acknowledgements, retransmission, ping/pong, the multipath handshake, congestion maps.
 //!   Time is passed in; randomness is seeded.
 //! - [`stats`], [`tunables`], [`time`]: kernel-named counters, `net.rds.*` tunables, engine time.
+//! - [`info`], [`message`]: plain data the engine produces and the API hands out: ids,
+//!   connection/socket/queue snapshots for info output, received messages and notifications.
 //! - [`node`]: a running node: the engine behind a lock, an epoll I/O thread running the
 //!   RDS/TCP transport (listener on `addr:16385`, lanes, reconnects), timers and the trace tap.
 //! - [`socket`]: RDS sockets with the kernel's semantics and errno values ([`Socket`]).
@@ -20,6 +22,8 @@
 pub mod ctl;
 pub mod errno;
 pub mod ib;
+pub mod info;
+pub mod message;
 pub mod node;
 pub mod proto;
 pub mod rdma;

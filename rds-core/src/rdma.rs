@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::ib::mem::DmaMem;
+pub use crate::message::{RdmaNotify, RdmaStatus};
 use crate::proto::SockId;
 
 /// Page-aligned, zeroed memory that RDMA operations may read and write (what an application
@@ -200,49 +201,6 @@ pub struct Sent {
     pub len: usize,
     /// The cookie of the region registered for [`SendCtl::rdma_map`].
     pub map_cookie: Option<u64>,
-}
-
-/// The outcome of an RDMA operation (`RDS_RDMA_SUCCESS` ... `RDS_RDMA_OTHER_ERROR`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RdmaStatus {
-    /// Done.
-    Success = 0,
-    /// The peer refused it (bad key, address or access rights).
-    RemoteError = 1,
-    /// `cancel_sent_to` removed the message.
-    Canceled = 2,
-    /// The connection dropped; RDMA operations are never retransmitted.
-    Dropped = 3,
-    /// Any other failure.
-    OtherError = 4,
-}
-
-impl RdmaStatus {
-    /// The kernel's number.
-    pub fn code(self) -> i32 {
-        self as i32
-    }
-
-    /// From the kernel's number.
-    pub fn from_code(c: i32) -> Option<RdmaStatus> {
-        Some(match c {
-            0 => RdmaStatus::Success,
-            1 => RdmaStatus::RemoteError,
-            2 => RdmaStatus::Canceled,
-            3 => RdmaStatus::Dropped,
-            4 => RdmaStatus::OtherError,
-            _ => return None,
-        })
-    }
-}
-
-/// A completion notification (`struct rds_rdma_notify` in `RDS_CMSG_RDMA_STATUS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RdmaNotify {
-    /// The operation's [`RdmaArgs::user_token`].
-    pub user_token: u64,
-    /// What happened.
-    pub status: RdmaStatus,
 }
 
 /// An RDMA operation queued with a message: what the transport performs before the

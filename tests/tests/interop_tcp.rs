@@ -23,38 +23,25 @@
 //! by the leader at each of the 19 barriers, per-pair SHA-256 compared across both sides),
 //! `kernel-view` (RDS_INFO_CONNECTIONS: tcp, CONNECTED; no bad checksums; `conn_reset` grew).
 //!
-//! What the Debian 6.1 kernel (6.1.0-56-amd64, 6.1.192-2) does that shaped these tests:
-//! - It has no lane identity on the wire (no SPORT_IDX; it logs "ignoring unknown exthdr
-//!   type 0x8" for ours) and, when it accepts, puts each new connection into the first free
-//!   slot. After a drop the lanes can come back crossed. It also resends, marked
-//!   RETRANSMITTED, messages whose bytes TCP had already acknowledged (it releases them only
-//!   in `write_space` callbacks). A resent message then lands in another lane's sequence
-//!   space, where the duplicate check (`seq < next_rx_seq`) compares against the wrong lane.
-//!   With drops while messages are in flight we saw a message delivered twice once (our
-//!   restart, ours<kernel: the kernel's stream moved from our lane 0 to our lane 1 and its
-//!   RETRANSMITTED seq 5247, already read on the old lane-0 connection, was accepted again
-//!   on lane 1); 44 later in-flight runs (both orders, both droppers) passed. Two kernels
-//!   lose and duplicate the same way, more often (lab README). So the reconnect cases drop at
-//!   quiescent points, mid-stream, the way the lab's selftest-peer resets: both senders held,
-//!   both sides' send/retransmit queues empty, drop, a ping on our data lane answered, 8
-//!   lanes up, go on. `INTEROP_INFLIGHT=1` drops with messages in flight instead.
-//! - It sends each congestion-map update on whichever lane's send worker runs next, often
-//!   behind bulk data on a data lane (we saw one receiver port's maps on lanes 0, 3 and 4,
-//!   flipping hundreds of times a second). Maps carry no sequence number, so an older
-//!   "congested" map can arrive after the newer "uncongested" one, and a blocking sender then
-//!   waits for an update that never comes. That is the likely cause of what 4 of 8 runs of
-//!   `reconnect-kernel-drops` ours>kernel did with the kernel's default rcvbuf: our blocking
-//!   sender waited on the kernel receiver's port for good (send buffer empty, nothing queued
-//!   on either side, the kernel receiver idle in recvmsg, no further map from the kernel).
-//!   Cases that are not about congestion give kernel receivers a large rcvbuf
-//!   ([`KRCVBUF`]); with it, 8 of 8 runs passed.
-//! - `net.rds.tcp.rds_tcp_sndbuf`/`rcvbuf` cannot be written back to 0 (autotune): the
-//!   minimum is enforced, so the second order starts by setting both to 1 MiB.
+//! Kernel behaviour (Debian 6.1) the cases are built around:
+//! - It sends no lane identity (no SPORT_IDX extension; it logs "ignoring unknown exthdr
+//!   type 0x8" for ours) and puts each accepted connection in the first free slot, so after a
+//!   drop the lanes can come back crossed. It resends, marked RETRANSMITTED, messages whose
+//!   bytes TCP already acknowledged; after a crossed reconnect such a message lands in another
+//!   lane's sequence space and can be delivered twice. The reconnect cases therefore drop at
+//!   quiescent points (both senders held, both sides' queues empty, a ping answered on our
+//!   data lane, 8 lanes up), as the lab's selftest peer does; `INTEROP_INFLIGHT=1` drops with
+//!   messages in flight instead.
+//! - It sends congestion-map updates on any lane, and maps carry no sequence number, so an
+//!   older "congested" map can overtake a newer "uncongested" one and leave a blocking sender
+//!   waiting. Cases that are not about congestion give kernel receivers a large rcvbuf
+//!   ([`KRCVBUF`]).
+//! - `net.rds.tcp.rds_tcp_sndbuf`/`rcvbuf` cannot be set back to 0 (autotune): the second
+//!   address order starts by setting both to 1 MiB.
 //! - Every sysctl write drops all 8 lanes (`conn_reset` +8 per write).
 //! - As the larger address it still connects out on path 0 when it has something to send
-//!   there while the path is down; until that attempt ends, the slot is CONNECTING and takes
-//!   none of our lanes, so one of them is refused (seen once in CI right after
-//!   `selftest-netem-50k`, where netem can delay the attempt). `kernel-view` waits for it.
+//!   there; while that attempt lasts the slot is CONNECTING and refuses one of our lanes, so
+//!   `kernel-view` waits for 8 lanes.
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use rds_core::stats::Counter;

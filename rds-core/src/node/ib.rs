@@ -34,6 +34,8 @@ use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
+pub use crate::info::IbQpInfo;
+
 /// Epoll token of the connection manager's event channel.
 pub(crate) const TOKEN_IB_CM: u64 = 3 << 32;
 /// Epoll tokens of the completion channels (`| slot`).
@@ -273,17 +275,6 @@ fn mr_free_class(len: usize) -> IbCounter {
     } else {
         IbCounter::IbRdmaMr1mFree
     }
-}
-
-/// The queue pairs of one IB connection, for `rds-info -I -a` (`SrcQPNo`, `DstQPNo`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IbQpInfo {
-    /// The engine's connection.
-    pub conn: ConnId,
-    /// This side's queue pair number.
-    pub local_qpn: u32,
-    /// The peer's queue pair number (from the connection exchange; 0 until known).
-    pub peer_qpn: u32,
 }
 
 struct IbConn {

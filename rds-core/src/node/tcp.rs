@@ -46,6 +46,8 @@ use crate::time::Instant;
 use crate::tunables::Tunables;
 use crate::wire::{MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
 
+pub use crate::info::TcpSockInfo;
+
 pub(crate) const TOKEN_WAKE: u64 = 0;
 const TOKEN_LISTENER: u64 = 1 << 32;
 const TOKEN_CONN: u64 = 2 << 32;
@@ -125,29 +127,6 @@ struct TcpConn {
     ack_poll: Option<(Instant, Duration)>,
     /// Sequence of the last byte sent / expected una / seen una for info (`rds_info_tcp_socket`).
     last_seen_una: u32,
-}
-
-/// One TCP socket for `rds-info -T` (`rds_info_tcp_socket`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TcpSockInfo {
-    /// Local address and port.
-    pub local: SocketAddr,
-    /// Peer address and port.
-    pub peer: SocketAddr,
-    /// Header bytes still expected for the message being received.
-    pub hdr_rem: u64,
-    /// Payload bytes still expected for the message being received.
-    pub data_rem: u64,
-    /// Bytes handed to TCP so far, mod 2^32 (`last_sent_nxt`).
-    pub last_sent_nxt: u32,
-    /// Bytes the engine expects to be acknowledged, mod 2^32 (`last_expected_una`).
-    pub last_expected_una: u32,
-    /// Bytes seen acknowledged, mod 2^32 (`last_seen_una`).
-    pub last_seen_una: u32,
-    /// Path index.
-    pub path: usize,
-    /// Connection state name.
-    pub state: String,
 }
 
 /// What the I/O thread learnt from the sockets, to be applied to the engine.
@@ -861,8 +840,7 @@ impl Tcp {
         tap: &Tap,
     ) {
         let Some(&idx) = self.by_path.get(&(conn, path)) else {
-            // No socket (yet): drain the engine's frames anyway? No: the engine only transmits
-            // on paths it believes up, which always have a socket here.
+            // The engine transmits only on paths it holds up, and each has a socket here.
             return;
         };
         let Some(c) = self.conns[idx].as_mut() else {

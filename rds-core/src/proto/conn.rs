@@ -11,37 +11,7 @@ use crate::wire::{CongMap, HeaderRepr, MAX_MSG_SIZE};
 
 use super::frag::FragAssembler;
 use super::{SockId, TransportKind};
-
-/// Path states, numbered as the kernel's `RDS_CONN_*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum PathState {
-    /// No transport connection.
-    Down = 0,
-    /// A transport connection is being set up.
-    Connecting = 1,
-    /// Being shut down.
-    Disconnecting = 2,
-    /// Up: frames flow.
-    Up = 3,
-    /// A duelling connection is being swapped in.
-    Resetting = 4,
-    /// Dropped, shutdown pending.
-    Error = 5,
-}
-
-impl PathState {
-    /// Name as the kernel spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            PathState::Down => "DOWN",
-            PathState::Connecting => "CONNECTING",
-            PathState::Disconnecting => "DISCONNECTING",
-            PathState::Up => "UP",
-            PathState::Resetting => "RESETTING",
-            PathState::Error => "ERROR",
-        }
-    }
-}
+use crate::info::PathState;
 
 /// A message queued for sending on a path.
 #[derive(Debug, Clone)]
@@ -273,50 +243,6 @@ impl Conn {
     pub(crate) fn map_lane(&self) -> Option<usize> {
         self.paths.iter().position(Path::is_up)
     }
-}
-
-/// A snapshot of one path, for info output.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PathInfo {
-    /// Path index.
-    pub index: usize,
-    /// State.
-    pub state: PathState,
-    /// Next sequence number to send.
-    pub next_tx_seq: u64,
-    /// Next sequence number expected.
-    pub next_rx_seq: u64,
-    /// Messages queued and not yet sent.
-    pub send_queued: usize,
-    /// Messages sent and not yet acknowledged.
-    pub retrans_queued: usize,
-    /// Frames are waiting to be sent (the kernel's SENDING flag).
-    pub sending: bool,
-    /// Times the path came up.
-    pub ups: u64,
-    /// The previous transport connection is still being drained.
-    pub draining: bool,
-    /// A reconnect is scheduled.
-    pub reconnect_pending: bool,
-}
-
-/// A snapshot of one connection, for info output.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ConnInfo {
-    /// Connection id.
-    pub id: super::ConnId,
-    /// Local address.
-    pub laddr: IpAddr,
-    /// Peer address.
-    pub faddr: IpAddr,
-    /// Transport.
-    pub kind: TransportKind,
-    /// Agreed number of paths (0 before the handshake).
-    pub npaths: usize,
-    /// The peer's generation number (0 = unknown).
-    pub peer_gen: u32,
-    /// Every path.
-    pub paths: Vec<PathInfo>,
 }
 
 /// The connections of a stack by id. Ids are handed out in increasing order and never reused

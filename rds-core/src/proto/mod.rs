@@ -37,106 +37,17 @@ mod sock;
 pub mod stack;
 mod stream;
 
-pub use conn::{ConnInfo, PathInfo, PathState};
+pub use crate::info::{
+    canonical, ConnId, ConnInfo, PathInfo, PathState, QueuedMsgInfo, SockId, SockInfo,
+    TransportKind,
+};
+pub use crate::message::{InMsg, Received};
 pub use frag::{fragments, FragAssembler, FragError, FragInfo};
 pub use rng::{jhash_1word, Rng};
-pub use sock::{InMsg, QueuedMsgInfo, Received, SockInfo};
 pub use stack::Stack;
 pub use stream::{Frame, StreamError, StreamParser};
 
-use core::fmt;
 use std::net::IpAddr;
-
-/// A connection: one (local address, peer address, transport) triple. Ids are handed out in
-/// increasing order and never reused: once a connection is freed its id names nothing, and
-/// calls with it do nothing.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub struct ConnId(pub(crate) u32);
-
-impl ConnId {
-    /// The number (never reused by a stack).
-    pub fn index(self) -> u32 {
-        self.0
-    }
-}
-
-/// A socket of the stack.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub struct SockId(pub(crate) u32);
-
-impl SockId {
-    /// The number (never reused by a stack).
-    pub fn index(self) -> u32 {
-        self.0
-    }
-}
-
-/// An RDS transport.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum TransportKind {
-    /// RDS over InfiniBand / RoCE verbs (`RDS_TRANS_IB` = 0).
-    Ib,
-    /// RDS over TCP (`RDS_TRANS_TCP` = 2).
-    Tcp,
-    /// Same-node delivery (the kernel's `RDS_TRANS_LOOP`, type 3).
-    Loopback,
-}
-
-impl TransportKind {
-    /// The `SO_RDS_TRANSPORT` / `t_type` number.
-    pub fn trans_type(self) -> u32 {
-        match self {
-            TransportKind::Ib => 0,
-            TransportKind::Tcp => 2,
-            TransportKind::Loopback => 3,
-        }
-    }
-
-    /// The kernel's transport name (`t_name`), as RDS_INFO_CONNECTIONS shows it.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportKind::Ib => "infiniband",
-            TransportKind::Tcp => "tcp",
-            TransportKind::Loopback => "loopback",
-        }
-    }
-
-    /// From an `SO_RDS_TRANSPORT` value.
-    pub fn from_trans_type(t: u32) -> Option<Self> {
-        match t {
-            0 => Some(TransportKind::Ib),
-            2 => Some(TransportKind::Tcp),
-            _ => None,
-        }
-    }
-
-    /// Whether the transport runs several paths (`t_mp_capable`).
-    pub fn multipath(self) -> bool {
-        self == TransportKind::Tcp
-    }
-
-    /// Paths a connection of this kind has.
-    pub fn max_paths(self) -> usize {
-        if self.multipath() {
-            crate::wire::MPATH_WORKERS
-        } else {
-            1
-        }
-    }
-}
-
-impl fmt::Display for TransportKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Work for the driver, from [`Stack::poll_event`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,17 +257,6 @@ pub enum AcceptError {
     /// A new peer's state would not fit in the node's memory budget (ENOBUFS).
     #[error("node memory budget exhausted")]
     NoMem,
-}
-
-/// Normalises an address: IPv4-mapped IPv6 becomes IPv4, as the kernel stores v4 in mapped form.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
-        v4 => v4,
-    }
 }
 
 /// The kernel's `rds_addr_cmp`: addresses compared as 128-bit big-endian numbers, IPv4 in

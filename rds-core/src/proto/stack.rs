@@ -15,14 +15,16 @@ use crate::wire::{
     MPATH_WORKERS, PROBE_PORT,
 };
 
-use super::conn::{Conn, ConnInfo, ConnTable, OutMsg, Path, PathInfo, PathState, SeqMemo, TxCur};
+use super::conn::{Conn, ConnTable, OutMsg, Path, SeqMemo, TxCur};
 use super::rng::{jhash_1word, Rng};
-use super::sock::{InMsg, QueuedMsgInfo, Received, Sock, SockInfo};
+use super::sock::Sock;
 use super::stream::{Frame, StreamError};
 use super::{
     canonical, AcceptError, BindError, ConnId, DropReason, Event, FrameKind, RecvError, SendError,
     SendExtras, SockId, Transmit, TransportKind,
 };
+use crate::info::{ConnInfo, PathInfo, PathState, QueuedMsgInfo, SockInfo};
+use crate::message::{InMsg, Received};
 
 /// How long a multipath connection waits for the peer's handshake pong before it settles on a
 /// single path. The kernel waits forever (a blocking sender hangs if the peer never answers the
