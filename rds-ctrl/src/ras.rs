@@ -6,7 +6,7 @@ use std::io::Write;
 
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::InfoSnapshot;
-use rds_core::proto::{ConnInfo, PathState};
+use rds_core::info::{ConnInfo, PathState};
 
 use crate::util;
 

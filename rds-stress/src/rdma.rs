@@ -20,7 +20,8 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-use rds_core::rdma::{RdmaBuffer, RdmaStatus};
+use rds_core::message::RdmaStatus;
+use rds_core::rdma::RdmaBuffer;
 use rds_core::{CtlMode, Node, NodeConfig, Socket, Transports};
 
 use crate::control::{errno_suffix, WireOptions};

@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rds_core::proto::Received;
-use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, RdmaNotify, RdmaStatus, SendCtl};
+use rds_core::message::{RdmaNotify, RdmaStatus, Received};
+use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, SendCtl};
 use rds_core::{Node, RecvFlags, Socket};
 
 use crate::control::{errno_suffix, WireOptions};

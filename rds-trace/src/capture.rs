@@ -48,11 +48,11 @@ use anyhow::{anyhow, bail, Context};
 use nix::sys::signal::{SigSet, Signal};
 use rds_core::ctl::client::{CtlClient, CtlError};
 use rds_core::ctl::{write_frame, write_frame_with_fd, Reply, Request, TraceOutput};
+use rds_core::socket::{HEADER_LEN, MAX_MSG_SIZE};
 use rds_core::trace::{
     open_capture_file, Capture, CaptureFile, CaptureLink, CaptureTally, TcpCaptureConfig,
     TraceError,
 };
-use rds_core::wire::{HEADER_LEN, MAX_MSG_SIZE};
 
 /// How long the node has to end the session after the stop request.
 const STOP_GRACE: Duration = Duration::from_secs(5);
