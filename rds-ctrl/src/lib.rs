@@ -27,13 +27,11 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use comfy_table::{ContentArrangement, Table};
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request};
 use rds_core::tunables::{TunableDef, Tunables, TUNABLES};
 
 use config::Config;
-use util::Negative;
 
 /// The RDS protocol version this stack speaks.
 pub const RDS_PROTOCOL_VERSION: &str = "3.1";
@@ -238,7 +236,7 @@ pub fn command() -> clap::Command {
 /// Runs a parsed command line; returns the exit status.
 ///
 /// # Errors
-/// Errors exit with status 2, [`Negative`] with 1; the caller prints them.
+/// Errors exit with status 2, [`util::Negative`] with 1; the caller prints them.
 pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
     let node = cli.node.as_deref();
     match cli.cmd {
@@ -324,9 +322,7 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
                 out,
                 "Tunables (rds-ctrl set [-p] NAME VALUE; short names work too):"
             )?;
-            let mut t = Table::new();
-            t.set_content_arrangement(ContentArrangement::Disabled);
-            t.set_header(vec!["Name", "Default", "Range", "Unit", "Description"]);
+            let mut t = rds_cli::table(vec!["Name", "Default", "Range", "Unit", "Description"]);
             for d in TUNABLES {
                 t.add_row(vec![
                     d.name.to_string(),
@@ -578,19 +574,8 @@ fn stats(
     Ok(0)
 }
 
-/// The exit status for an error: 1 for [`Negative`], 0 for a closed pipe, else 2.
-pub fn error_status(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<Negative>().is_some() {
-        return 1;
-    }
-    if e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    }) {
-        return 0;
-    }
-    2
-}
+/// The exit status for an error: 1 for [`util::Negative`], 0 for a closed pipe, else 2.
+pub use rds_cli::error_status;
 
 #[cfg(test)]
 mod tests {

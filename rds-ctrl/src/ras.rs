@@ -4,10 +4,9 @@
 
 use std::io::Write;
 
-use comfy_table::{ContentArrangement, Table};
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::InfoSnapshot;
-use rds_core::proto::{ConnInfo, PathState};
+use rds_core::info::{ConnInfo, PathState};
 
 use crate::util;
 
@@ -152,9 +151,7 @@ pub fn report(out: &mut dyn Write, client: &mut CtlClient) -> anyhow::Result<u8>
         snap.connections.len() - up
     )?;
     if !snap.connections.is_empty() {
-        let mut t = Table::new();
-        t.set_content_arrangement(ContentArrangement::Disabled);
-        t.set_header(vec![
+        let mut t = rds_cli::table(vec![
             "Local",
             "Peer",
             "Trans",

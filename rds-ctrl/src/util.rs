@@ -7,17 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A negative result (exit status 1), as opposed to an error (2).
-#[derive(Debug)]
-pub struct Negative(pub String);
-
-impl fmt::Display for Negative {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Negative {}
+pub use rds_cli::Negative;
 
 /// Where a sibling tool (`rds-info`, `rds-ping`, `rds-trace`) was looked for.
 #[derive(Debug)]

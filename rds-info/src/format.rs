@@ -13,9 +13,8 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use comfy_table::{ContentArrangement, Table};
 use rds_core::ctl::InfoSnapshot;
-use rds_core::proto::{ConnInfo, PathInfo, PathState, QueuedMsgInfo};
+use rds_core::info::{canonical, ConnInfo, PathInfo, PathState, QueuedMsgInfo, TransportKind};
 
 /// One info category, named by its option letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -124,13 +123,6 @@ impl Layout {
     /// Whether an entry with these addresses is shown.
     fn shows(self, addrs: &[IpAddr]) -> bool {
         self.all_families || addrs.iter().all(|a| is_v4(*a))
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 
@@ -300,7 +292,7 @@ pub fn connections(out: &mut String, snap: &InfoSnapshot, l: Layout) {
             rx,
             conn_flags(c)
         );
-        if l.verbose > 0 && c.kind == rds_core::proto::TransportKind::Tcp {
+        if l.verbose > 0 && c.kind == TransportKind::Tcp {
             let _ = writeln!(
                 out,
                 "    transport {}, {} paths agreed, peer generation {}",
@@ -319,9 +311,7 @@ pub fn connections(out: &mut String, snap: &InfoSnapshot, l: Layout) {
 /// `-p`: every path of every connection (no upstream format: a table).
 pub fn paths(out: &mut String, snap: &InfoSnapshot, l: Layout) {
     title(out, "RDS Paths");
-    let mut t = Table::new();
-    t.set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(vec![
+    let mut t = rds_cli::table(vec![
         "LocalAddr",
         "RemoteAddr",
         "Trans",
@@ -492,7 +482,7 @@ pub fn ib(out: &mut String, snap: &InfoSnapshot, l: Layout) {
     }
     out.push('\n');
     for c in &snap.connections {
-        if c.kind != rds_core::proto::TransportKind::Ib || !l.shows(&[c.laddr, c.faddr]) {
+        if c.kind != TransportKind::Ib || !l.shows(&[c.laddr, c.faddr]) {
             continue;
         }
         let _ = write!(
@@ -763,7 +753,7 @@ mod tests {
             c.id = serde_json::from_str(&(100 + i).to_string()).unwrap();
             c.laddr = l.parse().unwrap();
             c.faddr = f.parse().unwrap();
-            c.kind = rds_core::proto::TransportKind::Ib;
+            c.kind = TransportKind::Ib;
             s.connections.push(c);
         }
         s

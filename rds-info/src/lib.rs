@@ -17,7 +17,6 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 
 use clap::{ArgAction, CommandFactory, Parser};
-use comfy_table::{ContentArrangement, Table};
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::InfoSnapshot;
 
@@ -283,9 +282,7 @@ fn list_nodes(out: &mut dyn Write) -> io::Result<u8> {
         eprintln!("rds-info: no RDS node is running");
         return Ok(1);
     }
-    let mut t = Table::new();
-    t.set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(vec![
+    let mut t = rds_cli::table(vec![
         "Node",
         "Pid",
         "Owner",

@@ -119,8 +119,8 @@ fn expected(s: &InfoSnapshot) -> String {
     for c in &s.connections {
         let p = &c.paths[0];
         let flags = match p.state {
-            rds_core::proto::PathState::Up => "--C-",
-            rds_core::proto::PathState::Connecting => "-c--",
+            rds_core::info::PathState::Up => "--C-",
+            rds_core::info::PathState::Connecting => "-c--",
             _ => "----",
         };
         let _ = writeln!(
@@ -132,7 +132,7 @@ fn expected(s: &InfoSnapshot) -> String {
             p.next_rx_seq
         );
     }
-    let q = |o: &mut String, title: &str, msgs: &[rds_core::proto::QueuedMsgInfo]| {
+    let q = |o: &mut String, title: &str, msgs: &[rds_core::info::QueuedMsgInfo]| {
         let _ = write!(
             o,
             "\n{title} Message Queue:\n      LocalAddr LPort      RemoteAddr RPort  Tos              Seq      Bytes\n"
@@ -202,9 +202,9 @@ fn tables_of_a_known_state_byte_for_byte() {
             && s.connections.iter().all(|c| {
                 c.paths.first().is_some_and(|p| {
                     !p.sending
-                        && (p.state == rds_core::proto::PathState::Up
+                        && (p.state == rds_core::info::PathState::Up
                             || (c.faddr == ip(C)
-                                && p.state == rds_core::proto::PathState::Connecting))
+                                && p.state == rds_core::info::PathState::Connecting))
                 })
             })
             && s.tcp.iter().all(|t| t.hdr_rem == 48 && t.data_rem == 0)

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use clap::Parser;
+use rds_cli::{parse_seconds, parse_size};
 
 /// Sockets when neither `-n` nor a small `-c` says otherwise.
 pub const DEFAULT_SOCKETS: usize = 8;
@@ -109,100 +110,6 @@ pub fn usage_text(complaint: &str) -> String {
     )
 }
 
-/// `strtoull(s, &end, 0)` followed by one optional k/m/g suffix and nothing else.
-pub fn parse_number(s: &str) -> Option<u64> {
-    let t = s.trim_start();
-    let (neg, t) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    if neg {
-        return None;
-    }
-    let (radix, digits) = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        (16, h)
-    } else if t.len() > 1 && t.starts_with('0') {
-        (8, &t[1..])
-    } else {
-        (10, t)
-    };
-    let end = digits
-        .find(|c: char| !c.is_digit(radix))
-        .unwrap_or(digits.len());
-    let (num, rest) = digits.split_at(end);
-    if num.is_empty() {
-        return None;
-    }
-    let v = u64::from_str_radix(num, radix).ok()?;
-    let shift = match rest {
-        "" => 0,
-        "k" | "K" => 10,
-        "m" | "M" => 20,
-        "g" | "G" => 30,
-        _ => return None,
-    };
-    v.checked_mul(1u64 << shift)
-}
-
-/// `strtod` seconds with an optional `ms`/`msec`/`us`/`usec` suffix.
-pub fn parse_seconds(s: &str) -> Option<Duration> {
-    let t = s.trim_start();
-    let end = float_prefix(t);
-    let v: f64 = t[..end].parse().ok()?;
-    let scale = match &t[end..] {
-        "" => 1.0,
-        "ms" | "msec" => 1e-3,
-        "us" | "usec" => 1e-6,
-        _ => return None,
-    };
-    let secs = v * scale;
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return None;
-    }
-    Some(Duration::from_secs_f64(secs))
-}
-
-/// Length of the longest prefix of `t` that is a decimal floating-point number.
-fn float_prefix(t: &str) -> usize {
-    let b = t.as_bytes();
-    let mut i = 0;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        i += 1;
-    }
-    let int_start = i;
-    while i < b.len() && b[i].is_ascii_digit() {
-        i += 1;
-    }
-    let mut digits = i - int_start;
-    if i < b.len() && b[i] == b'.' {
-        let f = i + 1;
-        let mut j = f;
-        while j < b.len() && b[j].is_ascii_digit() {
-            j += 1;
-        }
-        digits += j - f;
-        i = j;
-    }
-    if digits == 0 {
-        return 0;
-    }
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        let mut j = i + 1;
-        if j < b.len() && (b[j] == b'+' || b[j] == b'-') {
-            j += 1;
-        }
-        let e = j;
-        while j < b.len() && b[j].is_ascii_digit() {
-            j += 1;
-        }
-        if j > e {
-            i = j;
-        }
-    }
-    i
-}
-
 /// A host name or a numeric address: the first address it resolves to.
 pub fn resolve(name: &str) -> Option<IpAddr> {
     if let Ok(ip) = name.parse::<IpAddr>() {
@@ -248,11 +155,11 @@ where
         }
     };
     let count = match &cli.count {
-        Some(s) => parse_number(s).ok_or_else(|| fatal(format!("Bad packet count <{s}>")))?,
+        Some(s) => parse_size(s).ok_or_else(|| fatal(format!("Bad packet count <{s}>")))?,
         None => 0,
     };
     let interval = match &cli.interval {
-        Some(s) => parse_seconds(s).ok_or_else(|| fatal(format!("Bad wait time <{s}>")))?,
+        Some(s) => parse_seconds(s).map_err(|_| fatal(format!("Bad wait time <{s}>")))?,
         None => DEFAULT_INTERVAL,
     };
     let source = match &cli.source {
@@ -260,13 +167,13 @@ where
         None => None,
     };
     let tos = match &cli.tos {
-        Some(s) => parse_number(s)
+        Some(s) => parse_size(s)
             .and_then(|v| u8::try_from(v).ok())
             .ok_or_else(|| fatal(format!("Bad tos <{s}>")))?,
         None => 0,
     };
     let sockets = match &cli.sockets {
-        Some(s) => parse_number(s)
+        Some(s) => parse_size(s)
             .and_then(|v| usize::try_from(v).ok())
             .filter(|n| (1..=MAX_SOCKETS).contains(n))
             .ok_or_else(|| fatal(format!("Invalid number of sockets <{s}>")))?,
@@ -276,6 +183,7 @@ where
     let secs = |s: &Option<String>, what: &str| -> Result<Option<Duration>, OptError> {
         match s {
             Some(v) => parse_seconds(v)
+                .ok()
                 .filter(|d| !d.is_zero())
                 .map(Some)
                 .ok_or_else(|| fatal(format!("Bad {what} <{v}>"))),
@@ -318,40 +226,6 @@ fn fatal(m: String) -> OptError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_as_strtoull_with_suffixes() {
-        assert_eq!(parse_number("10"), Some(10));
-        assert_eq!(parse_number("0x10"), Some(16));
-        assert_eq!(parse_number("010"), Some(8));
-        assert_eq!(parse_number("0"), Some(0));
-        assert_eq!(parse_number("2k"), Some(2048));
-        assert_eq!(parse_number("1M"), Some(1 << 20));
-        assert_eq!(parse_number("1g"), Some(1 << 30));
-        assert_eq!(parse_number(""), None);
-        assert_eq!(parse_number("k"), None);
-        assert_eq!(parse_number("5x"), None);
-        assert_eq!(parse_number("5kk"), None);
-        assert_eq!(parse_number("08"), None);
-        assert_eq!(parse_number("-1"), None);
-        assert_eq!(parse_number("99999999999999999999"), None);
-    }
-
-    #[test]
-    fn seconds_with_suffixes() {
-        assert_eq!(parse_seconds("2"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_seconds("0.5"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_seconds("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_seconds("250msec"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_seconds("100us"), Some(Duration::from_micros(100)));
-        assert_eq!(parse_seconds("100usec"), Some(Duration::from_micros(100)));
-        assert_eq!(parse_seconds("1e-3"), Some(Duration::from_millis(1)));
-        assert_eq!(parse_seconds("1s"), None);
-        assert_eq!(parse_seconds("abc"), None);
-        assert_eq!(parse_seconds("-1"), None);
-        assert_eq!(parse_seconds("nan"), None);
-        assert_eq!(parse_seconds(""), None);
-    }
 
     fn p(args: &[&str]) -> Result<Opts, OptError> {
         parse(args.iter().copied())

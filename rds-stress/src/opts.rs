@@ -15,6 +15,9 @@ use crate::msg::{HEADER_SIZE, HEADER_V6_SIZE};
 /// The largest RDS message (the kernel's `RDS_MAX_MSG_SIZE`, 1 MiB).
 pub const MAX_MSG_SIZE: u32 = 1 << 20;
 
+/// The largest RDMA operation (`size × vector`), the RDS message limit.
+pub const MAX_RDMA_BYTES: u64 = 1 << 20;
+
 /// The most per-flow slots (`tasks² × depth`) we agree to keep (memory bound).
 pub const MAX_SLOTS: u64 = 1 << 24;
 
@@ -205,73 +208,15 @@ impl std::fmt::Display for Fatal {
     }
 }
 
-/// `strtoull(s, &end, 0)` with one k/m/g suffix, as the original's `parse_ull`: decimal,
-/// `0x` hex and `0` octal; a value above `max`, an empty string or trailing characters are
-/// invalid.
+/// A number with an optional k/m/g suffix ([`rds_cli::parse_size`]: decimal, `0x` hex and `0`
+/// octal) up to `max`; anything else is the original's `invalid number '%s'`.
+///
+/// # Errors
+/// Not a number, or over `max` (exit 1).
 pub fn parse_ull(s: &str, max: u64) -> Result<u64, Fatal> {
-    let bad = || Fatal::new(format!("invalid number '{s}'\n"));
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() && (b[i] == b' ' || (9..=13).contains(&b[i])) {
-        i += 1;
-    }
-    let mut neg = false;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        neg = b[i] == b'-';
-        i += 1;
-    }
-    let mut base = 10u32;
-    if i + 1 < b.len() && b[i] == b'0' && (b[i + 1] | 0x20) == b'x' {
-        if b.get(i + 2).is_some_and(|c| c.is_ascii_hexdigit()) {
-            base = 16;
-            i += 2;
-        }
-    } else if i < b.len() && b[i] == b'0' {
-        base = 8;
-    }
-    let start = i;
-    let mut val: u64 = 0;
-    let mut overflow = false;
-    while i < b.len() {
-        let Some(d) = (b[i] as char).to_digit(base) else {
-            break;
-        };
-        match val
-            .checked_mul(u64::from(base))
-            .and_then(|v| v.checked_add(u64::from(d)))
-        {
-            Some(v) => val = v,
-            None => overflow = true,
-        }
-        i += 1;
-    }
-    // No digits: strtoull leaves the end pointer at the start of the string.
-    let mut end = if i == start { 0 } else { i };
-    if overflow {
-        val = u64::MAX;
-    } else if neg {
-        val = val.wrapping_neg();
-    }
-    match b.get(end) {
-        Some(b'k' | b'K') => {
-            val <<= 10;
-            end += 1;
-        }
-        Some(b'm' | b'M') => {
-            val <<= 20;
-            end += 1;
-        }
-        Some(b'g' | b'G') => {
-            val <<= 30;
-            end += 1;
-        }
-        _ => {}
-    }
-    if !b.is_empty() && end == b.len() && val <= max {
-        Ok(val)
-    } else {
-        Err(bad())
-    }
+    rds_cli::parse_size(s)
+        .filter(|&v| v <= max)
+        .ok_or_else(|| Fatal::new(format!("invalid number '{s}'\n")))
 }
 
 /// A host name or address, as `getaddrinfo` resolves it (the first result).
@@ -542,10 +487,10 @@ pub fn check_limits(w: &WireOptions) -> Result<(), Fatal> {
         )));
     }
     let rdma = u64::from(w.rdma_size) * u64::from(w.rdma_vector);
-    if rdma > crate::rdma::MAX_RDMA_BYTES {
+    if rdma > MAX_RDMA_BYTES {
         return Err(Fatal::new(format!(
             "RDMA size * vector = {rdma} is larger than the largest RDMA operation ({} bytes)\n",
-            crate::rdma::MAX_RDMA_BYTES
+            MAX_RDMA_BYTES
         )));
     }
     let slots = u64::from(w.nr_tasks) * u64::from(w.nr_tasks) * u64::from(w.req_depth);
@@ -584,18 +529,15 @@ mod tests {
         assert_eq!(parse_ull("2g", m), Ok(2 << 30));
         assert_eq!(parse_ull("0", m), Ok(0));
         assert_eq!(parse_ull(" 7", m), Ok(7));
-        assert_eq!(
-            parse_ull("k", m),
-            Ok(0),
-            "strtoull quirk: no digits, then suffix"
-        );
+        assert!(parse_ull("k", m).is_err(), "a suffix needs digits");
         assert!(parse_ull("", m).is_err());
         assert!(parse_ull("4kb", m).is_err());
         assert!(parse_ull("08", m).is_err());
         assert!(parse_ull("0x", m).is_err());
         assert!(parse_ull("-1", m).is_err());
         assert!(parse_ull("4294967296", m).is_err());
-        assert!(parse_ull("99999999999999999999999", u64::MAX).is_ok());
+        assert!(parse_ull("99999999999999999999999", u64::MAX).is_err());
+        assert_eq!(parse_ull("18446744073709551615", u64::MAX), Ok(u64::MAX));
         assert_eq!(
             parse_ull("abc", m).unwrap_err().msg,
             "invalid number 'abc'\n"

@@ -20,7 +20,8 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-use rds_core::rdma::{RdmaBuffer, RdmaStatus};
+use rds_core::message::RdmaStatus;
+use rds_core::rdma::RdmaBuffer;
 use rds_core::{CtlMode, Node, NodeConfig, Socket, Transports};
 
 use crate::control::{errno_suffix, WireOptions};
@@ -29,9 +30,6 @@ use crate::opts::Fatal;
 /// The original's message when the RDS stack has no RDMA (`RDS_FREE_MR` fails with
 /// `ENOPROTOOPT`); ours adds a second line saying why.
 pub const NO_RDMA: &str = "RDMA not supported by this kernel\n";
-
-/// The largest RDMA operation (`size × vector`), the RDS message limit.
-pub const MAX_RDMA_BYTES: u64 = 1 << 20;
 
 /// Type bits of a user token for an RDMA operation (the original's `OP_REQ`/`OP_ACK` types
 /// are for async sends, which this stack lacks).

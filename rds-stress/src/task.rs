@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rds_core::proto::Received;
-use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, RdmaNotify, RdmaStatus, SendCtl};
+use rds_core::message::{RdmaNotify, RdmaStatus, Received};
+use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, SendCtl};
 use rds_core::{Node, RecvFlags, Socket};
 
 use crate::control::{errno_suffix, WireOptions};
@@ -396,7 +396,7 @@ impl Task {
                 if want_in { rx_fd } else { -1 },
                 if want_out { tx_fd } else { -1 },
             ];
-            let ready = match crate::sys::poll_readable(&fds, POLL_TIMEOUT) {
+            let ready = match rds_core::poll_readable(&fds, POLL_TIMEOUT) {
                 Ok(r) => r,
                 Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
             };

@@ -1,9 +1,10 @@
 //! `rds-trace -w FILE`: capture from a running node.
 //!
-//! 1. Pick the node: `--node NAME`, else the daemon if it runs, else the only running node
-//!    (several nodes and no daemon: an error listing them). Nodes are found in the runtime
-//!    directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
-//! 2. Say hello on its control socket and send [`Request::TraceStart`] with the snap length
+//! 1. Pick the node and say hello on its control socket ([`CtlClient::connect_node`]):
+//!    `--node NAME`, else the daemon if it runs, else the only running node (several nodes
+//!    and no daemon: an error listing them). Nodes are found in the runtime directories of
+//!    [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
+//! 2. Send [`Request::TraceStart`] with the snap length
 //!    and filters. The node refuses with `EPERM` unless we are root or its owner, and with
 //!    `EBUSY` while another trace session runs on it (one per node).
 //! 3. A regular file (or a new one) is written by the node itself: rds-trace creates it under
@@ -33,7 +34,7 @@
 //! thread and a dedicated thread takes them with `sigwait`.
 
 use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Read as _};
+use std::io::{self, BufWriter, IsTerminal};
 use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileTypeExt;
@@ -45,15 +46,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use nix::sys::signal::{SigSet, Signal};
-use rds_core::ctl::{
-    discover, read_frame, write_frame, write_frame_with_fd, FrameError, NodeEndpoint, Reply,
-    Request, TraceOutput, DAEMON_NAME, MAX_DATA, MAX_JSON, PROTO_VERSION,
-};
+use rds_core::ctl::client::{CtlClient, CtlError};
+use rds_core::ctl::{write_frame, write_frame_with_fd, Reply, Request, TraceOutput};
+use rds_core::socket::{HEADER_LEN, MAX_MSG_SIZE};
 use rds_core::trace::{
     open_capture_file, Capture, CaptureFile, CaptureLink, CaptureTally, TcpCaptureConfig,
     TraceError,
 };
-use rds_core::wire::{HEADER_LEN, MAX_MSG_SIZE};
 
 /// How long the node has to end the session after the stop request.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -116,94 +115,9 @@ pub fn effective_snaplen(s: u32) -> u32 {
     }
 }
 
-/// Chooses the node to trace (see the module documentation).
-///
-/// # Errors
-/// No node runs, the named one does not, or several run without a daemon.
-pub fn pick_node(name: Option<&str>) -> anyhow::Result<NodeEndpoint> {
-    let nodes = discover();
-    let names = || {
-        nodes
-            .iter()
-            .map(|e| e.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    if nodes.is_empty() {
-        bail!(
-            "no RDS node is running (start one with 'rds-ctrl load', or run a tool that \
-             embeds one, such as rds-stress)"
-        );
-    }
-    match name {
-        Some(n) => match nodes.iter().find(|e| e.name == n) {
-            Some(e) => Ok(e.clone()),
-            None => bail!("no node named '{n}'; running nodes: {}", names()),
-        },
-        None => {
-            if let Some(d) = nodes.iter().find(|e| e.name == DAEMON_NAME) {
-                return Ok(d.clone());
-            }
-            if nodes.len() == 1 {
-                return Ok(nodes[0].clone());
-            }
-            bail!(
-                "several RDS nodes are running; choose one with --node NAME: {}",
-                names()
-            )
-        }
-    }
-}
-
 fn send(stream: &mut UnixStream, req: &Request) -> io::Result<()> {
     let json = serde_json::to_vec(req).map_err(io::Error::other)?;
     write_frame(stream, &json, &[])
-}
-
-fn recv(stream: &mut impl io::Read) -> anyhow::Result<(Reply, Vec<u8>)> {
-    let (json, data) = match read_frame(stream) {
-        Ok(f) => f,
-        Err(FrameError::Closed) => bail!("the node closed the control connection"),
-        Err(e) => return Err(anyhow!("control socket: {e}")),
-    };
-    let reply: Reply = serde_json::from_slice(&json)
-        .map_err(|e| anyhow!("control socket: unexpected reply: {e}"))?;
-    Ok((reply, data))
-}
-
-/// Reads one reply of the trace stream like [`read_frame`], without zeroing the data buffer
-/// first or copying it through a buffer (a batch of trace records is up to 1 MiB).
-fn recv_trace(stream: &mut impl io::Read) -> anyhow::Result<(Reply, Vec<u8>)> {
-    let mut hdr = [0u8; 8];
-    let mut got = 0;
-    while got < 8 {
-        match stream.read(&mut hdr[got..]) {
-            Ok(0) if got == 0 => bail!("the node closed the control connection"),
-            Ok(0) => bail!("control socket: connection closed inside a frame"),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(anyhow!("control socket: {e}")),
-        }
-    }
-    let json_len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
-    let data_len = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
-    if json_len > MAX_JSON || data_len > MAX_DATA {
-        bail!("control socket: frame too large ({json_len} + {data_len} bytes)");
-    }
-    let mut json = vec![0u8; json_len];
-    stream
-        .read_exact(&mut json)
-        .map_err(|e| anyhow!("control socket: {e}"))?;
-    let mut data = Vec::with_capacity(data_len);
-    let n = io::Read::take(&mut *stream, data_len as u64)
-        .read_to_end(&mut data)
-        .map_err(|e| anyhow!("control socket: {e}"))?;
-    if n < data_len {
-        bail!("control socket: connection closed inside a frame");
-    }
-    let reply: Reply = serde_json::from_slice(&json)
-        .map_err(|e| anyhow!("control socket: unexpected reply: {e}"))?;
-    Ok((reply, data))
 }
 
 /// Ends the session from any thread: the first call sends [`Request::TraceStop`], `abort`
@@ -479,22 +393,14 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let (sig_tx, sig_rx) = mpsc::channel();
     signal_thread(sig_tx)?;
 
-    let node = pick_node(opts.node.as_deref())?;
-    let mut stream = UnixStream::connect(&node.path).with_context(|| {
-        format!(
-            "connecting to node '{}' ({})",
-            node.name,
-            node.path.display()
-        )
-    })?;
-    send(&mut stream, &Request::Hello { v: PROTO_VERSION })?;
-    let (addrs, owner_uid) = match recv(&mut stream)?.0 {
-        Reply::Hello {
-            addrs, owner_uid, ..
-        } => (addrs, owner_uid),
-        Reply::Error { message, .. } => bail!("node '{}': {message}", node.name),
-        other => bail!("node '{}': unexpected reply {other:?}", node.name),
-    };
+    let mut client = CtlClient::connect_node(opts.node.as_deref())?;
+    // The node's name as `--node` takes it: its control socket's stem.
+    let name = client
+        .path()
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (addrs, owner_uid) = (client.hello.addrs.clone(), client.hello.owner_uid);
     let snaplen = effective_snaplen(opts.snaplen);
     let output = match target {
         Target::Node { .. } => Some(TraceOutput {
@@ -512,23 +418,22 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     match target {
         Target::Node { file, .. } => {
             let json = serde_json::to_vec(&start)?;
-            write_frame_with_fd(&stream, &json, &[], file.as_fd())?;
+            write_frame_with_fd(client.stream(), &json, &[], file.as_fd())?;
         }
-        Target::Stream { .. } => send(&mut stream, &start)?,
+        Target::Stream { .. } => client.send_only(&start)?,
     }
-    let (node_transports, link) = match recv(&mut stream)?.0 {
-        Reply::TraceStarted { transports, link } => (transports, link),
-        Reply::Error { errno, message } if errno == libc::EPERM => bail!(
-            "cannot trace node '{}': permission denied: tracing needs root or the node's \
-             owner (uid {owner_uid}) ({message})",
-            node.name
+    let (node_transports, link) = match client.read_reply() {
+        Ok((Reply::TraceStarted { transports, link }, _)) => (transports, link),
+        Ok((other, _)) => bail!("node '{name}': unexpected reply {other:?}"),
+        Err(CtlError::Node { errno, message }) if errno == libc::EPERM => bail!(
+            "cannot trace node '{name}': permission denied: tracing needs root or the node's \
+             owner (uid {owner_uid}) ({message})"
         ),
-        Reply::Error { errno, .. } if errno == libc::EBUSY => bail!(
-            "cannot trace node '{}': another trace session is running on it (one per node)",
-            node.name
+        Err(CtlError::Node { errno, .. }) if errno == libc::EBUSY => bail!(
+            "cannot trace node '{name}': another trace session is running on it (one per node)"
         ),
-        Reply::Error { message, .. } => bail!("cannot trace node '{}': {message}", node.name),
-        other => bail!("node '{}': unexpected reply {other:?}", node.name),
+        Err(CtlError::Node { message, .. }) => bail!("cannot trace node '{name}': {message}"),
+        Err(e) => return Err(e.into()),
     };
     let started_link = link;
     let link = link.unwrap_or_else(|| {
@@ -538,7 +443,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     });
     let started = Instant::now();
     let stopper = Arc::new(Stopper {
-        writer: Mutex::new(stream.try_clone().context("control socket")?),
+        writer: Mutex::new(client.stream().try_clone().context("control socket")?),
         stop_sent: Mutex::new(None),
         aborted: AtomicBool::new(false),
     });
@@ -592,8 +497,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         .collect::<Vec<_>>()
         .join(", ");
     eprintln!(
-        "rds-trace: tracing node '{}' ({addr_list}), snaplen {snaplen}, transport {}",
-        node.name,
+        "rds-trace: tracing node '{name}' ({addr_list}), snaplen {snaplen}, transport {}",
         link.name()
     );
 
@@ -624,19 +528,16 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
             let _ = rds_core::set_thread_idle(false);
             idle = false;
         }
-        let (reply, data) = match recv_trace(&mut stream) {
+        let (reply, data) = match client.read_reply() {
             Ok(r) => r,
-            Err(e) => {
-                if stopper.aborted.load(Ordering::SeqCst) {
-                    break Ok(());
-                }
-                break Err(e);
-            }
+            Err(_) if stopper.aborted.load(Ordering::SeqCst) => break Ok(()),
+            Err(CtlError::Node { message, .. }) => break Err(anyhow!("node '{name}': {message}")),
+            Err(e) => break Err(e.into()),
         };
         match reply {
             Reply::TraceFrames { .. } => {
                 let Some((c, stdout)) = out.as_mut() else {
-                    break Err(anyhow!("node '{}': frames for a file it writes", node.name));
+                    break Err(anyhow!("node '{name}': frames for a file it writes"));
                 };
                 if output_error.is_some() {
                     continue;
@@ -669,8 +570,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
                 }
                 break Ok(());
             }
-            Reply::Error { message, .. } => break Err(anyhow!("node '{}': {message}", node.name)),
-            other => break Err(anyhow!("node '{}': unexpected reply {other:?}", node.name)),
+            other => break Err(anyhow!("node '{name}': unexpected reply {other:?}")),
         }
     };
     done.store(true, Ordering::SeqCst);
@@ -690,7 +590,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         (None, Target::Stream { .. }) => Ok(()),
     };
     if let Some(e) = output_error {
-        if super::error_status(&e) == 0 {
+        if rds_cli::error_status(&e) == 0 {
             summary(&t);
             return Ok(0);
         }

@@ -104,15 +104,15 @@ pub struct Cli {
     pub plugin_dir: Option<PathBuf>,
 }
 
+/// `-G`: a positive number of seconds ([`rds_cli::parse_seconds`]).
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 || v > 1e9 {
-        return Err(format!("'{s}' must be a positive number of seconds"));
+    match rds_cli::parse_seconds(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Err(rds_cli::SecondsError::NotANumber) => Err(format!("'{s}' is not a number of seconds")),
+        Ok(_) | Err(rds_cli::SecondsError::OutOfRange) => {
+            Err(format!("'{s}' must be a positive number of seconds"))
+        }
     }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// The clap command (for the man page check).
@@ -152,15 +152,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
 }
 
 /// Exit status for an error: 0 for a broken pipe (the reader went away), else 2.
-pub fn error_status(e: &anyhow::Error) -> u8 {
-    if e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    }) {
-        return 0;
-    }
-    2
-}
+pub use rds_cli::error_status;
 
 #[cfg(test)]
 mod tests {

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::*;
 use nix::sys::signal::Signal;
+use rds_core::socket::MAX_MSG_SIZE;
 use rds_core::trace::{CapturedFrame, PcapFrames};
-use rds_core::wire::MAX_MSG_SIZE;
 use rds_core::{CtlMode, Node, NodeConfig, RecvFlags, Socket};
 
 fn run_dir() -> &'static Path {

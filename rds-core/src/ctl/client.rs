@@ -177,15 +177,15 @@ impl CtlClient {
         match pick {
             Some(e) => Self::connect(&e.path),
             None if nodes.is_empty() => Err(CtlError::NoNode(
-                "no RDS node is running (start one with 'rds-ctrl load', or run a tool such as \
-                 rds-stress that embeds one)"
+                "no RDS node is running (start one with 'rds-ctrl load', or run a tool that \
+                 embeds one, such as rds-stress)"
                     .into(),
             )),
             None => Err(CtlError::NoNode(format!(
-                "{}; running nodes: {}",
+                "{}: {}",
                 match name {
-                    Some(n) => format!("no node named '{n}'"),
-                    None => "several nodes run; choose one with --node".into(),
+                    Some(n) => format!("no node named '{n}'; running nodes"),
+                    None => "several RDS nodes are running; choose one with --node NAME".into(),
                 },
                 nodes
                     .iter()
@@ -218,6 +218,12 @@ impl CtlClient {
     /// The path of the node's control socket.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The connection, for a request that passes a descriptor ([`super::write_frame_with_fd`])
+    /// or a stop sent from another thread (`try_clone`).
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
     }
 
     fn gone(&self) -> CtlError {

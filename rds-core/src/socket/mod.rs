@@ -36,6 +36,9 @@ use crate::rdma::{cookie_rkey, MrFlags, RdmaBuffer, RdmaOp, SendCtl, Sent};
 const MAX_RDMA_IOVECS: usize = 512;
 use crate::sys;
 
+/// The RDS header's length and the largest message a socket sends (1 MiB).
+pub use crate::wire::{HEADER_LEN, MAX_MSG_SIZE};
+
 /// Flags of a receive.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecvFlags {

@@ -1,0 +1,20 @@
+//! Helpers shared by the RDS tools (`rds-ping`, `rds-info`, `rds-stress`, `rds-ctrl`,
+//! `rds-trace`), each written once with one rule:
+//! - [`num`]: sizes and counts with a k/m/g suffix ([`parse_size`]) and seconds with an
+//!   ms/us suffix ([`parse_seconds`]), as the rds-tools command lines take them;
+//! - [`exit`]: the exit status of an error ([`error_status`], [`Negative`]);
+//! - [`table`]: the tables the tools print ([`table()`]).
+//!
+//! Choosing a node and speaking the control protocol are `rds_core::ctl`'s
+//! (`CtlClient::connect_node`); this crate holds only what is the tools' own. Each tool keeps
+//! its messages: the helpers return plain values, the callers word the errors.
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod exit;
+pub mod num;
+pub mod table;
+
+pub use exit::{error_status, Negative};
+pub use num::{parse_seconds, parse_size, SecondsError};
+pub use table::table;
