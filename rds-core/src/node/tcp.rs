@@ -839,9 +839,8 @@ impl Tcp {
         now: Instant,
         tap: &Tap,
     ) {
+        // The engine transmits only on paths it believes up, which have a socket here.
         let Some(&idx) = self.by_path.get(&(conn, path)) else {
-            // No socket (yet): drain the engine's frames anyway? No: the engine only transmits
-            // on paths it believes up, which always have a socket here.
             return;
         };
         let Some(c) = self.conns[idx].as_mut() else {
@@ -852,8 +851,9 @@ impl Tcp {
         }
         c.more = false;
         let mut any = false;
+        let mut frames = crate::proto::driver::Frames::new(stack, now, conn, path);
         while c.out_bytes < OUT_HIGH {
-            let Some(t) = stack.poll_transmit(now, conn, path) else {
+            let Some(t) = frames.next() else {
                 break;
             };
             if tap.enabled() {
