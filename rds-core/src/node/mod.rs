@@ -987,13 +987,10 @@ impl crate::proto::driver::Io for TransportIo<'_> {
 
     fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
         let now = self.now;
+        let current = self.is_current(conn, path, epoch);
         if self.is_ib(conn) {
             match self.ib.as_mut() {
-                Some(t)
-                    if self.core.stack.path_state(conn, path) == (PathState::Connecting, epoch) =>
-                {
-                    t.connect(&mut self.core.stack, now, conn, path, epoch);
-                }
+                Some(t) if current => t.connect(&mut self.core.stack, now, conn, path, epoch),
                 Some(_) => {}
                 None => self
                     .core
@@ -1002,7 +999,7 @@ impl crate::proto::driver::Io for TransportIo<'_> {
             }
             return;
         }
-        if !self.is_current(conn, path, epoch) {
+        if !current {
             return;
         }
         let (laddr, faddr, _) = self.core.stack.conn_addrs(conn);
