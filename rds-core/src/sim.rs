@@ -9,7 +9,8 @@
 //! Everything, delivery chunking included, follows from the seed.
 //!
 //! Applications drive the stacks directly through [`Sim::stack`] and call [`Sim::pump`]
-//! afterwards so that the stack's work (connects, frames) enters the network.
+//! afterwards so that the stack's work (connects, frames) enters the network through the engine
+//! driver ([`crate::proto::driver`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
