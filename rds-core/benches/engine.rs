@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use rds_core::proto::driver::{self, Io};
 use rds_core::proto::{
-    ConnId, Event, FrameKind, Received, SockId, Stack, StreamParser, TransportKind,
+    ConnId, DropReason, FrameKind, Received, SockId, Stack, StreamParser, TransportKind,
 };
 use rds_core::time::Instant;
 use rds_core::tunables::Tunables;
@@ -109,10 +110,7 @@ impl Pair {
         loop {
             let mut progress = false;
             for side in 0..2 {
-                while let Some(ev) = self.st[side].poll_event() {
-                    progress = true;
-                    self.event(side, ev);
-                }
+                progress |= driver::pump(&mut BenchIo { p: self, side }) > 0;
             }
             for path in 0..self.lanes.len() {
                 for side in 0..2 {
@@ -127,47 +125,45 @@ impl Pair {
         }
     }
 
-    fn event(&mut self, side: usize, ev: Event) {
-        match ev {
-            Event::Connect { conn, path, epoch } => {
-                let other = 1 - side;
-                let port = 40000 + path as u16;
-                let (c2, p2, e2) = self.st[other]
-                    .handle_accept(
-                        self.now,
-                        ADDRS[other],
-                        ADDRS[side],
-                        self.kind,
-                        port,
-                        Duration::ZERO,
-                    )
-                    .expect("accepted");
-                assert_eq!(p2, path);
-                assert!(self.st[side].handle_connected(self.now, conn, path, epoch));
-                let (_, e1) = self.st[side].path_state(conn, path);
-                let l = &mut self.lanes[path];
-                l.conn = [None, None];
-                l.conn[side] = Some(conn);
-                l.conn[other] = Some(c2);
-                l.epoch[side] = e1;
-                l.epoch[other] = e2;
-                l.parser = [
-                    Some(StreamParser::new(MAX_MSG_SIZE as u32)),
-                    Some(StreamParser::new(MAX_MSG_SIZE as u32)),
-                ];
-                l.sent = [0, 0];
-                l.pending = [true, true];
-            }
-            Event::Transmit { path, .. } => self.lanes[path].pending[side] = true,
-            Event::Wake(s) if side == 1 && s == self.rb => {
-                while let Ok(r) = self.st[1].recv(self.rb, 2048, false) {
-                    if let Received::Data { .. } = r {
-                        self.received += 1;
-                    }
+    /// Connects `side`'s path at once: the other side accepts it on the same lane.
+    fn connect(&mut self, side: usize, conn: ConnId, path: usize, epoch: u32) {
+        let other = 1 - side;
+        let port = 40000 + path as u16;
+        let (c2, p2, e2) = self.st[other]
+            .handle_accept(
+                self.now,
+                ADDRS[other],
+                ADDRS[side],
+                self.kind,
+                port,
+                Duration::ZERO,
+            )
+            .expect("accepted");
+        assert_eq!(p2, path);
+        assert!(self.st[side].handle_connected(self.now, conn, path, epoch));
+        let (_, e1) = self.st[side].path_state(conn, path);
+        let l = &mut self.lanes[path];
+        l.conn = [None, None];
+        l.conn[side] = Some(conn);
+        l.conn[other] = Some(c2);
+        l.epoch[side] = e1;
+        l.epoch[other] = e2;
+        l.parser = [
+            Some(StreamParser::new(MAX_MSG_SIZE as u32)),
+            Some(StreamParser::new(MAX_MSG_SIZE as u32)),
+        ];
+        l.sent = [0, 0];
+        l.pending = [true, true];
+    }
+
+    /// The receiving socket became readable: take everything queued.
+    fn wake(&mut self, side: usize, s: SockId) {
+        if side == 1 && s == self.rb {
+            while let Ok(r) = self.st[1].recv(self.rb, 2048, false) {
+                if let Received::Data { .. } = r {
+                    self.received += 1;
                 }
             }
-            Event::Disconnect { .. } => panic!("unexpected disconnect"),
-            _ => {}
         }
     }
 
@@ -218,6 +214,35 @@ impl Pair {
         }
         self.st[side].handle_tx_acked(now, conn, path, epoch, sent);
         true
+    }
+}
+
+/// One side of the pair as the engine driver's transport: connections come up at once,
+/// frames wait for [`Pair::pump`] to carry them.
+struct BenchIo<'a> {
+    p: &'a mut Pair,
+    side: usize,
+}
+
+impl Io for BenchIo<'_> {
+    fn stack(&mut self) -> &mut Stack {
+        &mut self.p.st[self.side]
+    }
+
+    fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        self.p.connect(self.side, conn, path, epoch);
+    }
+
+    fn disconnect(&mut self, _conn: ConnId, _path: usize, _epoch: u32, _reason: DropReason) {
+        panic!("unexpected disconnect");
+    }
+
+    fn transmit(&mut self, _conn: ConnId, path: usize) {
+        self.p.lanes[path].pending[self.side] = true;
+    }
+
+    fn wake(&mut self, sock: SockId) {
+        self.p.wake(self.side, sock);
     }
 }
 

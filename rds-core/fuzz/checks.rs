@@ -23,8 +23,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
+use rds_core::proto::driver::{self, Io};
 use rds_core::proto::{
-    ConnId, Event, FragAssembler, FrameKind, Received, SockId, Stack, StreamParser, Transmit,
+    ConnId, DropReason, FragAssembler, FrameKind, Received, SockId, Stack, StreamParser, Transmit,
     TransportKind,
 };
 use rds_core::time::Instant;
@@ -363,6 +364,10 @@ struct Engine {
     socks: Vec<SockId>,
     lanes: BTreeMap<(ConnId, usize, u32), Lane>,
     tx_seq: BTreeMap<(u32, usize), u64>,
+    /// Whether connection attempts succeed (see [`Engine::events`]).
+    connect_ok: bool,
+    /// Events acted on in the current [`Engine::events`] call.
+    n_events: usize,
 }
 
 /// Input: a configuration byte (bit 0 IB, bit 1 we have the smaller address, bit 2 ping
@@ -401,6 +406,8 @@ pub fn engine(data: &[u8]) {
         socks: Vec::new(),
         lanes: BTreeMap::new(),
         tx_seq: BTreeMap::new(),
+        connect_ok: true,
+        n_events: 0,
     };
     for (i, &port) in SOCK_PORTS.iter().enumerate() {
         let s = e.st.socket();
@@ -502,9 +509,7 @@ pub fn engine(data: &[u8]) {
             }
             6 => {
                 e.now += Duration::from_micros(u64::from(r.u16()) * 50);
-                if e.st.poll_timeout().is_some_and(|t| t <= e.now) {
-                    e.st.handle_timeout(e.now);
-                }
+                driver::handle_due(&mut e.st, e.now);
             }
             7 => {
                 let ok = r.bit();
@@ -633,39 +638,15 @@ impl Engine {
 
     /// Runs the engine's events as a transport would; `ok` decides connection attempts.
     fn events(&mut self, ok: bool) {
-        let mut n = 0;
-        while let Some(ev) = self.st.poll_event() {
-            n += 1;
-            assert!(n < 10_000, "endless events");
-            match ev {
-                Event::Connect { conn, path, epoch } => {
-                    if ok && !self.st.is_trigger_only(conn) {
-                        if self.st.handle_connected(self.now, conn, path, epoch) {
-                            let (_, ep) = self.st.path_state(conn, path);
-                            self.lanes.retain(|k, _| !(k.0 == conn && k.1 == path));
-                            self.lanes.insert((conn, path, ep), new_lane());
-                        }
-                    } else {
-                        self.st.handle_connect_failed(self.now, conn, path, epoch);
-                    }
-                }
-                Event::Disconnect {
-                    conn,
-                    path,
-                    epoch,
-                    reason,
-                } => {
-                    self.lanes.remove(&(conn, path, epoch));
-                    if reason.drains() {
-                        self.st.handle_disconnected(self.now, conn, path, epoch);
-                    }
-                }
-                Event::Transmit { .. }
-                | Event::Wake(_)
-                | Event::CongChanged
-                | Event::RdmaUnuse { .. } => {}
-            }
-        }
+        self.connect_ok = ok;
+        self.n_events = 0;
+        driver::pump(self);
+    }
+
+    /// One more event in this [`Engine::events`] call; an engine that never runs out fails.
+    fn count_event(&mut self) {
+        self.n_events += 1;
+        assert!(self.n_events < 10_000, "endless events");
     }
 
     /// Feeds frames (TCP: stream bytes) to a lane; checks that receiving never adds to our
@@ -684,22 +665,14 @@ impl Engine {
             }
         } else if let Some(lane) = self.lanes.get_mut(&(c, path, ep)) {
             let mut out = Vec::new();
+            let mut parsed = Ok(());
             for f in frames {
-                if let Err(err) = lane.rx.feed(Bytes::from(f), &mut out) {
-                    for fr in out.drain(..) {
-                        if self.st.handle_frame(now, c, path, ep, fr).is_err() {
-                            break;
-                        }
-                    }
-                    self.st.handle_stream_error(now, c, path, ep, err);
+                parsed = lane.rx.feed(Bytes::from(f), &mut out);
+                if parsed.is_err() {
                     break;
                 }
             }
-            for fr in out {
-                if self.st.handle_frame(now, c, path, ep, fr).is_err() {
-                    break;
-                }
-            }
+            let _ = driver::deliver(&mut self.st, now, c, path, ep, out, parsed);
         }
         let after = self.snapshot();
         assert!(
@@ -809,6 +782,51 @@ impl Engine {
                 assert!(p.next_tx_seq >= 1);
             }
         }
+    }
+}
+
+/// The transport as the fuzzer plays it: connection attempts succeed or fail at once, a
+/// drop closes the lane (a draining one ends at once), and frames wait for [`Engine::drain`].
+impl Io for Engine {
+    fn stack(&mut self) -> &mut Stack {
+        &mut self.st
+    }
+
+    fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        self.count_event();
+        if self.connect_ok && !self.st.is_trigger_only(conn) {
+            if self.st.handle_connected(self.now, conn, path, epoch) {
+                let (_, ep) = self.st.path_state(conn, path);
+                self.lanes.retain(|k, _| !(k.0 == conn && k.1 == path));
+                self.lanes.insert((conn, path, ep), new_lane());
+            }
+        } else {
+            self.st.handle_connect_failed(self.now, conn, path, epoch);
+        }
+    }
+
+    fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        self.count_event();
+        self.lanes.remove(&(conn, path, epoch));
+        if reason.drains() {
+            self.st.handle_disconnected(self.now, conn, path, epoch);
+        }
+    }
+
+    fn transmit(&mut self, _conn: ConnId, _path: usize) {
+        self.count_event();
+    }
+
+    fn wake(&mut self, _sock: SockId) {
+        self.count_event();
+    }
+
+    fn cong_changed(&mut self) {
+        self.count_event();
+    }
+
+    fn rdma_unuse(&mut self, _sock: SockId, _rkey: u32) {
+        self.count_event();
     }
 }
 

@@ -9,7 +9,8 @@
 //! Everything, delivery chunking included, follows from the seed.
 //!
 //! Applications drive the stacks directly through [`Sim::stack`] and call [`Sim::pump`]
-//! afterwards so that the stack's work (connects, frames) enters the network.
+//! afterwards so that the stack's work (connects, frames) enters the network through the engine
+//! driver ([`crate::proto::driver`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -17,7 +18,10 @@ use std::net::IpAddr;
 use bytes::{Bytes, BytesMut};
 use core::time::Duration;
 
-use crate::proto::{AcceptError, ConnId, Event, Rng, SockId, Stack, StreamParser, TransportKind};
+use crate::proto::driver::{self, Frames, Io};
+use crate::proto::{
+    AcceptError, ConnId, DropReason, Rng, SockId, Stack, StreamParser, TransportKind,
+};
 use crate::time::Instant;
 use crate::tunables::Tunables;
 use crate::wire::MAX_MSG_SIZE;
@@ -260,48 +264,39 @@ impl Sim {
     /// Moves the node's pending work (connects, disconnects, frames, wakeups) into the
     /// network. Call after every direct use of [`Sim::stack`].
     pub fn pump(&mut self, n: usize) {
-        while let Some(ev) = self.nodes[n].stack.poll_event() {
-            match ev {
-                Event::Connect { conn, path, epoch } => {
-                    let (_, faddr, _) = self.nodes[n].stack.conn_addrs(conn);
-                    let lat = self.latency();
-                    let inc = self.nodes[n].incarnation;
-                    self.schedule(
-                        self.now + lat,
-                        Ev::Arrive {
-                            from: n,
-                            from_inc: inc,
-                            conn,
-                            path,
-                            epoch,
-                            to_addr: faddr,
-                        },
-                    );
+        driver::pump(&mut SimIo { sim: self, n });
+    }
+
+    /// Node `n` asks for a transport connection: the request reaches the peer after a latency.
+    fn connect(&mut self, n: usize, conn: ConnId, path: usize, epoch: u32) {
+        let (_, faddr, _) = self.nodes[n].stack.conn_addrs(conn);
+        let lat = self.latency();
+        let inc = self.nodes[n].incarnation;
+        self.schedule(
+            self.now + lat,
+            Ev::Arrive {
+                from: n,
+                from_inc: inc,
+                conn,
+                path,
+                epoch,
+                to_addr: faddr,
+            },
+        );
+    }
+
+    /// Node `n` closes the path's transport connection with `epoch`.
+    fn disconnect(&mut self, n: usize, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        if let Some(&(l, e)) = self.by_path.get(&(n, conn, path)) {
+            if self.links[l].ends[e].epoch == epoch {
+                self.by_path.remove(&(n, conn, path));
+                if reason.drains() {
+                    // Half-close: the peer learns, closes its side after the data
+                    // it already sent, and this end reads until then.
+                    self.notify_closed(l, 1 - e);
+                } else {
+                    self.close_end(l, e);
                 }
-                Event::Disconnect {
-                    conn,
-                    path,
-                    epoch,
-                    reason,
-                } => {
-                    if let Some(&(l, e)) = self.by_path.get(&(n, conn, path)) {
-                        if self.links[l].ends[e].epoch == epoch {
-                            self.by_path.remove(&(n, conn, path));
-                            if reason.drains() {
-                                // Half-close: the peer learns, closes its side after the data
-                                // it already sent, and this end reads until then.
-                                self.notify_closed(l, 1 - e);
-                            } else {
-                                self.close_end(l, e);
-                            }
-                        }
-                    }
-                }
-                Event::Transmit { conn, path } => self.transmit(n, conn, path),
-                Event::Wake(s) => self.nodes[n].woken.push(s),
-                Event::CongChanged => self.nodes[n].cong_changed = true,
-                // The simulated network has no RDMA regions.
-                Event::RdmaUnuse { .. } => {}
             }
         }
     }
@@ -313,7 +308,7 @@ impl Sim {
         let ib = self.cfg.kind == TransportKind::Ib;
         let mut stream = BytesMut::new();
         let mut frames = Vec::new();
-        while let Some(t) = self.nodes[n].stack.poll_transmit(now, conn, path) {
+        for t in Frames::new(&mut self.nodes[n].stack, now, conn, path) {
             if ib {
                 let mut f = BytesMut::with_capacity(t.wire_len());
                 f.extend_from_slice(&t.hdr);
@@ -484,8 +479,7 @@ impl Sim {
             self.handle(ev);
         }
         for n in 0..self.nodes.len() {
-            if self.nodes[n].stack.poll_timeout().is_some_and(|t| t <= now) {
-                self.nodes[n].stack.handle_timeout(now);
+            if driver::handle_due(&mut self.nodes[n].stack, now) {
                 self.pump(n);
             }
         }
@@ -544,20 +538,8 @@ impl Sim {
                 } else {
                     let mut frames = Vec::new();
                     let r = self.links[link].ends[to].parser.feed(data, &mut frames);
-                    for f in frames {
-                        if self.nodes[n]
-                            .stack
-                            .handle_frame(now, conn, path, epoch, f)
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                    if let Err(e) = r {
-                        self.nodes[n]
-                            .stack
-                            .handle_stream_error(now, conn, path, epoch, e);
-                    }
+                    let st = &mut self.nodes[n].stack;
+                    let _ = driver::deliver(st, now, conn, path, epoch, frames, r);
                     let upto = self.links[link].ends[to].rx_bytes;
                     if !self.links[link].acks_lost[1 - to] {
                         let lat = self.latency();
@@ -755,20 +737,8 @@ impl Sim {
                         for d in held {
                             r = r.and(self.links[link].ends[1].parser.feed(d, &mut frames));
                         }
-                        for f in frames {
-                            if self.nodes[t]
-                                .stack
-                                .handle_frame(now, bconn, bpath, bepoch, f)
-                                .is_err()
-                            {
-                                break;
-                            }
-                        }
-                        if let Err(e) = r {
-                            self.nodes[t]
-                                .stack
-                                .handle_stream_error(now, bconn, bpath, bepoch, e);
-                        }
+                        let st = &mut self.nodes[t].stack;
+                        let _ = driver::deliver(st, now, bconn, bpath, bepoch, frames, r);
                         if self.links[link].ends[1].peer_closed {
                             self.pump(t);
                             self.links[link].ends[1].open = false;
@@ -858,4 +828,38 @@ impl Sim {
         }
         self.next_port + path as u16
     }
+}
+
+/// Node `n`'s side of the simulated network, as the engine driver sees it.
+struct SimIo<'a> {
+    sim: &'a mut Sim,
+    n: usize,
+}
+
+impl Io for SimIo<'_> {
+    fn stack(&mut self) -> &mut Stack {
+        &mut self.sim.nodes[self.n].stack
+    }
+
+    fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        self.sim.connect(self.n, conn, path, epoch);
+    }
+
+    fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        self.sim.disconnect(self.n, conn, path, epoch, reason);
+    }
+
+    fn transmit(&mut self, conn: ConnId, path: usize) {
+        self.sim.transmit(self.n, conn, path);
+    }
+
+    fn wake(&mut self, sock: SockId) {
+        self.sim.nodes[self.n].woken.push(sock);
+    }
+
+    fn cong_changed(&mut self) {
+        self.sim.nodes[self.n].cong_changed = true;
+    }
+
+    // The simulated network has no RDMA regions: `rdma_unuse` does nothing.
 }

@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
+use rds_core::proto::driver::{self, Frames, Io};
 use rds_core::proto::{
     AcceptError, BindError, ConnId, DropReason, Event, Frame, FrameKind, InMsg, PathState,
     Received, RecvError, SendError, SendExtras, SockId, Stack, StreamParser, Transmit,
@@ -219,35 +220,27 @@ impl Pair {
         }
     }
 
+    /// Acts on one of side `s`'s events as the transport (through the engine driver).
     fn process(&mut self, s: Side, ev: Event) {
-        match ev {
-            Event::Connect { conn, path, epoch } => self.connect(s, conn, path, epoch),
-            Event::Disconnect {
-                conn,
-                path,
-                epoch,
-                reason,
-            } => {
-                let Some(lane) = self.lanes.get(&path) else {
-                    return;
-                };
-                if lane.epoch[s.i()] != epoch || lane.conn[s.i()] != conn {
-                    return;
-                }
-                let o = s.other();
-                let (oc, oe) = (lane.conn[o.i()], lane.epoch[o.i()]);
-                self.lanes.remove(&path);
-                let now = self.now;
-                self.st[o.i()].handle_disconnected(now, oc, path, oe);
-                if reason.drains() {
-                    // Nothing is in flight in this harness: the drain ends at once.
-                    self.st[s.i()].handle_disconnected(now, conn, path, epoch);
-                }
-            }
-            Event::Transmit { .. }
-            | Event::Wake(_)
-            | Event::CongChanged
-            | Event::RdmaUnuse { .. } => {}
+        driver::dispatch(&mut PairIo { p: self, s }, ev);
+    }
+
+    /// Plays the transport for a disconnect of `s`: both ends learn at once.
+    fn disconnect(&mut self, s: Side, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        let Some(lane) = self.lanes.get(&path) else {
+            return;
+        };
+        if lane.epoch[s.i()] != epoch || lane.conn[s.i()] != conn {
+            return;
+        }
+        let o = s.other();
+        let (oc, oe) = (lane.conn[o.i()], lane.epoch[o.i()]);
+        self.lanes.remove(&path);
+        let now = self.now;
+        self.st[o.i()].handle_disconnected(now, oc, path, oe);
+        if reason.drains() {
+            // Nothing is in flight in this harness: the drain ends at once.
+            self.st[s.i()].handle_disconnected(now, conn, path, epoch);
         }
     }
 
@@ -256,7 +249,7 @@ impl Pair {
         let now = self.now;
         let conn = self.lanes[&path].conn[s.i()];
         let mut v = Vec::new();
-        while let Some(t) = self.st(s).poll_transmit(now, conn, path) {
+        for t in Frames::new(self.st(s), now, conn, path) {
             v.push(t);
             assert!(v.len() < 100_000, "endless transmit");
         }
@@ -311,9 +304,7 @@ impl Pair {
             }
             off += n;
         }
-        for f in out {
-            self.st[s.i()].handle_frame(now, conn, path, epoch, f)?;
-        }
+        driver::deliver(&mut self.st[s.i()], now, conn, path, epoch, out, Ok(()))?;
         if self.auto_ack {
             self.st[from.i()].handle_tx_acked(now, fconn, path, fepoch, sent);
         }
@@ -325,8 +316,7 @@ impl Pair {
         let mut progress = false;
         for s in [A, B] {
             let now = self.now;
-            if self.st(s).poll_timeout().is_some_and(|t| t <= now) {
-                self.st(s).handle_timeout(now);
+            if driver::handle_due(self.st(s), now) {
                 progress = true;
             }
             for ev in self.take_events(s) {
@@ -401,6 +391,29 @@ impl Pair {
             .filter(|w| w.from == from && w.hdr.sport == sport)
             .collect()
     }
+}
+
+/// Side `s` of the pair as the engine driver's transport. Frames wait for [`Pair::step`],
+/// which carries every lane's frames both ways.
+struct PairIo<'a> {
+    p: &'a mut Pair,
+    s: Side,
+}
+
+impl Io for PairIo<'_> {
+    fn stack(&mut self) -> &mut Stack {
+        self.p.st(self.s)
+    }
+
+    fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        self.p.connect(self.s, conn, path, epoch);
+    }
+
+    fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        self.p.disconnect(self.s, conn, path, epoch, reason);
+    }
+
+    fn transmit(&mut self, _conn: ConnId, _path: usize) {}
 }
 
 /// The lane a port hashes to with 8 lanes on a stack built from `seed` (the hash seed follows

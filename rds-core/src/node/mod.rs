@@ -728,9 +728,7 @@ impl Inner {
                     &mut tcp, &mut core, st.stream, st.local, st.peer, st.since, now,
                 );
             }
-            if core.stack.poll_timeout().is_some_and(|t| t <= now) {
-                core.stack.handle_timeout(now);
-            }
+            crate::proto::driver::handle_due(&mut core.stack, now);
             self.run_io_work(&mut tcp, &mut ib, &mut core, now);
         }
         // Write outside the engine lock; acknowledgements and refills come back in.
@@ -804,11 +802,15 @@ impl Inner {
                     tcp.tap_rx(&core.stack, conn, path, &frames, &self.tap);
                     self.frames_in
                         .fetch_add(frames.len() as u64, Ordering::Relaxed);
-                    for f in frames {
-                        if core.stack.handle_frame(now, conn, path, epoch, f).is_err() {
-                            break;
-                        }
-                    }
+                    let _ = crate::proto::driver::deliver(
+                        &mut core.stack,
+                        now,
+                        conn,
+                        path,
+                        epoch,
+                        frames,
+                        Ok(()),
+                    );
                 }
                 TcpOut::StreamError {
                     conn,
@@ -874,67 +876,14 @@ impl Inner {
     fn run_io_work(&self, tcp: &mut Tcp, ib: &mut Option<Ib>, core: &mut Core, now: Instant) {
         drain_events(core, self, false);
         while let Some(ev) = core.io_work.pop_front() {
-            let conn = match ev {
-                Event::Connect { conn, .. }
-                | Event::Disconnect { conn, .. }
-                | Event::Transmit { conn, .. } => Some(conn),
-                Event::RdmaUnuse { sock, rkey } => {
-                    if let Some(t) = ib.as_mut() {
-                        t.unuse(sock, rkey);
-                    }
-                    continue;
-                }
-                Event::Wake(_) | Event::CongChanged => None,
+            let mut io = TransportIo {
+                tap: &self.tap,
+                tcp: &mut *tcp,
+                ib: &mut *ib,
+                core: &mut *core,
+                now,
             };
-            if let Some(conn) = conn.filter(|&c| core.stack.conn_addrs(c).2 == TransportKind::Ib) {
-                match (ev, ib.as_mut()) {
-                    // Stale attempts are skipped, as for TCP below.
-                    (Event::Connect { path, epoch, .. }, Some(t))
-                        if core.stack.path_state(conn, path) == (PathState::Connecting, epoch) =>
-                    {
-                        t.connect(&mut core.stack, now, conn, path, epoch);
-                    }
-                    (Event::Connect { path, epoch, .. }, None) => {
-                        core.stack.handle_connect_failed(now, conn, path, epoch);
-                    }
-                    (Event::Disconnect { path, epoch, .. }, Some(t)) => {
-                        t.disconnect(conn, path, epoch);
-                    }
-                    (Event::Transmit { path, .. }, Some(t)) => {
-                        t.pull(&mut core.stack, now, conn, path);
-                    }
-                    _ => {}
-                }
-                drain_events(core, self, false);
-                continue;
-            }
-            match ev {
-                Event::Connect { conn, path, epoch } => {
-                    // The path may have moved on since the engine asked (for example an
-                    // accepted connection took it over): a stale attempt would replace that
-                    // connection, after its peer's TCP had acknowledged data on it.
-                    if core.stack.path_state(conn, path) != (PathState::Connecting, epoch) {
-                        continue;
-                    }
-                    let (laddr, faddr, _) = core.stack.conn_addrs(conn);
-                    let tun = core.stack.tunables().clone();
-                    if tcp.connect(conn, path, epoch, laddr, faddr, &tun).is_err() {
-                        core.stack.handle_connect_failed(now, conn, path, epoch);
-                    }
-                }
-                Event::Disconnect {
-                    conn,
-                    path,
-                    epoch,
-                    reason,
-                } => {
-                    tcp.disconnect(conn, path, epoch, reason, now);
-                }
-                Event::Transmit { conn, path } => {
-                    tcp.pull(&mut core.stack, conn, path, now, &self.tap);
-                }
-                Event::Wake(_) | Event::CongChanged | Event::RdmaUnuse { .. } => {}
-            }
+            crate::proto::driver::dispatch(&mut io, ev);
             drain_events(core, self, false);
         }
     }
@@ -943,25 +892,151 @@ impl Inner {
 /// Handles the engine's events: socket wakeups at once, transport work into `io_work`.
 /// Returns whether transport work was queued.
 fn drain_events(core: &mut Core, inner: &Inner, _from_app: bool) -> bool {
-    let mut io = false;
-    while let Some(ev) = core.stack.poll_event() {
-        match ev {
-            Event::Wake(s) => {
-                if let Some(w) = core.waiters.get(&s) {
-                    w.cv.notify_all();
-                    let r = core.stack.readable(s);
-                    let wr = core.stack.writable(s);
-                    w.update_fds(r, wr);
-                }
-            }
-            Event::CongChanged => inner.cong_cv.notify_all(),
-            other => {
-                core.io_work.push_back(other);
-                io = true;
-            }
+    let mut io = AppIo {
+        core,
+        inner,
+        queued: false,
+    };
+    crate::proto::driver::pump(&mut io);
+    io.queued
+}
+
+/// The engine's events where the transport locks are not held (application threads, and the
+/// I/O thread between two pieces of transport work): sockets are woken at once, transport
+/// work waits in `io_work` for [`TransportIo`].
+struct AppIo<'a> {
+    core: &'a mut Core,
+    inner: &'a Inner,
+    /// Transport work was queued.
+    queued: bool,
+}
+
+impl AppIo<'_> {
+    fn defer(&mut self, ev: Event) {
+        self.core.io_work.push_back(ev);
+        self.queued = true;
+    }
+}
+
+impl crate::proto::driver::Io for AppIo<'_> {
+    fn stack(&mut self) -> &mut Stack {
+        &mut self.core.stack
+    }
+
+    fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        self.defer(Event::Connect { conn, path, epoch });
+    }
+
+    fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        self.defer(Event::Disconnect {
+            conn,
+            path,
+            epoch,
+            reason,
+        });
+    }
+
+    fn transmit(&mut self, conn: ConnId, path: usize) {
+        self.defer(Event::Transmit { conn, path });
+    }
+
+    fn rdma_unuse(&mut self, sock: SockId, rkey: u32) {
+        self.defer(Event::RdmaUnuse { sock, rkey });
+    }
+
+    fn wake(&mut self, sock: SockId) {
+        if let Some(w) = self.core.waiters.get(&sock) {
+            w.cv.notify_all();
+            let r = self.core.stack.readable(sock);
+            let wr = self.core.stack.writable(sock);
+            w.update_fds(r, wr);
         }
     }
-    io
+
+    fn cong_changed(&mut self) {
+        self.inner.cong_cv.notify_all();
+    }
+}
+
+/// The node's transports on the I/O thread (every lock held): TCP, or IB for an IB
+/// connection. A connect the path has moved on from is skipped: for TCP it would replace a
+/// connection (an accepted one that took the path over, say) after its peer's TCP had
+/// acknowledged data on it.
+struct TransportIo<'a> {
+    tap: &'a Tap,
+    tcp: &'a mut Tcp,
+    ib: &'a mut Option<Ib>,
+    core: &'a mut Core,
+    now: Instant,
+}
+
+impl TransportIo<'_> {
+    fn is_ib(&self, conn: ConnId) -> bool {
+        self.core.stack.conn_addrs(conn).2 == TransportKind::Ib
+    }
+
+    fn is_current(&self, conn: ConnId, path: usize, epoch: u32) -> bool {
+        self.core.stack.path_state(conn, path) == (PathState::Connecting, epoch)
+    }
+}
+
+impl crate::proto::driver::Io for TransportIo<'_> {
+    fn stack(&mut self) -> &mut Stack {
+        &mut self.core.stack
+    }
+
+    fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        let now = self.now;
+        let current = self.is_current(conn, path, epoch);
+        if self.is_ib(conn) {
+            match self.ib.as_mut() {
+                Some(t) if current => t.connect(&mut self.core.stack, now, conn, path, epoch),
+                Some(_) => {}
+                None => self
+                    .core
+                    .stack
+                    .handle_connect_failed(now, conn, path, epoch),
+            }
+            return;
+        }
+        if !current {
+            return;
+        }
+        let (laddr, faddr, _) = self.core.stack.conn_addrs(conn);
+        let tun = self.core.stack.tunables().clone();
+        if self
+            .tcp
+            .connect(conn, path, epoch, laddr, faddr, &tun)
+            .is_err()
+        {
+            self.core
+                .stack
+                .handle_connect_failed(now, conn, path, epoch);
+        }
+    }
+
+    fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        if !self.is_ib(conn) {
+            self.tcp.disconnect(conn, path, epoch, reason, self.now);
+        } else if let Some(t) = self.ib.as_mut() {
+            t.disconnect(conn, path, epoch);
+        }
+    }
+
+    fn transmit(&mut self, conn: ConnId, path: usize) {
+        if !self.is_ib(conn) {
+            self.tcp
+                .pull(&mut self.core.stack, conn, path, self.now, self.tap);
+        } else if let Some(t) = self.ib.as_mut() {
+            t.pull(&mut self.core.stack, self.now, conn, path);
+        }
+    }
+
+    fn rdma_unuse(&mut self, sock: SockId, rkey: u32) {
+        if let Some(t) = self.ib.as_mut() {
+            t.unuse(sock, rkey);
+        }
+    }
 }
 
 #[cfg(test)]

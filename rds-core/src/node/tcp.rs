@@ -828,8 +828,8 @@ impl Tcp {
         now: Instant,
         tap: &Tap,
     ) {
+        // The engine transmits only on paths it believes up, which have a socket here.
         let Some(&idx) = self.by_path.get(&(conn, path)) else {
-            // The engine transmits only on paths it holds up, and each has a socket here.
             return;
         };
         let Some(c) = self.conns[idx].as_mut() else {
@@ -840,8 +840,9 @@ impl Tcp {
         }
         c.more = false;
         let mut any = false;
+        let mut frames = crate::proto::driver::Frames::new(stack, now, conn, path);
         while c.out_bytes < OUT_HIGH {
-            let Some(t) = stack.poll_transmit(now, conn, path) else {
+            let Some(t) = frames.next() else {
                 break;
             };
             if tap.enabled() {

@@ -13,6 +13,9 @@
 //!   [`Stack::poll_event`] for work (connect, disconnect, transmit, wake a socket) and
 //!   [`Stack::poll_timeout`] for the next timer, handled with [`Stack::handle_timeout`].
 //!
+//! [`driver`] is the one loop that connects these to a transport: the node, the simulator,
+//! the fuzz checks and the engine tests drive the engine through it.
+//!
 //! Transports differ in their acknowledgement model ([`TransportKind`]): RDS/TCP releases a
 //! message when TCP acknowledged its last byte ("transport-acked"); RDS/IB acknowledges with
 //! `h_ack` and ACK-only frames ("RDS-acked") and fragments messages into 4096-byte pieces;
@@ -31,6 +34,7 @@
 //! Where this engine departs from the kernel, the item's documentation says so and why.
 
 mod conn;
+pub mod driver;
 mod frag;
 mod rng;
 mod sock;

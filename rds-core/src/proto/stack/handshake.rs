@@ -1,0 +1,189 @@
+//! The multipath handshake: probe pings, the peer's pong and lane count, generation numbers.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::stats::Counter;
+use crate::time::Instant;
+use crate::wire::{ExtHeader, HeaderRepr, MPATH_WORKERS, PROBE_PORT};
+
+use crate::proto::conn::OutMsg;
+use crate::proto::ConnId;
+
+use super::{Stack, MSG_COST};
+
+impl Stack {
+    pub(super) fn queue_probe_ping(&mut self, cid: ConnId) {
+        let id = self.take_msg_id();
+        let ci = cid.0 as usize;
+        let mut hdr = HeaderRepr::data(0, PROBE_PORT, 0, 0);
+        self.add_probe_exts(&mut hdr);
+        let c = &mut self.conns[ci];
+        c.ping_triggered = true;
+        let msg = OutMsg {
+            id,
+            hdr,
+            payload: Bytes::new(),
+            sock: None,
+            seq: 0,
+            retransmitted: false,
+            ack_required: false,
+            ack_off: 0,
+            first_tx: None,
+            rdma: None,
+            pong: false,
+        };
+        // Ahead of fresh messages, behind the ones being retransmitted (they carry older
+        // sequence numbers, which must reach the wire first).
+        let q = &mut c.paths[0].send_q;
+        let at = q.iter().position(|m| m.seq == 0).unwrap_or(q.len());
+        q.insert(at, msg);
+        // The probe is part of the connection's own upkeep: charged, never refused.
+        self.mem_charge(MSG_COST);
+        self.stats.inc(Counter::SendQueued);
+        self.stats.inc(Counter::SendPong);
+    }
+
+    pub(super) fn add_probe_exts(&self, hdr: &mut HeaderRepr) {
+        for e in [
+            ExtHeader::Npaths(MPATH_WORKERS as u16),
+            ExtHeader::GenNum(self.gen_num),
+            ExtHeader::SportIdx(0),
+        ] {
+            hdr.push_ext(e).expect("probe extensions fit in 16 bytes");
+        }
+    }
+
+    pub(super) fn start_mprds(&mut self, cid: ConnId) {
+        let c = &self.conns[cid.0 as usize];
+        if c.kind.multipath() && c.npaths > 1 && c.is_smaller() {
+            for i in 0..c.npaths {
+                self.connect_if_down(cid, i);
+            }
+        }
+    }
+
+    pub(super) fn set_npaths(&mut self, _now: Instant, cid: ConnId, n: usize) {
+        let next_id = self.next_msg_id;
+        let c = &mut self.conns[cid.0 as usize];
+        let old = c.npaths;
+        if old == n {
+            return;
+        }
+        c.npaths = n;
+        if old >= 1 && n > old {
+            // Fan-out after traffic used fewer lanes: keep each socket's order by holding the
+            // new lanes until lane 0 flushed what was queued before (the kernel's catch-up).
+            c.catchup_id = Some(next_id);
+        }
+        for lane in n..c.paths.len() {
+            self.rehome_lane(cid, lane);
+        }
+        for lane in 0..n {
+            let c = &self.conns[cid.0 as usize];
+            if !c.paths[lane].send_q.is_empty() {
+                if c.paths[lane].is_up() {
+                    self.want_transmit(cid, lane);
+                } else {
+                    self.want_connect(cid, lane);
+                }
+            }
+        }
+    }
+
+    /// `rds_conn_peer_gen_update`: the peer restarted if its generation number changed. Its
+    /// sequence numbers start again, so `next_rx_seq` restarts at 0 on every path, and messages
+    /// sent to the old peer are dropped instead of resent.
+    ///
+    /// Departures from the kernel: our `next_tx_seq` keeps counting up instead of restarting
+    /// at 1 (the restarted peer accepts any number, and restarting can make it drop fresh
+    /// messages as old ones after the next reconnect); only messages first transmitted before
+    /// the current lane-0 connection came up are dropped, not ones the new peer already got.
+    pub(super) fn peer_gen_update(&mut self, cid: ConnId, gen: u32) {
+        if gen == 0 {
+            return;
+        }
+        let ci = cid.0 as usize;
+        let c = &mut self.conns[ci];
+        let old = c.peer_gen;
+        if c.retired_gens.contains(&gen) {
+            return;
+        }
+        c.peer_gen = gen;
+        if old == 0 || old == gen {
+            return;
+        }
+        if c.retired_gens.len() >= 8 {
+            c.retired_gens.remove(0);
+        }
+        c.retired_gens.push(old);
+        let cutoff = c.paths[0].up_since;
+        let stale = |m: &OutMsg| match (m.first_tx, cutoff) {
+            (Some(t), Some(cut)) => t < cut,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let mut dropped = Vec::new();
+        for p in &mut c.paths {
+            p.next_rx_seq = 0;
+            for q in [&mut p.retrans, &mut p.send_q] {
+                let mut keep = VecDeque::with_capacity(q.len());
+                for m in q.drain(..) {
+                    if stale(&m) {
+                        dropped.push(m);
+                    } else {
+                        keep.push_back(m);
+                    }
+                }
+                *q = keep;
+            }
+        }
+        for m in dropped {
+            self.stats.inc(Counter::SendDropPeerRestart);
+            self.release(ci, &m);
+        }
+    }
+
+    /// `rds_recv_hs_exthdrs` + `rds_start_mprds`.
+    ///
+    /// Departure from the kernel: the smaller side connects the other lanes only when the
+    /// pong to its own probe arrives (`pong = true`), not on the peer's probe ping. At that
+    /// point the peer has processed our probe and knows the number of lanes, so it accepts
+    /// them; on the peer's ping it may not yet, and would refuse them (a reset and a retry
+    /// per lane).
+    pub(super) fn process_handshake(
+        &mut self,
+        now: Instant,
+        cid: ConnId,
+        hdr: &HeaderRepr,
+        pong: bool,
+    ) {
+        let mut npaths = None;
+        let mut gen = 0;
+        let mut sport_idx = false;
+        for e in hdr.exts() {
+            match e {
+                ExtHeader::Npaths(n) => npaths = Some(usize::from(n).min(MPATH_WORKERS)),
+                ExtHeader::GenNum(g) => gen = g,
+                ExtHeader::SportIdx(_) => sport_idx = true,
+                _ => {}
+            }
+        }
+        let c = &mut self.conns[cid.0 as usize];
+        let n = npaths.unwrap_or(c.npaths).max(1);
+        c.ping_triggered = false;
+        c.hs_deadline = None;
+        if sport_idx {
+            c.with_sport_idx = true;
+        }
+        self.peer_gen_update(cid, gen);
+        if pong {
+            self.conns[cid.0 as usize].fanout_ok = true;
+        }
+        self.set_npaths(now, cid, n);
+        if pong {
+            self.start_mprds(cid);
+        }
+    }
+}
