@@ -32,6 +32,7 @@
 
 mod conn;
 mod frag;
+pub mod rdma;
 mod rng;
 mod sock;
 pub mod stack;
