@@ -29,10 +29,10 @@ use std::time::Duration;
 use super::device::Context;
 use super::error::{set_nonblocking, VerbsError};
 use super::ffi;
+use super::ffi::IbLib;
 use super::handle::{ChannelInner, CmIdInner};
 use super::pd::Pd;
 use super::qp::{Qp, QpInit, QpOwner};
-use super::IbLib;
 
 /// An RDMA CM event channel. Cheap to clone.
 #[derive(Clone)]
@@ -450,9 +450,9 @@ impl CmId {
     }
 
     /// The source GID of the route (RoCE: derived from the local address).
-    pub fn sgid(&self) -> super::Gid {
+    pub fn sgid(&self) -> super::device::Gid {
         // SAFETY: every bit pattern of the union is valid bytes.
-        super::Gid(unsafe { self.raw().route.addr.addr.sgid.raw })
+        super::device::Gid(unsafe { self.raw().route.addr.addr.sgid.raw })
     }
 
     /// `rdma_bind_addr`.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::device::Context;
 use super::error::{c_enum, check, set_nonblocking, VerbsError};
 use super::ffi;
-use super::IbLib;
+use super::ffi::IbLib;
 
 c_enum!(
     /// `enum ibv_wc_status`.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::error::{c_chars_to_string, c_enum, check, VerbsError};
 use super::ffi;
-use super::IbLib;
+use super::ffi::IbLib;
 
 c_enum!(
     /// `enum ibv_node_type`.

@@ -1,5 +1,6 @@
-//! What every verbs wrapper shares: the error type of a failed call, the checks of a C return
-//! code, and the macro that turns a C enum into a Rust enum with an `Unknown` variant.
+//! The errors of the rdma-core layer and what every verbs wrapper shares: why the transport is
+//! unavailable on this host, the error of a failed call, the checks of a C return code, and the
+//! macro that turns a C enum into a Rust enum with an `Unknown` variant.
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
@@ -112,3 +113,38 @@ macro_rules! c_enum {
 }
 
 pub(crate) use c_enum;
+
+/// Why the IB transport is not available on this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IbUnavailable {
+    /// A shared library could not be opened.
+    #[error("{library} not found: install {package} ({detail})")]
+    LibraryMissing {
+        /// The library file name (`libibverbs.so.1`, `librdmacm.so.1`).
+        library: String,
+        /// The Debian package(s) that ship it.
+        package: &'static str,
+        /// The loader's message.
+        detail: String,
+    },
+    /// A library was opened but lacks a function we call (rdma-core too old or broken).
+    #[error("{library} has no symbol {symbol}: rdma-core too old? ({detail})")]
+    SymbolMissing {
+        /// The library file name.
+        library: String,
+        /// The missing function.
+        symbol: &'static str,
+        /// The loader's message.
+        detail: String,
+    },
+    /// `ibv_get_device_list` failed (for example the kernel has no `ib_uverbs` support).
+    #[error("cannot list RDMA devices: {0}")]
+    DeviceList(String),
+    /// The libraries work but the kernel has no RDMA verbs support at all (no
+    /// `/sys/class/infiniband_verbs`: `ib_uverbs` not loaded, no RDMA driver).
+    #[error("no RDMA devices: the kernel has no RDMA verbs support (no HCA driver; for soft-RoCE: modprobe rdma_rxe ib_uverbs rdma_ucm, then `rdma link add rxe0 type rxe netdev eth0`)")]
+    NoKernelSupport,
+    /// The libraries work but the host has no RDMA device (no HCA, no `rdma_rxe` / `siw` link).
+    #[error("no RDMA devices (no HCA, and no soft-RoCE link such as `rdma link add rxe0 type rxe netdev eth0`)")]
+    NoDevices,
+}

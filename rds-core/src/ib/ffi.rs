@@ -35,7 +35,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use libloading::Library;
 
-use super::IbUnavailable;
+use super::error::IbUnavailable;
 
 // ---------------------------------------------------------------------------------------------
 // <infiniband/verbs.h>

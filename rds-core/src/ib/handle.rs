@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::ffi;
-use super::IbLib;
+use super::ffi::IbLib;
 
 /// An event channel (`struct rdma_event_channel`), destroyed on drop.
 pub(crate) struct ChannelInner {
