@@ -103,6 +103,7 @@ impl Ib {
 
     /// Engine dropped the path: disconnect and free.
     pub(crate) fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+        self.ops.sweep();
         if let Some(i) = self.find(conn, path, epoch) {
             if let Some(c) = &self.conns[i] {
                 let _ = c.id.disconnect();

@@ -2,14 +2,13 @@
 //! receive ring, send slots, the ACK buffer), posting the engine's frames as SENDs with any
 //! RDMA operation ahead of its message, and draining completions into the engine.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::ib::{
     Access, Cq, Mr, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge, VerbsError, WcStatus,
 };
 use crate::info::ConnId;
-use crate::proto::rdma::{RdmaOp, RdmaOpId, RdmaStatus};
+use crate::proto::rdma::{RdmaOp, RdmaStatus};
 use crate::proto::{FrameKind, Stack};
 use crate::stats::{IbCounter, IbStats};
 use crate::sys::EPOLLIN;
@@ -17,7 +16,7 @@ use crate::time::Instant;
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 use super::super::tap::{Dir, IbQps};
-use super::mr::{LocalSeg, OpRegs};
+use super::mr::{LocalSeg, OpRegistry};
 use super::{log, out_of_range, Ib, TOKEN_IB_CQ, TOKEN_MASK};
 
 /// One receive or send buffer: a header and a fragment.
@@ -135,7 +134,7 @@ impl Ib {
 
     /// Posts the engine's frames for the path while send slots last.
     pub(crate) fn pull(&mut self, stack: &mut Stack, now: Instant, conn: ConnId, path: usize) {
-        self.sweep_ops();
+        self.ops.sweep();
         let Some(i) = self.find_up(conn, path) else {
             return;
         };
@@ -441,23 +440,23 @@ enum Rdma {
 /// one signaled), ahead of its message's SEND. The operation's local registrations leave
 /// `ops` here: into the connection's in-flight table when posted, dropped when it cannot run,
 /// put back when there is no room yet.
-fn post_rdma(r: &mut Res, ops: &mut HashMap<RdmaOpId, OpRegs>, op: &Arc<RdmaOp>) -> Rdma {
-    let Some(regs) = ops.remove(&op.id) else {
+fn post_rdma(r: &mut Res, ops: &mut OpRegistry, op: &Arc<RdmaOp>) -> Rdma {
+    let Some(segs) = ops.take(op.id) else {
         return Rdma::Failed(RdmaStatus::OtherError);
     };
-    if regs.segs.len() != op.local.len() || regs.segs.is_empty() {
+    if segs.len() != op.local.len() || segs.is_empty() {
         return Rdma::Failed(RdmaStatus::OtherError);
     }
-    let nwr = regs.segs.len().div_ceil(r.max_sge);
+    let nwr = segs.len().div_ceil(r.max_sge);
     if nwr > RDMA_WRS {
         return Rdma::Failed(RdmaStatus::OtherError);
     }
     let slot = r.rdma.iter().position(Option::is_none);
     let Some(slot) = slot.filter(|_| r.rdma_wrs + nwr <= RDMA_WRS) else {
-        ops.insert(op.id, regs);
+        ops.insert(op, segs);
         return Rdma::NoRoom;
     };
-    let sges: Result<Vec<Sge<'_>>, _> = regs.segs.iter().map(LocalSeg::sge).collect();
+    let sges: Result<Vec<Sge<'_>>, _> = segs.iter().map(LocalSeg::sge).collect();
     let Ok(sges) = sges else {
         return Rdma::Failed(RdmaStatus::OtherError);
     };
@@ -490,7 +489,7 @@ fn post_rdma(r: &mut Res, ops: &mut HashMap<RdmaOpId, OpRegs>, op: &Arc<RdmaOp>)
     r.rdma_wrs += nwr;
     r.rdma[slot] = Some(Inflight {
         op: op.clone(),
-        _segs: regs.segs,
+        _segs: segs,
         wrs: nwr,
     });
     Rdma::Posted

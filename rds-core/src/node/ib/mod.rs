@@ -30,7 +30,6 @@ use std::sync::Arc;
 use crate::ib::cm::{CmId, EventChannel, IdHandle};
 use crate::ib::{self, Pd, VerbsError, WorkCompletion};
 use crate::info::{canonical, ConnId};
-use crate::proto::rdma::RdmaOpId;
 use crate::proto::Stack;
 use crate::stats::IbStats;
 use crate::wire::ib_private::cm_port;
@@ -40,7 +39,7 @@ use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
 use conn::{IbConn, St};
 use data::SLOT;
-use mr::{OpRegs, RegMr};
+use mr::{OpRegistry, RegMr};
 
 pub use crate::info::IbQpInfo;
 
@@ -63,7 +62,7 @@ pub(crate) struct Ib {
     /// Regions registered for peers, by remote key.
     mrs: HashMap<u32, RegMr>,
     /// The local memory registrations of RDMA operations not yet posted, by operation.
-    ops: HashMap<RdmaOpId, OpRegs>,
+    ops: OpRegistry,
     /// The `ib_*` counters.
     stats: Arc<IbStats>,
     /// The node's trace tap.
@@ -113,7 +112,7 @@ impl Ib {
             buf: vec![0; SLOT],
             pds: Vec::new(),
             mrs: HashMap::new(),
-            ops: HashMap::new(),
+            ops: OpRegistry::default(),
             stats,
             tap,
         })
@@ -228,7 +227,6 @@ impl Ib {
 
     /// Disconnects everything (node shutdown).
     pub(crate) fn close_all(&mut self) {
-        self.ops.clear();
         for i in 0..self.conns.len() {
             if let Some(c) = &self.conns[i] {
                 let _ = c.id.disconnect();
@@ -240,7 +238,7 @@ impl Ib {
 
     /// An epoll event for one of our tokens.
     pub(crate) fn handle_event(&mut self, token: u64, stack: &mut Stack, now: Instant) {
-        self.sweep_ops();
+        self.ops.sweep();
         if token == TOKEN_IB_CM {
             loop {
                 match self.chan.get_event() {

@@ -1,20 +1,21 @@
 //! The transport's memory registrations: regions registered for peers (`RDS_GET_MR`, keyed by
 //! remote key, with the kernel's MR pool counters), and the local memory of RDMA operations,
 //! registered when the socket queues the message (as the kernel pins and maps at `sendmsg`)
-//! and keyed by [`crate::proto::rdma::RdmaOpId`].
+//! and keyed by [`RdmaOpId`] ([`OpRegistry`]).
 //!
 //! An operation's local registrations leave the registry when its work requests are posted
 //! (the connection keeps them until the last one completes, or the queue pair is gone). The
-//! registry holds the operation itself weakly: registrations of an operation the engine
-//! dropped before it was posted (message canceled, connection lost, send refused) go at the
-//! transport's next call.
+//! registry holds the operation itself weakly: registrations of an operation dropped before it
+//! was posted (message canceled, connection lost, send refused) go at the transport's next
+//! call (a CM or completion event, a transmit, a disconnect, the next registration).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 
 use crate::ib::{Access, MemMr, OutOfRange, Sge};
 use crate::info::SockId;
-use crate::proto::rdma::RdmaOp;
+use crate::proto::rdma::{RdmaOp, RdmaOpId};
 use crate::rdma::{make_cookie, LocalVec, MrFlags, RdmaBuffer};
 use crate::stats::IbCounter;
 
@@ -59,12 +60,44 @@ impl LocalSeg {
     }
 }
 
-/// The local registrations of an RDMA operation that is not posted yet.
-pub(super) struct OpRegs {
-    /// The operation; once nothing else holds it, it can never be posted.
-    op: Weak<RdmaOp>,
-    /// One per local range, in order.
-    pub(super) segs: Vec<LocalSeg>,
+/// The local registrations of RDMA operations not posted yet, by operation id. `S` is what is
+/// kept per operation (the registrations of its local ranges).
+///
+/// Each entry holds its operation weakly: once nothing else holds the operation it can never
+/// be posted, and [`OpRegistry::sweep`] releases its entry.
+pub(super) struct OpRegistry<S = Vec<LocalSeg>> {
+    ops: HashMap<RdmaOpId, (Weak<RdmaOp>, S)>,
+}
+
+impl<S> Default for OpRegistry<S> {
+    fn default() -> Self {
+        OpRegistry {
+            ops: HashMap::new(),
+        }
+    }
+}
+
+impl<S> OpRegistry<S> {
+    /// Keeps `regs` for `op` until it is taken or `op` is dropped.
+    pub(super) fn insert(&mut self, op: &Arc<RdmaOp>, regs: S) {
+        self.ops.insert(op.id, (Arc::downgrade(op), regs));
+    }
+
+    /// Takes the registrations of an operation (to post it).
+    pub(super) fn take(&mut self, id: RdmaOpId) -> Option<S> {
+        self.ops.remove(&id).map(|(_, regs)| regs)
+    }
+
+    /// Releases the registrations of operations nobody holds any more.
+    pub(super) fn sweep(&mut self) {
+        self.ops.retain(|_, (op, _)| op.strong_count() > 0);
+    }
+
+    /// Operations with registrations.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
 }
 
 impl Ib {
@@ -117,7 +150,7 @@ impl Ib {
         op: &Arc<RdmaOp>,
         local: &[LocalVec],
     ) -> std::io::Result<()> {
-        self.sweep_ops();
+        self.ops.sweep();
         let ctx = self.ctx_for(ip)?;
         let pd = self.pd_for(&ctx).map_err(to_io)?;
         let segs = local
@@ -133,19 +166,8 @@ impl Ib {
                 })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        self.ops.insert(
-            op.id,
-            OpRegs {
-                op: Arc::downgrade(op),
-                segs,
-            },
-        );
+        self.ops.insert(op, segs);
         Ok(())
-    }
-
-    /// Releases the local registrations of operations nobody holds any more.
-    pub(super) fn sweep_ops(&mut self) {
-        self.ops.retain(|_, r| r.op.strong_count() > 0);
     }
 
     /// `RDS_FREE_MR`. Returns whether the socket had the region.
@@ -195,5 +217,33 @@ impl Ib {
     /// Regions registered for peers.
     pub(crate) fn mr_count(&self) -> usize {
         self.mrs.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(id: u64) -> Arc<RdmaOp> {
+        Arc::new(RdmaOp::plain(RdmaOpId(id), SockId(1), 7, 0, vec![16]))
+    }
+
+    /// Registrations wait under their operation's id, leave when taken, and go when the
+    /// operation is dropped before it was taken.
+    #[test]
+    fn op_registry_keeps_takes_and_sweeps() {
+        let mut reg: OpRegistry<&str> = OpRegistry::default();
+        let (a, b) = (op(1), op(2));
+        reg.insert(&a, "a");
+        reg.insert(&b, "b");
+        reg.sweep();
+        assert_eq!(reg.len(), 2);
+        assert_eq!(reg.take(RdmaOpId(1)), Some("a"));
+        assert_eq!(reg.take(RdmaOpId(1)), None);
+        reg.insert(&a, "a again");
+        drop(b);
+        reg.sweep();
+        assert_eq!(reg.len(), 1);
+        assert_eq!(reg.take(RdmaOpId(2)), None);
     }
 }
