@@ -19,6 +19,9 @@
 //! - Messages with RDMA operations are never retransmitted: after a connection drop they are
 //!   dropped and reported [`RdmaStatus::Dropped`]; `cancel_sent_to` reports
 //!   [`RdmaStatus::Canceled`].
+//! - The engine carries an operation as plain data ([`RdmaOp`]: ids, keys, lengths); the IB
+//!   transport registers the local buffers when the message is queued and keeps those
+//!   registrations itself, keyed by [`RdmaOpId`].
 //! - Only the IB transport does RDMA. On TCP or loopback (and through the daemon, whose
 //!   memory is another process's) these calls fail with `EOPNOTSUPP`, like the kernel's
 //!   `rds_tcp`.
