@@ -448,7 +448,7 @@ impl Qp {
     }
 
     /// Moves the queue pair to the error state (`ibv_modify_qp`, `IBV_QPS_ERR`): outstanding
-    /// work requests complete with [`WcStatus::WrFlushErr`].
+    /// work requests complete with [`super::cq::WcStatus::WrFlushErr`].
     ///
     /// # Errors
     /// The transition was refused.
