@@ -1034,7 +1034,7 @@ fn trace_records(batch: &[u8]) {
 /// gives back every field byte (reserved bytes read as zero), and the passive side's version
 /// choice is the kernel's `rds_ib_protocol_compatible`.
 pub fn ib_private(data: &[u8]) {
-    use rds_core::node::{ib_negotiate, IbConnPriv};
+    use rds_core::wire::ib_private::{negotiate as ib_negotiate, ConnPriv as IbConnPriv};
     for v6 in [false, true] {
         let (len, off) = if v6 {
             (IbConnPriv::LEN_V6, 32)

@@ -19,17 +19,21 @@
 //! - Messages with RDMA operations are never retransmitted: after a connection drop they are
 //!   dropped and reported [`RdmaStatus::Dropped`]; `cancel_sent_to` reports
 //!   [`RdmaStatus::Canceled`].
+//! - The engine carries an operation as plain data ([`RdmaOp`]: ids, keys, lengths); the IB
+//!   transport registers the local buffers when the message is queued and keeps those
+//!   registrations itself, keyed by [`RdmaOpId`].
 //! - Only the IB transport does RDMA. On TCP or loopback (and through the daemon, whose
 //!   memory is another process's) these calls fail with `EOPNOTSUPP`, like the kernel's
 //!   `rds_tcp`.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::ib::mem::DmaMem;
+use crate::info::SockId;
 pub use crate::message::{RdmaNotify, RdmaStatus};
-use crate::proto::SockId;
+pub use crate::proto::rdma::{RdmaOp, RdmaOpId, RdmaRef};
 
 /// Page-aligned, zeroed memory that RDMA operations may read and write (what an application
 /// would `mmap` for the kernel's API). Cheap to clone: clones share the memory.
@@ -203,76 +207,26 @@ pub struct Sent {
     pub map_cookie: Option<u64>,
 }
 
-/// An RDMA operation queued with a message: what the transport performs before the
-/// message's first SEND. Shared between the engine and the transport; notified at most once.
-#[derive(Debug)]
-pub struct RdmaOp {
-    /// The sending socket.
-    pub sock: SockId,
-    /// The peer region's key.
-    pub rkey: u32,
-    /// The peer address of the first byte (`remote_addr` + the cookie's offset).
-    pub remote_addr: u64,
-    /// Local memory.
-    pub local: Vec<LocalVec>,
-    /// Total bytes.
-    pub bytes: u64,
-    /// Write (else read).
-    pub write: bool,
-    /// Fence the SEND.
-    pub fence: bool,
-    /// Notify on completion.
-    pub notify: bool,
-    /// Returned in the notification.
-    pub user_token: u64,
-    notified: AtomicBool,
-    /// The local memory's registrations (one per [`LocalVec`]), made when the message was
-    /// queued (as the kernel pins and maps at `sendmsg`) and taken by the transport.
-    pub(crate) regs: Mutex<Vec<crate::ib::MemMr>>,
-}
+/// The next [`RdmaOpId`] (ids are unique within the process).
+static NEXT_OP_ID: AtomicU64 = AtomicU64::new(1);
 
 impl RdmaOp {
-    /// An operation from the application's arguments.
+    /// An operation from the application's arguments, with a fresh id. The local buffers are
+    /// registered by the transport under that id ([`crate::Socket::send_ctl`] does both).
     pub fn new(sock: SockId, a: &RdmaArgs) -> RdmaOp {
-        RdmaOp {
-            sock,
-            rkey: cookie_rkey(a.cookie),
-            remote_addr: a
-                .remote_addr
-                .wrapping_add(u64::from(cookie_offset(a.cookie))),
-            bytes: a.local.iter().map(|v| v.len as u64).sum(),
-            local: a.local.clone(),
-            write: a.write,
-            fence: a.fence,
-            notify: a.notify,
-            user_token: a.user_token,
-            notified: AtomicBool::new(false),
-            regs: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Takes the local registrations (the transport keeps them until the operation is done).
-    pub(crate) fn take_regs(&self) -> Vec<crate::ib::MemMr> {
-        std::mem::take(&mut *self.regs.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Marks the operation notified; true the first time only.
-    pub fn take_notify(&self) -> bool {
-        !self.notified.swap(true, Ordering::AcqRel)
+        let id = RdmaOpId(NEXT_OP_ID.fetch_add(1, Ordering::Relaxed));
+        let remote_addr = a
+            .remote_addr
+            .wrapping_add(u64::from(cookie_offset(a.cookie)));
+        let local = a.local.iter().map(|v| v.len).collect();
+        let mut op = RdmaOp::plain(id, sock, cookie_rkey(a.cookie), remote_addr, local);
+        op.write = a.write;
+        op.fence = a.fence;
+        op.notify = a.notify;
+        op.user_token = a.user_token;
+        op
     }
 }
-
-/// A shared [`RdmaOp`], compared by identity.
-#[derive(Debug, Clone)]
-pub struct RdmaRef(pub Arc<RdmaOp>);
-
-impl PartialEq for RdmaRef {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for RdmaRef {}
 
 #[cfg(test)]
 mod tests {
@@ -311,6 +265,10 @@ mod tests {
         };
         let op = RdmaOp::new(SockId(3), &a);
         assert_eq!((op.rkey, op.remote_addr, op.bytes), (7, 20, 40));
+        assert_eq!(op.local, [10, 30]);
+        assert!(op.write && op.notify && !op.fence);
+        assert_eq!(op.user_token, 9);
+        assert_ne!(RdmaOp::new(SockId(3), &a).id, op.id);
         assert!(op.take_notify());
         assert!(!op.take_notify());
         assert_eq!(RdmaStatus::from_code(3), Some(RdmaStatus::Dropped));

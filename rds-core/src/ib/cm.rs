@@ -26,27 +26,13 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::device::Context;
+use super::error::{set_nonblocking, VerbsError};
 use super::ffi;
-use super::verbs::{set_nonblocking, Context, Pd, Qp, QpInit, QpOwner, VerbsError};
-use super::IbLib;
-
-struct ChannelInner {
-    lib: &'static IbLib,
-    ptr: NonNull<ffi::rdma_event_channel>,
-}
-
-// SAFETY: librdmacm calls are thread-safe; the pointer only goes to them.
-unsafe impl Send for ChannelInner {}
-// SAFETY: as above.
-unsafe impl Sync for ChannelInner {}
-
-impl Drop for ChannelInner {
-    fn drop(&mut self) {
-        // SAFETY: created by rdma_create_event_channel, destroyed once; every id on it holds
-        // this inner value, so none is left.
-        unsafe { (self.lib.cm.rdma_destroy_event_channel)(self.ptr.as_ptr()) };
-    }
-}
+use super::ffi::IbLib;
+use super::handle::{ChannelInner, CmIdInner};
+use super::pd::Pd;
+use super::qp::{Qp, QpInit, QpOwner};
 
 /// An RDMA CM event channel. Cheap to clone.
 #[derive(Clone)]
@@ -292,26 +278,6 @@ impl EventChannel {
     }
 }
 
-pub(crate) struct CmIdInner {
-    pub(crate) lib: &'static IbLib,
-    pub(crate) ptr: NonNull<ffi::rdma_cm_id>,
-    _chan: EventChannel,
-}
-
-// SAFETY: librdmacm calls are thread-safe; see the module doc about driving an id from one
-// thread.
-unsafe impl Send for CmIdInner {}
-// SAFETY: as above.
-unsafe impl Sync for CmIdInner {}
-
-impl Drop for CmIdInner {
-    fn drop(&mut self) {
-        // SAFETY: the id is destroyed once, after its QP (a Qp holds this inner value), and
-        // every event of ours has been acknowledged.
-        unsafe { (self.lib.cm.rdma_destroy_id)(self.ptr.as_ptr()) };
-    }
-}
-
 /// An RDMA connection manager id (`struct rdma_cm_id`): a listener or one connection.
 pub struct CmId {
     inner: Arc<CmIdInner>,
@@ -439,7 +405,7 @@ impl CmId {
             inner: Arc::new(CmIdInner {
                 lib: chan.inner.lib,
                 ptr,
-                _chan: chan,
+                _chan: chan.inner,
             }),
         }
     }
@@ -484,9 +450,9 @@ impl CmId {
     }
 
     /// The source GID of the route (RoCE: derived from the local address).
-    pub fn sgid(&self) -> super::Gid {
+    pub fn sgid(&self) -> super::device::Gid {
         // SAFETY: every bit pattern of the union is valid bytes.
-        super::Gid(unsafe { self.raw().route.addr.addr.sgid.raw })
+        super::device::Gid(unsafe { self.raw().route.addr.addr.sgid.raw })
     }
 
     /// `rdma_bind_addr`.

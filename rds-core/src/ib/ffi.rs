@@ -17,7 +17,7 @@
 //!   file does not know must never be undefined behaviour.
 //! - The inline verbs of `verbs.h` (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`,
 //!   `ibv_req_notify_cq`) are not library symbols: they call through `context->ops`, and so do
-//!   the wrappers in [`super::verbs`].
+//!   the wrappers in [`super::qp`] and [`super::cq`].
 //! - `ibv_query_port` in `verbs.h` is a macro around an inline function that prefers the
 //!   extended `verbs_context` op; the exported `ibv_query_port@@IBVERBS_1.1` takes the
 //!   "compat" attribute struct, which is the prefix of [`ibv_port_attr`] up to and including
@@ -27,7 +27,7 @@
 //!   version, which is the one matching these layouts (the `@IBVERBS_1.0` compat symbols use
 //!   older structs).
 //!
-//! Everything here is `unsafe` to use; [`super::verbs`] and [`super::cm`] are the safe layer.
+//! Everything here is `unsafe` to use; the other files of [`super`] are the safe layer.
 #![allow(unsafe_code)]
 #![allow(non_camel_case_types, missing_docs)]
 
@@ -35,7 +35,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use libloading::Library;
 
-use super::IbUnavailable;
+use super::error::IbUnavailable;
 
 // ---------------------------------------------------------------------------------------------
 // <infiniband/verbs.h>

@@ -12,9 +12,19 @@ use std::io;
 use std::ptr::{self, NonNull};
 use std::sync::Mutex;
 
-use super::OutOfRange;
-
 const PAGE: usize = 4096;
+
+/// A byte range outside a memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("range {offset}+{len} is outside the {size}-byte memory region")]
+pub struct OutOfRange {
+    /// Start of the requested range.
+    pub offset: usize,
+    /// Its length.
+    pub len: usize,
+    /// The region's size.
+    pub size: usize,
+}
 
 /// Page-aligned memory for RDMA.
 pub struct DmaMem {

@@ -2,9 +2,11 @@
 //!
 //! This is the foundation of the IB transport: our own minimal bindings ([`ffi`]), a loader that
 //! opens `libibverbs.so.1` and `librdmacm.so.1` with `dlopen` (no link-time dependency, no
-//! build script, no headers needed to build), and a safe layer over them ([`verbs`] for devices,
-//! protection domains, memory regions, completion queues and queue pairs; [`cm`] for the RDMA
-//! connection manager).
+//! build script, no headers needed to build), and a safe layer over them, one file per verbs
+//! object: [`device`] (device list, contexts), [`pd`] (protection domains, memory regions),
+//! [`cq`] (completion queues and their channels), [`qp`] (queue pairs and work requests), [`cm`]
+//! (the RDMA connection manager, over the raw handles of `handle`); [`error`] is what they share
+//! and [`mem`] the memory applications hand to RDMA.
 //!
 //! Contract:
 //! - The whole workspace builds and runs on a host without rdma-core. There, [`lib`] and
@@ -13,62 +15,37 @@
 //! - [`lib`] opens the libraries once per process and keeps them loaded for its lifetime.
 //! - The inline verbs of `verbs.h` (`post_send`, `post_recv`, `poll_cq`, `req_notify_cq`) go
 //!   through the context's `ops` table exactly as the C headers do.
-//! - `unsafe` code lives in [`ffi`], [`verbs`] and [`cm`] only, each block with a `// SAFETY:`
-//!   note; their public API is safe. Resources are released in dependency order because every
+//! - The C declarations live in [`ffi`] only; the wrappers call them in `unsafe` blocks, each
+//!   with a `// SAFETY:` note, and their public API is safe. libibverbs verbs are thread-safe,
+//!   so the handles are `Send + Sync` and take `&self`. Resources are released in dependency order because every
 //!   wrapper holds a reference-counted handle to what it was created from (a queue pair keeps
 //!   its protection domain and completion queues alive, a protection domain its context, a
 //!   connection manager id its event channel).
 //! - The struct layouts are checked against the installed headers by `tests/ib_layout.rs`.
 
 pub mod cm;
+pub mod cq;
+pub mod device;
+pub mod error;
 pub mod ffi;
+mod handle;
 pub mod mem;
-pub mod verbs;
+pub mod pd;
+pub mod qp;
 
 use std::fmt;
 use std::sync::OnceLock;
 
-pub use ffi::IbLib;
-pub use verbs::{
-    Access, Context, Cq, Device, DeviceAttr, DeviceList, Gid, LinkLayer, MemMr, Mr, NodeType,
-    OutOfRange, Pd, PortAttr, PortState, PostError, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge,
-    Transport, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
+pub use device::{
+    Context, Device, DeviceAttr, DeviceList, Gid, LinkLayer, NodeType, PortAttr, PortState,
+    Transport,
 };
-
-/// Why the IB transport is not available on this host.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IbUnavailable {
-    /// A shared library could not be opened.
-    #[error("{library} not found: install {package} ({detail})")]
-    LibraryMissing {
-        /// The library file name (`libibverbs.so.1`, `librdmacm.so.1`).
-        library: String,
-        /// The Debian package(s) that ship it.
-        package: &'static str,
-        /// The loader's message.
-        detail: String,
-    },
-    /// A library was opened but lacks a function we call (rdma-core too old or broken).
-    #[error("{library} has no symbol {symbol}: rdma-core too old? ({detail})")]
-    SymbolMissing {
-        /// The library file name.
-        library: String,
-        /// The missing function.
-        symbol: &'static str,
-        /// The loader's message.
-        detail: String,
-    },
-    /// `ibv_get_device_list` failed (for example the kernel has no `ib_uverbs` support).
-    #[error("cannot list RDMA devices: {0}")]
-    DeviceList(String),
-    /// The libraries work but the kernel has no RDMA verbs support at all (no
-    /// `/sys/class/infiniband_verbs`: `ib_uverbs` not loaded, no RDMA driver).
-    #[error("no RDMA devices: the kernel has no RDMA verbs support (no HCA driver; for soft-RoCE: modprobe rdma_rxe ib_uverbs rdma_ucm, then `rdma link add rxe0 type rxe netdev eth0`)")]
-    NoKernelSupport,
-    /// The libraries work but the host has no RDMA device (no HCA, no `rdma_rxe` / `siw` link).
-    #[error("no RDMA devices (no HCA, and no soft-RoCE link such as `rdma link add rxe0 type rxe netdev eth0`)")]
-    NoDevices,
-}
+pub use error::{IbUnavailable, VerbsError};
+pub use ffi::IbLib;
+pub use mem::OutOfRange;
+pub use pd::{Access, MemMr, Mr, Pd, Sge};
+pub use qp::{PostError, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr};
 
 static LIB: OnceLock<Result<IbLib, IbUnavailable>> = OnceLock::new();
 

@@ -30,9 +30,6 @@ use crate::time::Instant;
 use crate::tunables::Tunables;
 
 pub use ib::IbQpInfo;
-/// The IB connection private data codec and version negotiation, for the fuzz targets.
-#[doc(hidden)]
-pub use ib::{negotiate as ib_negotiate, ConnPriv as IbConnPriv};
 use tap::Tap;
 pub use tcp::TcpSockInfo;
 

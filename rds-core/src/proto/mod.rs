@@ -36,6 +36,7 @@
 mod conn;
 pub mod driver;
 mod frag;
+pub mod rdma;
 mod rng;
 mod sock;
 pub mod stack;

@@ -408,13 +408,12 @@ impl Socket {
             if a.local.is_empty() || a.local.len() > MAX_RDMA_IOVECS || !ok_ranges {
                 return Err(err(libc::EINVAL));
             }
-            let op = RdmaOp::new(b.id, a);
+            let op = Arc::new(RdmaOp::new(b.id, a));
             if op.bytes > crate::wire::MAX_MSG_SIZE as u64 {
                 return Err(err(libc::EMSGSIZE));
             }
-            let regs = inner.with_ib(|t| t.register_local(ip, &a.local))?;
-            *op.regs.lock().unwrap_or_else(|p| p.into_inner()) = regs;
-            extras.rdma = Some(Arc::new(op));
+            inner.with_ib(|t| t.register_local(ip, &op, &a.local))?;
+            extras.rdma = Some(op);
         }
         let mut map_cookie = None;
         if let Some(m) = &ctl.rdma_map {

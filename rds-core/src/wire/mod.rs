@@ -23,6 +23,7 @@
 mod cong_map;
 mod exthdr;
 mod header;
+pub mod ib_private;
 
 pub use cong_map::{monitor_mask, CongMap, CONG_MAP_BYTES, CONG_MAP_PORTS};
 pub use exthdr::{

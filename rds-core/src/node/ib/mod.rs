@@ -1,0 +1,278 @@
+//! The RDS/IB transport (`net/rds/ib*.c`, `rdma_transport.c`) over rdma-core loaded at run time
+//! ([`crate::ib`]): one RDMA CM listener per local address that an RDMA device's GID table
+//! holds (port 18634 for IPv4, 16385 for IPv6, `RDMA_PS_TCP`), reliable-connected queue pairs,
+//! the 32/56-byte connection private data with protocol 3.1 ([`crate::wire::ib_private`]), a
+//! receive ring of header + 4096-byte buffers, and one SEND per frame the engine hands out
+//! (header first, at most 4096 payload bytes, the solicited bit where the engine asks for it).
+//! Checksums, fragmentation, reassembly, `h_ack` piggybacking and ACK-only frames are the
+//! engine's ([`Stack::poll_transmit`], [`Stack::handle_fragment`], [`Stack::handle_ack_sent`]).
+//!
+//! Credits: we advertise none (`dp_credit` = 0), so flow control is off whatever the peer
+//! offers, as with a Linux peer at its default `flow_control = 0`; receivers that run out of
+//! posted buffers rely on RNR retry 7 (infinite), which both sides request.
+//!
+//! Completions: one completion queue per connection with its own completion channel, whose fd
+//! is in the node's epoll set; the queue is re-armed and drained on each wakeup, so an idle
+//! connection costs no CPU. Runs on the node's I/O thread, like the TCP transport.
+//!
+//! This file holds the transport's state, its listeners and its connection table; `conn`
+//! runs the connection manager's lifecycle of a connection, `data` its queue pair and data
+//! path, `mr` the memory registrations (regions for peers, local memory of RDMA operations).
+
+mod conn;
+mod data;
+mod mr;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use crate::ib::cm::{CmId, EventChannel, IdHandle};
+use crate::ib::{self, Pd, VerbsError, WorkCompletion};
+use crate::info::{canonical, ConnId};
+use crate::proto::Stack;
+use crate::stats::IbStats;
+use crate::wire::ib_private::cm_port;
+
+use super::tap::Tap;
+use crate::sys::{Epoll, EPOLLIN};
+use crate::time::Instant;
+use conn::{IbConn, St};
+use data::SLOT;
+use mr::{OpRegistry, RegMr};
+
+pub use crate::info::IbQpInfo;
+
+/// Epoll token of the connection manager's event channel.
+pub(crate) const TOKEN_IB_CM: u64 = 3 << 32;
+/// Epoll tokens of the completion channels (`| slot`).
+const TOKEN_IB_CQ: u64 = 4 << 32;
+const TOKEN_MASK: u64 = (1 << 32) - 1;
+
+/// The IB transport of a node.
+pub(crate) struct Ib {
+    epoll: Arc<Epoll>,
+    chan: EventChannel,
+    listeners: Vec<(IpAddr, CmId)>,
+    conns: Vec<Option<IbConn>>,
+    wcs: Vec<WorkCompletion>,
+    buf: Vec<u8>,
+    /// One protection domain per device (by name), shared by its connections and regions.
+    pds: Vec<(String, Pd)>,
+    /// Regions registered for peers, by remote key.
+    mrs: HashMap<u32, RegMr>,
+    /// The local memory registrations of RDMA operations not yet posted, by operation.
+    ops: OpRegistry,
+    /// The `ib_*` counters.
+    stats: Arc<IbStats>,
+    /// The node's trace tap.
+    tap: Arc<Tap>,
+}
+
+impl std::fmt::Debug for Ib {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ib")
+            .field("listeners", &self.listeners.len())
+            .field("conns", &self.conns.iter().flatten().count())
+            .finish()
+    }
+}
+
+fn log(what: &str) {
+    if std::env::var_os("RDS_IB_DEBUG").is_some() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "rds-ib: {}.{:03} {what}",
+            t.as_secs() % 1000,
+            t.subsec_millis()
+        );
+    }
+}
+
+impl Ib {
+    /// Opens the libraries and the CM event channel (in `epoll` under [`TOKEN_IB_CM`]).
+    ///
+    /// # Errors
+    /// The reason the transport is unavailable here.
+    pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<IbStats>, tap: Arc<Tap>) -> Result<Ib, String> {
+        let lib = ib::lib().map_err(|e| e.to_string())?;
+        ib::availability().map_err(|e| e.to_string())?;
+        let chan = EventChannel::new(lib).map_err(|e| e.to_string())?;
+        epoll
+            .add(chan.fd(), TOKEN_IB_CM, EPOLLIN)
+            .map_err(|e| e.to_string())?;
+        Ok(Ib {
+            epoll,
+            chan,
+            listeners: Vec::new(),
+            conns: Vec::new(),
+            wcs: vec![WorkCompletion::default(); 64],
+            buf: vec![0; SLOT],
+            pds: Vec::new(),
+            mrs: HashMap::new(),
+            ops: OpRegistry::default(),
+            stats,
+            tap,
+        })
+    }
+
+    /// The protection domain of a device, allocated on first use.
+    fn pd_for(&mut self, ctx: &ib::Context) -> Result<Pd, VerbsError> {
+        let name = ctx.device_name();
+        if let Some((_, pd)) = self.pds.iter().find(|(n, _)| *n == name) {
+            return Ok(pd.clone());
+        }
+        let pd = ctx.alloc_pd()?;
+        self.pds.push((name, pd.clone()));
+        Ok(pd)
+    }
+
+    fn ctx_for(&self, ip: IpAddr) -> std::io::Result<ib::Context> {
+        let ip = canonical(ip);
+        self.listeners
+            .iter()
+            .find(|(a, _)| *a == ip)
+            .and_then(|(_, id)| id.context())
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))
+    }
+
+    /// Whether a token is one of ours.
+    pub(crate) fn owns_token(token: u64) -> bool {
+        let kind = token & !TOKEN_MASK;
+        kind == TOKEN_IB_CM || kind == TOKEN_IB_CQ
+    }
+
+    /// Listens on `ip` if an RDMA device holds it. Returns whether it does.
+    ///
+    /// # Errors
+    /// The device holds the address but the listener cannot be set up (for example the
+    /// kernel's `rds_rdma` owns the port).
+    pub(crate) fn listen(&mut self, ip: IpAddr) -> std::io::Result<bool> {
+        let ip = canonical(ip);
+        if self.listeners.iter().any(|(a, _)| *a == ip) {
+            return Ok(true);
+        }
+        if device_for(ip).ok().flatten().is_none() {
+            return Ok(false);
+        }
+        let id = self.chan.create_id().map_err(to_io)?;
+        id.bind(SocketAddr::new(ip, cm_port(ip))).map_err(to_io)?;
+        id.listen(64).map_err(to_io)?;
+        self.listeners.push((ip, id));
+        Ok(true)
+    }
+
+    /// The queue pair numbers of the connections that have a queue pair.
+    pub(crate) fn qps(&self) -> Vec<IbQpInfo> {
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| {
+                let r = c.res.as_ref()?;
+                Some(IbQpInfo {
+                    conn: c.conn,
+                    local_qpn: r.qp.qp_num(),
+                    peer_qpn: c.peer_qpn,
+                })
+            })
+            .collect()
+    }
+
+    /// Live connections (any state).
+    pub(crate) fn len(&self) -> usize {
+        self.conns.iter().flatten().count()
+    }
+
+    fn find(&self, conn: ConnId, path: usize, epoch: u32) -> Option<usize> {
+        self.conns.iter().position(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.conn == conn && c.path == path && c.epoch == epoch)
+        })
+    }
+
+    fn find_up(&self, conn: ConnId, path: usize) -> Option<usize> {
+        self.conns.iter().position(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.conn == conn && c.path == path && c.st == St::Up)
+        })
+    }
+
+    fn find_id(&self, h: IdHandle) -> Option<usize> {
+        self.conns
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| c.id.handle() == h))
+    }
+
+    fn insert(&mut self, c: IbConn) -> usize {
+        if let Some(i) = self.conns.iter().position(Option::is_none) {
+            self.conns[i] = Some(c);
+            i
+        } else {
+            self.conns.push(Some(c));
+            self.conns.len() - 1
+        }
+    }
+
+    /// Frees a connection's resources (without telling the engine).
+    fn remove(&mut self, idx: usize) {
+        if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
+            if let Some(fd) = c.res.as_ref().and_then(|r| r.cq.fd()) {
+                let _ = self.epoll.delete(fd);
+            }
+            drop(c);
+        }
+    }
+
+    /// Disconnects everything (node shutdown).
+    pub(crate) fn close_all(&mut self) {
+        for i in 0..self.conns.len() {
+            if let Some(c) = &self.conns[i] {
+                let _ = c.id.disconnect();
+            }
+            self.remove(i);
+        }
+        self.listeners.clear();
+    }
+
+    /// An epoll event for one of our tokens.
+    pub(crate) fn handle_event(&mut self, token: u64, stack: &mut Stack, now: Instant) {
+        self.ops.sweep();
+        if token == TOKEN_IB_CM {
+            loop {
+                match self.chan.get_event() {
+                    Ok(Some(ev)) => self.cm_event(ev, stack, now),
+                    Ok(None) => break,
+                    Err(e) => {
+                        log(&format!("cm channel: {e}"));
+                        break;
+                    }
+                }
+            }
+        } else if token & !TOKEN_MASK == TOKEN_IB_CQ {
+            self.completions((token & TOKEN_MASK) as usize, stack, now);
+        }
+    }
+}
+
+/// The RDMA device whose GID table holds `ip` (`rds_ib_laddr_check` by address), if any.
+pub fn device_for(ip: IpAddr) -> Result<Option<String>, ib::IbUnavailable> {
+    let want = match canonical(ip) {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    };
+    Ok(ib::availability()?
+        .into_iter()
+        .filter(ib::DeviceSummary::usable_for_rds)
+        .find(|d| d.ports.iter().any(|p| p.gids.iter().any(|g| g.0 == want)))
+        .map(|d| d.name))
+}
+
+fn to_io(e: VerbsError) -> std::io::Error {
+    std::io::Error::new(e.source.kind(), e.to_string())
+}
+
+fn out_of_range(e: ib::OutOfRange) -> VerbsError {
+    VerbsError::invalid("sge", format!("{e:?}"))
+}
