@@ -155,7 +155,7 @@ pub struct Transmit {
     /// IB: set the solicited-event bit (last fragment of a message, ACK-only frames).
     pub solicited: bool,
     /// IB, first fragment only: an RDMA operation to post before this SEND.
-    pub rdma: Option<crate::rdma::RdmaRef>,
+    pub rdma: Option<rdma::RdmaRef>,
 }
 
 impl Transmit {
@@ -165,11 +165,11 @@ impl Transmit {
     }
 }
 
-/// Control data of a send beyond the payload (see [`crate::rdma`]).
+/// Control data of a send beyond the payload (see [`rdma`]).
 #[derive(Debug, Clone, Default)]
 pub struct SendExtras {
     /// An RDMA operation (IB only).
-    pub rdma: Option<std::sync::Arc<crate::rdma::RdmaOp>>,
+    pub rdma: Option<std::sync::Arc<rdma::RdmaOp>>,
     /// A cookie for the `RDMA_DEST` extension header (IB only).
     pub rdma_dest: Option<u64>,
 }

@@ -28,7 +28,7 @@ pub(crate) struct Sock {
     pub cong_notify: u64,
     pub recverr: bool,
     /// RDMA notifications waiting for `recv` (`rs_notify_queue`).
-    pub notify_q: VecDeque<crate::rdma::RdmaNotify>,
+    pub notify_q: VecDeque<crate::message::RdmaNotify>,
     /// `jhash_1word(port, initval)`, fixed at bind.
     pub lane_hash: u32,
 }

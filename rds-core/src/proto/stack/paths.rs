@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use core::time::Duration;
 
-use crate::rdma::RdmaStatus;
+use crate::message::RdmaStatus;
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::MPATH_WORKERS;

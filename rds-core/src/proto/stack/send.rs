@@ -6,7 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 
-use crate::rdma::{RdmaNotify, RdmaOp, RdmaStatus};
+use crate::message::{RdmaNotify, RdmaStatus};
+use crate::proto::rdma::RdmaOp;
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{monitor_mask, ExtHeader, HeaderRepr, MAX_MSG_SIZE, MPATH_WORKERS};
