@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+pub mod host;
 mod remote;
 
 use crate::ctl::SockOpt;
