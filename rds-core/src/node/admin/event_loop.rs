@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    no_client_sockets, requests, send, Action, Ctx, Park, Peer, SockTable, ACCEPT_BACKOFF,
-    BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE,
-    REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
+    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, ACCEPT_BACKOFF, BUSY_PER_UID,
+    CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE, REPLY_TIMEOUT,
+    REQUEST_TIMEOUT, WORKERS,
 };
 use crate::ctl::{write_frame, Reply, Request, MAX_DATA, MAX_JSON};
 use crate::sys;
@@ -34,22 +34,6 @@ const MAX_FRAME: usize = 8 + MAX_JSON + MAX_DATA;
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
 const FD_TOKEN: u64 = 1 << 62;
-
-/// One control connection.
-#[derive(Debug)]
-pub(super) struct Conn {
-    id: u64,
-    pub(super) stream: UnixStream,
-    pub(super) peer: Peer,
-    /// Bytes of requests not yet run (at most one frame's worth is read ahead).
-    buf: Vec<u8>,
-    /// Descriptors passed with those bytes.
-    fds: Vec<OwnedFd>,
-    /// When the first byte of the incomplete request in `buf` came.
-    partial_since: Option<Instant>,
-    /// Its client sockets (none on a node without a client-socket service).
-    pub(super) socks: Option<Box<dyn SockTable>>,
-}
 
 /// What a worker runs.
 #[derive(Debug)]

@@ -30,6 +30,7 @@
 //! sockets and the privilege rules.
 
 mod event_loop;
+mod info;
 mod requests;
 mod trace;
 
@@ -40,7 +41,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -53,7 +54,7 @@ use crate::ctl::{self, write_frame, Reply, Request, MAX_DATA, MAX_JSON};
 use crate::node::{Inner, Node, Owner};
 use crate::sys;
 
-pub use requests::snapshot;
+pub use info::snapshot;
 pub use trace::TRACE_NICE;
 
 /// Worker threads that run the requests other than socket operations (started as needed,
@@ -184,6 +185,22 @@ fn no_client_sockets(req: &Request) -> Reply {
             None => Reply::error(libc::EINVAL, "unexpected request"),
         },
     }
+}
+
+/// One control connection.
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    stream: UnixStream,
+    peer: Peer,
+    /// Bytes of requests not yet run (at most one frame's worth is read ahead).
+    buf: Vec<u8>,
+    /// Descriptors passed with those bytes.
+    fds: Vec<OwnedFd>,
+    /// When the first byte of the incomplete request in `buf` came.
+    partial_since: Option<Instant>,
+    /// Its client sockets (none on a node without a client-socket service).
+    socks: Option<Box<dyn SockTable>>,
 }
 
 /// A running control server; stopping it removes the socket file and its lock file.
