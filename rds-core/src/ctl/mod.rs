@@ -260,13 +260,6 @@ impl Request {
             _ => None,
         }
     }
-
-    /// Whether the request is about client sockets (`SockOpen`, `SockAttach` or one that
-    /// names a socket token).
-    pub fn is_sock(&self) -> bool {
-        matches!(self, Request::SockOpen | Request::SockAttach { .. })
-            || self.sock_token().is_some()
-    }
 }
 
 /// An option of a client socket.
