@@ -14,7 +14,8 @@
 //!   RDS/TCP transport (listener on `addr:16385`, lanes, reconnects), timers and the trace tap.
 //! - [`socket`]: RDS sockets with the kernel's semantics and errno values ([`Socket`]).
 //! - [`ctl`]: the control protocol every node serves on a Unix socket (info, counters,
-//!   tunables, connection restart/kill, trace streaming, client sockets for the daemon).
+//!   tunables, connection restart/kill, trace streaming, client sockets for the daemon) and
+//!   its client; the server is [`node::admin`], the daemon's client sockets [`socket::host`].
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

@@ -11,6 +11,7 @@ use rds_core::{CtlMode, Node, NodeConfig, Socket};
 
 fn node(ip: &str, name: &str) -> Node {
     let mut cfg = NodeConfig::new([ip.parse().unwrap()]);
+    cfg.client_sockets = Some(rds_core::socket::host::service());
     cfg.ctl = CtlMode::Named(name.into());
     Node::start(cfg).unwrap()
 }
@@ -278,7 +279,7 @@ fn blocking_requests_park_and_wake() {
         r => panic!("{r:?}"),
     }
     // More waiting receivers than workers, each on its own connection and socket.
-    let waiters: Vec<_> = (0..(rds_core::ctl::server::WORKERS as u16 + 4))
+    let waiters: Vec<_> = (0..(rds_core::node::admin::WORKERS as u16 + 4))
         .map(|i| {
             let mut w = CtlClient::connect(&path).unwrap();
             let t = open_sock(&mut w);
@@ -341,14 +342,14 @@ fn info_snapshot_with_large_queues_fits() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let full = serde_json::to_vec(&rds_core::ctl::server::snapshot(&n))
+    let full = serde_json::to_vec(&rds_core::node::admin::snapshot(&n))
         .unwrap()
         .len();
     println!("{queued} queue entries, {full} bytes of JSON uncut");
     assert!(full > rds_core::ctl::MAX_JSON, "{full}");
     let mut c = CtlClient::connect(&path).unwrap();
     let snap = c.info().unwrap();
-    assert!(snap.recv.len() <= rds_core::ctl::server::INFO_LIST_MAX);
+    assert!(snap.recv.len() <= rds_core::node::admin::INFO_LIST_MAX);
     assert_eq!(snap.recv.len() as u64 + snap.omitted.recv, N as u64);
     assert!(snap.omitted.any());
     n.shutdown();

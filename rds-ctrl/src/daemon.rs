@@ -173,6 +173,7 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
         name: DAEMON_NAME.into(),
         ctl: CtlMode::Named(DAEMON_NAME.into()),
         transports,
+        client_sockets: Some(rds_core::socket::host::service()),
     };
     let node = Node::start(cfg).with_context(|| {
         format!(

@@ -60,7 +60,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 fn snapshot(n: &Node) -> InfoSnapshot {
-    rds_core::ctl::server::snapshot(n)
+    rds_core::node::admin::snapshot(n)
 }
 
 fn rds_info(run: &std::path::Path, args: &[&str]) -> Output {

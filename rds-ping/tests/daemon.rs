@@ -29,6 +29,7 @@ fn through_a_daemon_node() {
     std::fs::create_dir_all(&run_dir).unwrap();
     std::env::set_var("RDS_RUNTIME_DIR", &run_dir);
     let mut cfg = NodeConfig::new([ip("127.6.5.1")]);
+    cfg.client_sockets = Some(rds_core::socket::host::service());
     cfg.ctl = CtlMode::Named("daemon".into());
     let daemon = Node::start(cfg).unwrap();
     let peer = responder("127.6.5.2");

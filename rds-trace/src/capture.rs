@@ -13,7 +13,7 @@
 //!    type it writes, and rds-trace renames the file to its name. The node decodes its tap's
 //!    batches and writes the pcap file past the page cache (`O_DIRECT` where the file system
 //!    takes it) on threads at a lower priority (the session thread and the writer under
-//!    `SCHED_IDLE` while they capture, then at [`rds_core::ctl::server::TRACE_NICE`]), so the
+//!    `SCHED_IDLE` while they capture, then at [`rds_core::node::admin::TRACE_NICE`]), so the
 //!    frames never cross a socket and the capture yields the CPU to the traffic it observes.
 //!    Stdout (`-w -`) and files that are not regular ones (a FIFO, a device, a symbolic link)
 //!    are written by rds-trace from the [`Reply::TraceFrames`] batches the node streams, as

@@ -1017,7 +1017,7 @@ fn the_node_writes_the_capture_file_it_is_passed() {
             s
         })
     };
-    let nice = rds_core::ctl::server::TRACE_NICE;
+    let nice = rds_core::node::admin::TRACE_NICE;
     assert_eq!(
         sched("capture-writer", libc::SCHED_IDLE),
         Some((nice, libc::SCHED_IDLE)),

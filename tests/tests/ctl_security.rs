@@ -18,8 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rds_core::ctl::client::CtlClient;
-use rds_core::ctl::server::{CONNS_PER_UID, WORKERS};
 use rds_core::ctl::{Reply, Request};
+use rds_core::node::admin::{CONNS_PER_UID, WORKERS};
 use rds_core::{CtlMode, Node, NodeConfig};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -88,6 +88,7 @@ fn node(dir: &Path, ip: &str, name: &str) -> Node {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::env::set_var("RDS_RUNTIME_DIR", dir);
     let mut cfg = NodeConfig::new([ip.parse().unwrap()]);
+    cfg.client_sockets = Some(rds_core::socket::host::service());
     cfg.ctl = CtlMode::Named(name.into());
     Node::start(cfg).unwrap()
 }

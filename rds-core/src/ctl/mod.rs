@@ -41,11 +41,17 @@
 //! capability ([`Request::SockCap`], [`Request::SockAttach`]). In [`Request::Info`], root and
 //! the owner see every socket and queue entry; another uid sees only those of sockets its own
 //! uid opened through this node. Binding a port below 1024 needs uid 0 or
-//! `CAP_NET_BIND_SERVICE`. The server's limits are in [`server`].
+//! `CAP_NET_BIND_SERVICE`.
+//!
+//! ## Who serves what
+//! This module is the protocol and its client ([`client`]). Every node serves it: the server
+//! and its limits are `crate::node::admin`. Client sockets ([`Request::SockOpen`] and the
+//! other `Sock*` requests) are served only by a node that was given the daemon's
+//! client-socket service (`crate::socket::host`); any other node refuses
+//! [`Request::SockOpen`] with `EOPNOTSUPP` and knows no socket token (`EBADF`).
 
 pub mod client;
 pub mod owner;
-pub mod server;
 
 pub use owner::describe_addr_conflict;
 
@@ -55,8 +61,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::{IbQpInfo, TcpSockInfo};
-use crate::proto::{ConnInfo, QueuedMsgInfo, SockInfo, TransportKind};
+use crate::info::{ConnInfo, IbQpInfo, QueuedMsgInfo, SockInfo, TcpSockInfo, TransportKind};
 use crate::trace::{CaptureLink, CaptureTally};
 
 /// Version of this protocol.
@@ -236,6 +241,25 @@ pub enum Request {
         /// The capability from [`Reply::SockCap`] (32 hex digits).
         cap: String,
     },
+}
+
+impl Request {
+    /// The client-socket token the request names, if it names one.
+    pub fn sock_token(&self) -> Option<u64> {
+        match *self {
+            Request::SockBind { sock, .. }
+            | Request::SockConnect { sock, .. }
+            | Request::SockSet { sock, .. }
+            | Request::SockState { sock }
+            | Request::SockSend { sock, .. }
+            | Request::SockRecv { sock, .. }
+            | Request::SockCancel { sock, .. }
+            | Request::SockWait { sock, .. }
+            | Request::SockClose { sock }
+            | Request::SockCap { sock } => Some(sock),
+            _ => None,
+        }
+    }
 }
 
 /// An option of a client socket.
@@ -444,6 +468,33 @@ pub enum Reply {
         /// Writable.
         writable: bool,
     },
+}
+
+impl Reply {
+    /// A [`Reply::Error`].
+    pub fn error(errno: i32, message: impl Into<String>) -> Reply {
+        Reply::Error {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+/// A request that failed: its errno and message, answered as a [`Reply::Error`].
+#[derive(Debug)]
+pub(crate) struct Failed(pub i32, pub String);
+
+impl Failed {
+    /// From an I/O error (its errno, else `EIO`).
+    pub(crate) fn io(e: &io::Error) -> Failed {
+        Failed(e.raw_os_error().unwrap_or(libc::EIO), e.to_string())
+    }
+}
+
+impl From<Failed> for Reply {
+    fn from(f: Failed) -> Reply {
+        Reply::error(f.0, f.1)
+    }
 }
 
 /// A frame could not be read.

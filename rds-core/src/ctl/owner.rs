@@ -23,14 +23,14 @@ fn comm(pid: u32) -> Option<String> {
 /// One line saying who holds `ip:16385` and what to do, for a listener that failed with
 /// `EADDRINUSE` (no trailing newline).
 pub fn describe_addr_conflict(ip: IpAddr) -> String {
-    let ip = crate::proto::canonical(ip);
+    let ip = crate::info::canonical(ip);
     let own = std::process::id();
     for ep in discover() {
         let Ok(c) = CtlClient::connect(&ep.path) else {
             continue;
         };
         let h = &c.hello;
-        if h.pid == own || !h.addrs.iter().any(|&a| crate::proto::canonical(a) == ip) {
+        if h.pid == own || !h.addrs.iter().any(|&a| crate::info::canonical(a) == ip) {
             continue;
         }
         let prog = comm(h.pid).map_or_else(String::new, |p| format!(", {p}"));

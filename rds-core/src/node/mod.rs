@@ -7,6 +7,7 @@
 //! message). Blocking socket calls wait on a per-socket condition variable tied to the engine
 //! lock. The I/O thread is woken through an eventfd only when it sleeps.
 
+pub mod admin;
 pub(crate) mod ib;
 pub mod tap;
 mod tcp;
@@ -83,6 +84,10 @@ pub struct NodeConfig {
     pub ctl: CtlMode,
     /// Which transports run.
     pub transports: Transports,
+    /// Client sockets the node opens for other processes through its control socket; only
+    /// the host daemon serves them (`rds_core::socket::host::service()`). `None`: the node
+    /// refuses `SockOpen`.
+    pub client_sockets: Option<Arc<dyn admin::ClientSockets>>,
 }
 
 impl NodeConfig {
@@ -95,6 +100,7 @@ impl NodeConfig {
             name: "embedded".into(),
             ctl: CtlMode::Auto,
             transports: Transports::default(),
+            client_sockets: None,
         }
     }
 }
@@ -161,7 +167,7 @@ pub(crate) struct Inner {
     pub addrs: Mutex<Vec<IpAddr>>,
     pub frames_in: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
-    ctl: Mutex<Option<crate::ctl::server::CtlServer>>,
+    ctl: Mutex<Option<admin::CtlServer>>,
 }
 
 /// A running node. Cheap to clone (shared). Shut down with [`Node::shutdown`] or by dropping
@@ -257,13 +263,10 @@ impl Node {
         *lock(&inner.thread) = Some(h);
         let owner = Arc::new(Owner(inner.clone()));
         let weak = Arc::downgrade(&owner);
+        let sockets = cfg.client_sockets;
         let server = match &cfg.ctl {
             CtlMode::Off => None,
-            CtlMode::Named(n) => Some(crate::ctl::server::CtlServer::start(
-                inner.clone(),
-                weak,
-                n,
-            )?),
+            CtlMode::Named(n) => Some(admin::CtlServer::start(inner.clone(), weak, n, sockets)?),
             CtlMode::Auto => {
                 let n = NODE_SEQ.fetch_add(1, Ordering::Relaxed);
                 let name = if n == 0 {
@@ -271,7 +274,7 @@ impl Node {
                 } else {
                     format!("embedded-{}-{}", std::process::id(), n + 1)
                 };
-                crate::ctl::server::CtlServer::start(inner.clone(), weak, &name).ok()
+                admin::CtlServer::start(inner.clone(), weak, &name, sockets).ok()
             }
         };
         *lock(&inner.ctl) = server;

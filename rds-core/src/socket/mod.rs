@@ -7,8 +7,13 @@
 //! port is congested (non-blocking), `EMSGSIZE`, `ENOTCONN`, `EADDRINUSE`, `EADDRNOTAVAIL`,
 //! `EINVAL`, `ETIMEDOUT` for an expired timeout.
 //!
-//! Which node serves a socket: [`Socket::with_node`] names one; [`Socket::new`] uses the
-//! process's default embedded node, which takes on the address at bind.
+//! Which node serves a socket is decided once, at bind, and held as the socket's backend:
+//! [`Socket::with_node`] names a node of this process; [`Socket::new`] goes through the host
+//! daemon when one runs and owns the address (`remote`, a client of [`crate::ctl`]), else
+//! uses the process's default embedded node, which takes on the address at bind.
+//!
+//! Files: this one is the API and the embedded backend; `remote` the daemon backend; [`host`]
+//! the daemon's side, which serves client sockets to other processes.
 //!
 //! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
 //! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
@@ -23,12 +28,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+pub mod host;
 mod remote;
 
 use crate::ctl::SockOpt;
 use crate::errno::err;
+use crate::info::{canonical, SockId, TransportKind};
+use crate::message::Received;
 use crate::node::{Node, NodeConfig, Waiter};
-use crate::proto::{canonical, Received, SendError, SendExtras, SockId, TransportKind};
+use crate::proto::{SendError, SendExtras};
 use crate::rdma::{cookie_rkey, MrFlags, RdmaBuffer, RdmaOp, SendCtl, Sent};
 
 /// Most local ranges an RDMA operation may have (`UIO_MAXIOV`/2, enough for rds-stress's
@@ -67,7 +75,7 @@ pub struct RecvMsg {
     /// `RDS_CMSG_RDMA_DEST` cookie carried by the message.
     pub rdma_dest: Option<u64>,
     /// An RDMA completion notification (`RDS_CMSG_RDMA_STATUS`) instead of data.
-    pub rdma_status: Option<crate::rdma::RdmaNotify>,
+    pub rdma_status: Option<crate::message::RdmaNotify>,
     /// Receive timestamp (when enabled with [`Socket::set_timestamps`]).
     pub timestamp: Option<SystemTime>,
 }
@@ -82,6 +90,7 @@ struct Pending {
     connected: Option<SocketAddr>,
 }
 
+/// A socket of a node in this process.
 #[derive(Debug)]
 struct Bound {
     node: Node,
@@ -89,19 +98,30 @@ struct Bound {
     waiter: Arc<Waiter>,
 }
 
+/// What serves a bound socket, chosen once at bind: the daemon when one runs and owns the
+/// address, else a node in this process.
+#[derive(Debug)]
+enum Backend {
+    /// A node in this process (the one named at creation, or the default embedded node).
+    Embedded(Bound),
+    /// The host daemon's node, reached over its control socket.
+    Daemon(remote::Remote),
+}
+
 /// An RDS socket.
 #[derive(Debug)]
 pub struct Socket {
+    /// The node named at creation ([`Socket::with_node`]); `None`: the daemon or the default
+    /// embedded node, whichever owns the address at bind.
     node: Option<Node>,
+    /// Options set before bind, handed to the backend at bind.
     pending: Mutex<Pending>,
-    bound: OnceLock<Bound>,
-    remote: OnceLock<remote::Remote>,
+    /// Set by bind.
+    backend: OnceLock<Backend>,
     nonblocking: AtomicBool,
     rcvtimeo_ns: AtomicU64,
     sndtimeo_ns: AtomicU64,
     timestamps: AtomicBool,
-    /// The timestamp of the last message received through the daemon.
-    last_remote_ts: Mutex<Option<Option<SystemTime>>>,
 }
 
 static DEFAULT_NODE: Mutex<Option<Node>> = Mutex::new(None);
@@ -151,13 +171,11 @@ impl Socket {
         Socket {
             node,
             pending: Mutex::new(Pending::default()),
-            bound: OnceLock::new(),
-            remote: OnceLock::new(),
+            backend: OnceLock::new(),
             nonblocking: AtomicBool::new(false),
             rcvtimeo_ns: AtomicU64::new(0),
             sndtimeo_ns: AtomicU64::new(0),
             timestamps: AtomicBool::new(false),
-            last_remote_ts: Mutex::new(None),
         }
     }
 
@@ -165,8 +183,24 @@ impl Socket {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The embedded backend, once bound to one.
+    fn embedded(&self) -> Option<&Bound> {
+        match self.backend.get() {
+            Some(Backend::Embedded(b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The daemon backend, once bound to it.
+    fn daemon(&self) -> Option<&remote::Remote> {
+        match self.backend.get() {
+            Some(Backend::Daemon(r)) => Some(r),
+            _ => None,
+        }
+    }
+
     fn b(&self) -> io::Result<&Bound> {
-        self.bound.get().ok_or_else(|| err(libc::ENOTCONN))
+        self.embedded().ok_or_else(|| err(libc::ENOTCONN))
     }
 
     /// `bind()`: binds to `addr` (port 0 picks a free port ≥ 2; port 1 is reserved; no
@@ -177,7 +211,7 @@ impl Socket {
     /// node can own the address), `EADDRINUSE`, `ENOPROTOOPT` (the preset transport cannot
     /// serve the address).
     pub fn bind(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
-        if self.bound.get().is_some() || self.remote.get().is_some() {
+        if self.backend.get().is_some() {
             return Err(err(libc::EINVAL));
         }
         let ip = canonical(addr.ip());
@@ -236,7 +270,9 @@ impl Socket {
         let waiter = Arc::new(Waiter::default());
         core.waiters.insert(id, waiter.clone());
         drop(core);
-        let _ = self.bound.set(Bound { node, id, waiter });
+        let _ = self
+            .backend
+            .set(Backend::Embedded(Bound { node, id, waiter }));
         Ok(bound)
     }
 
@@ -255,7 +291,7 @@ impl Socket {
         opts.extend(p.rcvbuf.map(SockOpt::Rcvbuf));
         match remote::Remote::bind(&ep, addr, p.transport, &opts, p.connected) {
             Ok((r, bound)) => {
-                let _ = self.remote.set(r);
+                let _ = self.backend.set(Backend::Daemon(r));
                 Ok(Some(bound))
             }
             // The daemon does not own the address: an embedded node may.
@@ -266,7 +302,7 @@ impl Socket {
 
     /// Whether the daemon serves this socket.
     pub fn via_daemon(&self) -> bool {
-        self.remote.get().is_some()
+        self.daemon().is_some()
     }
 
     /// The bound address.
@@ -274,7 +310,7 @@ impl Socket {
     /// # Errors
     /// `ENOTCONN` when unbound.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.local_addr();
         }
         let b = self.b()?;
@@ -295,10 +331,10 @@ impl Socket {
         if ip.is_unspecified() {
             return Err(err(libc::EDESTADDRREQ));
         }
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.connect(addr);
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => {
                 let mut core = b.node.inner.lock_core();
                 core.stack.connect(b.id, addr)?;
@@ -319,10 +355,10 @@ impl Socket {
     /// # Errors
     /// `ENOTCONN` when none was set.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.peer_addr();
         }
-        let p = match self.bound.get() {
+        let p = match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.peer_name(b.id),
             None => self.pending().connected,
         };
@@ -358,7 +394,7 @@ impl Socket {
     ) -> io::Result<usize> {
         let nonblock = dontwait || self.nonblocking.load(Ordering::Relaxed);
         let tmo = timeout(self.sndtimeo_ns.load(Ordering::Relaxed));
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.send(&msg, dest, nonblock, tmo);
         }
         self.send_local(msg, dest, nonblock, &SendExtras::default())
@@ -481,10 +517,10 @@ impl Socket {
 
     /// The bound socket and its address, if it may use RDMA (embedded node, IB transport).
     fn rdma_socket(&self) -> io::Result<(&Bound, std::net::IpAddr)> {
-        if self.remote.get().is_some() {
+        if self.daemon().is_some() {
             return Err(err(libc::EOPNOTSUPP));
         }
-        let b = self.bound.get().ok_or_else(|| err(libc::ENOTCONN))?;
+        let b = self.embedded().ok_or_else(|| err(libc::ENOTCONN))?;
         let (name, kind) = {
             let core = b.node.inner.lock_core();
             (core.stack.sock_name(b.id), core.stack.sock_transport(b.id))
@@ -574,7 +610,7 @@ impl Socket {
     /// # Errors
     /// As [`Socket::recv_from`].
     pub fn recv_msg(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<RecvMsg> {
-        let (item, full_len, truncated) = self.recv_item(buf.len(), flags)?;
+        let (item, full_len, truncated, timestamp) = self.recv_item(buf.len(), flags)?;
         Ok(match item {
             Received::CongUpdate(mask) => RecvMsg {
                 len: 0,
@@ -599,24 +635,6 @@ impl Socket {
             Received::Data { msg, .. } => {
                 let n = msg.payload.len();
                 buf[..n].copy_from_slice(&msg.payload);
-                if let Some(ts) = self
-                    .last_remote_ts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                {
-                    return Ok(RecvMsg {
-                        len: if flags.trunc { full_len } else { n },
-                        full_len,
-                        from: Some(msg.from),
-                        truncated,
-                        cong_update: None,
-                        rdma_dest: msg.rdma_dest,
-                        rdma_status: None,
-                        timestamp: ts,
-                    });
-                }
-                let b = self.b()?;
                 RecvMsg {
                     len: if flags.trunc { full_len } else { n },
                     full_len,
@@ -625,10 +643,7 @@ impl Socket {
                     cong_update: None,
                     rdma_dest: msg.rdma_dest,
                     rdma_status: None,
-                    timestamp: self
-                        .timestamps
-                        .load(Ordering::Relaxed)
-                        .then(|| UNIX_EPOCH + Duration::from_nanos(b.node.wall_ns(msg.rx_time))),
+                    timestamp,
                 }
             }
         })
@@ -642,10 +657,16 @@ impl Socket {
         self.recv_item(max_len, flags).map(|r| r.0)
     }
 
-    fn recv_item(&self, max_len: usize, flags: RecvFlags) -> io::Result<(Received, usize, bool)> {
+    /// One receive: what came, the message's full length, whether it was cut, and its
+    /// receive time (data only, when [`Socket::set_timestamps`] asked for it).
+    fn recv_item(
+        &self,
+        max_len: usize,
+        flags: RecvFlags,
+    ) -> io::Result<(Received, usize, bool, Option<SystemTime>)> {
         let nonblock = flags.dontwait || self.nonblocking.load(Ordering::Relaxed);
         let tmo = timeout(self.rcvtimeo_ns.load(Ordering::Relaxed));
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             let (got, ts) = r.recv(max_len, flags.peek, nonblock, tmo)?;
             let (full, trunc) = match &got {
                 Received::Data {
@@ -655,12 +676,8 @@ impl Socket {
                 } => (*full_len, *truncated),
                 Received::CongUpdate(_) | Received::RdmaStatus(_) => (0, false),
             };
-            *self
-                .last_remote_ts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) =
-                Some(ts.filter(|_| self.timestamps.load(Ordering::Relaxed)));
-            return Ok((got, full, trunc));
+            let ts = ts.filter(|_| self.timestamps.load(Ordering::Relaxed));
+            return Ok((got, full, trunc, ts));
         }
         let b = self.b()?;
         let deadline = tmo.map(|t| std::time::Instant::now() + t);
@@ -675,15 +692,21 @@ impl Socket {
                     let (rd, wr) = (core.stack.readable(b.id), core.stack.writable(b.id));
                     b.waiter.update_fds(rd, wr);
                     inner.after_app_call(core);
-                    let (full, trunc) = match &r {
+                    let (full, trunc, ts) = match &r {
                         Received::Data {
+                            msg,
                             full_len,
                             truncated,
-                            ..
-                        } => (*full_len, *truncated),
-                        Received::CongUpdate(_) | Received::RdmaStatus(_) => (0, false),
+                        } => (
+                            *full_len,
+                            *truncated,
+                            self.timestamps.load(Ordering::Relaxed).then(|| {
+                                UNIX_EPOCH + Duration::from_nanos(b.node.wall_ns(msg.rx_time))
+                            }),
+                        ),
+                        Received::CongUpdate(_) | Received::RdmaStatus(_) => (0, false, None),
                     };
-                    return Ok((r, full, trunc));
+                    return Ok((r, full, trunc, ts));
                 }
                 Err(e) if nonblock => {
                     drop(core);
@@ -712,7 +735,7 @@ impl Socket {
     /// `SO_TIMESTAMP`: report receive times.
     pub fn set_timestamps(&self, on: bool) {
         self.timestamps.store(on, Ordering::Relaxed);
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::Timestamps(on));
         }
     }
@@ -720,11 +743,11 @@ impl Socket {
     /// `SO_SNDBUF`: the usable send buffer in bytes (the kernel keeps twice this and uses
     /// half; [`Socket::send_buffer_size`] reports the doubled value as `getsockopt` does).
     pub fn set_send_buffer_size(&self, bytes: usize) {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::Sndbuf(bytes));
             return;
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => {
                 let mut core = b.node.inner.lock_core();
                 core.stack.set_sndbuf(b.id, bytes);
@@ -736,21 +759,21 @@ impl Socket {
 
     /// `SO_RCVBUF`: the usable receive buffer in bytes (congestion threshold).
     pub fn set_recv_buffer_size(&self, bytes: usize) {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::Rcvbuf(bytes));
             return;
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.set_rcvbuf(b.id, bytes),
             None => self.pending().rcvbuf = Some(bytes),
         }
     }
 
     fn bufs(&self) -> (usize, usize) {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.bufs();
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => b
                 .node
                 .inner
@@ -784,7 +807,7 @@ impl Socket {
     /// # Errors
     /// `EOPNOTSUPP` when already bound or set.
     pub fn set_transport(&self, t: TransportKind) -> io::Result<()> {
-        if self.bound.get().is_some() || self.remote.get().is_some() {
+        if self.backend.get().is_some() {
             return Err(err(libc::EOPNOTSUPP));
         }
         let mut p = self.pending();
@@ -800,10 +823,10 @@ impl Socket {
 
     /// `SO_RDS_TRANSPORT` (get): `None` (`RDS_TRANS_NONE`) when unbound and not set.
     pub fn transport(&self) -> Option<TransportKind> {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.transport();
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.sock_transport(b.id),
             None => self.pending().transport,
         }
@@ -811,11 +834,11 @@ impl Socket {
 
     /// `RDS_CONG_MONITOR`.
     pub fn set_cong_monitor(&self, on: bool) {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::CongMonitor(on));
             return;
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.set_cong_monitor(b.id, on),
             None => self.pending().cong_monitor = on,
         }
@@ -823,11 +846,11 @@ impl Socket {
 
     /// `RDS_RECVERR` (set).
     pub fn set_recverr(&self, on: bool) {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::Recverr(on));
             return;
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.set_recverr(b.id, on),
             None => self.pending().recverr = on,
         }
@@ -835,10 +858,10 @@ impl Socket {
 
     /// `RDS_RECVERR` (get).
     pub fn recverr(&self) -> bool {
-        if self.remote.get().is_some() {
+        if self.daemon().is_some() {
             return self.pending().recverr;
         }
-        match self.bound.get() {
+        match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.recverr(b.id),
             None => self.pending().recverr,
         }
@@ -850,7 +873,7 @@ impl Socket {
     /// # Errors
     /// `ENOTCONN` when unbound.
     pub fn cancel_sent_to(&self, dest: SocketAddr) -> io::Result<usize> {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.cancel(dest);
         }
         let b = self.b()?;
@@ -864,21 +887,19 @@ impl Socket {
 
     /// Whether a receive would return something now (POLLIN).
     pub fn readable(&self) -> bool {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.readiness().0;
         }
-        self.bound
-            .get()
+        self.embedded()
             .is_some_and(|b| b.node.inner.lock_core().stack.readable(b.id))
     }
 
     /// Whether the send buffer has room (POLLOUT).
     pub fn writable(&self) -> bool {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.readiness().1;
         }
-        self.bound
-            .get()
+        self.embedded()
             .is_some_and(|b| b.node.inner.lock_core().stack.writable(b.id))
     }
 
@@ -899,7 +920,7 @@ impl Socket {
     }
 
     fn ready_fd(&self, rx: bool) -> io::Result<RawFd> {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             return r.fd(rx);
         }
         let b = self.b()?;
@@ -918,16 +939,16 @@ impl Socket {
 
     /// The node serving this socket (once bound).
     pub fn node(&self) -> Option<&Node> {
-        self.bound.get().map(|b| &b.node)
+        self.embedded().map(|b| &b.node)
     }
 }
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        if let Some(r) = self.remote.get() {
+        if let Some(r) = self.daemon() {
             r.close();
         }
-        if let Some(b) = self.bound.get() {
+        if let Some(b) = self.embedded() {
             let mut core = b.node.inner.lock_core();
             let ib = core.stack.sock_transport(b.id) == Some(TransportKind::Ib);
             core.waiters.remove(&b.id);

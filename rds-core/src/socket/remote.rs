@@ -19,7 +19,8 @@ use bytes::Bytes;
 
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
-use crate::proto::{InMsg, Received, TransportKind};
+use crate::info::TransportKind;
+use crate::message::{InMsg, Received};
 use crate::sys;
 use crate::time::Instant;
 
