@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rdma-core headers and run-time libraries for the verbs bindings tests
-# (rds-core/tests/ib_layout.rs), on a fresh Debian bookworm machine as root.
+# (rds-core/tests/ib_layout.rs, ib_runtime.rs), on a fresh Debian bookworm machine as root.
 # The layout test compiles a C program against <infiniband/verbs.h> and <rdma/rdma_cma.h>
 # and compares every bound struct's size and field offsets with rds-core's Rust definitions;
 # the run-time test loads libibverbs.so.1 and librdmacm.so.1.
