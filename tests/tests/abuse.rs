@@ -727,7 +727,7 @@ fn b_peer_ignoring_congestion() {
         drops > 0,
         "messages past the queue's cap are dropped and counted"
     );
-    // The cap: 4 x rcvbuf, at least 4 MiB (rds_core::proto::stack::RCVQ_CAP_*), plus the
+    // The cap: 4 x rcvbuf, at least 32 MiB (rds_core::proto::stack::RCVQ_CAP_*), plus the
     // message that crossed it.
     let cap = (rds_core::proto::stack::RCVQ_CAP_MIN as u64)
         .max(4 * rds_core::tunables::Tunables::default().rcvbuf_default as u64);

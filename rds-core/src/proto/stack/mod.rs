@@ -56,13 +56,15 @@ pub const SEQ_MEMO_MAX: usize = 4096;
 pub const PONG_QUEUE_MAX: usize = 256;
 
 /// A socket's receive queue holds at most `RCVQ_CAP_FACTOR` times its receive buffer (and at
-/// least [`RCVQ_CAP_MIN`] bytes). Congestion is advertised above one receive buffer, so only a
-/// peer that ignores the congestion map reaches the cap; messages beyond it are consumed
-/// (acknowledged) and dropped (`recv_drop_rcvq_full`).
+/// least [`RCVQ_CAP_MIN`] bytes). Congestion is advertised above one receive buffer; messages
+/// beyond the cap are consumed (acknowledged) and dropped (`recv_drop_rcvq_full`).
 pub const RCVQ_CAP_FACTOR: usize = 4;
 
-/// The smallest receive queue cap in bytes (see [`RCVQ_CAP_FACTOR`]).
-pub const RCVQ_CAP_MIN: usize = 4 << 20;
+/// The smallest receive queue cap in bytes (see [`RCVQ_CAP_FACTOR`]). A sender that honours
+/// congestion keeps sending until the congestion map reaches it: throughput times that delay
+/// (a few milliseconds on a loaded host) lands past the receive buffer. The floor keeps such
+/// a sender well inside the cap, so that only a peer ignoring the map loses messages.
+pub const RCVQ_CAP_MIN: usize = 32 << 20;
 
 /// Bytes of the node budget a queued message costs beyond its payload (its bookkeeping).
 pub const MSG_COST: usize = 256;
