@@ -303,7 +303,12 @@ fn parse_value(def: &TunableDef, v: &str) -> anyhow::Result<u64> {
         match t.to_ascii_lowercase().as_str() {
             "on" | "yes" | "true" => return Ok(1),
             "off" | "no" | "false" => return Ok(0),
-            _ => {}
+            "0" => return Ok(0),
+            "1" => return Ok(1),
+            _ => bail!(
+                "{}: invalid value '{v}' (expected 0 or 1, on or off, yes or no, true or false)",
+                def.name
+            ),
         }
     }
     t.parse::<u64>().map_err(|_| {
@@ -602,7 +607,11 @@ mod tests {
         let d = find("ping_enable").unwrap();
         assert_eq!(parse_value(d, "off").unwrap(), 0);
         assert_eq!(parse_value(d, "1").unwrap(), 1);
-        assert!(parse_value(d, "maybe").is_err());
+        assert_eq!(
+            parse_value(d, "maybe").unwrap_err().to_string(),
+            "net.rds.ping_enable: invalid value 'maybe' \
+             (expected 0 or 1, on or off, yes or no, true or false)"
+        );
         let d = find("max_unacked_packets").unwrap();
         assert!(parse_value(d, "on").is_err());
         assert!(find("nope").is_err());

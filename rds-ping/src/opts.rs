@@ -192,8 +192,14 @@ where
     };
     let deadline = secs(&cli.deadline, "deadline")?;
     let timeout = secs(&cli.timeout, "timeout")?.unwrap_or(DEFAULT_TIMEOUT);
-    if cli.dest.len() != 1 {
-        return Err(OptError::Usage("Missing destination address".into()));
+    match cli.dest.as_slice() {
+        [] => return Err(OptError::Usage("Missing destination address".into())),
+        [_] => {}
+        [_, extra, ..] => {
+            return Err(OptError::Usage(format!(
+                "One destination address only: extra operand '{extra}'"
+            )))
+        }
     }
     let dest_name = cli.dest[0].clone();
     let dest = resolve(&dest_name)
@@ -276,7 +282,9 @@ mod tests {
         );
         assert_eq!(
             p(&["a", "b"]),
-            Err(OptError::Usage("Missing destination address".into()))
+            Err(OptError::Usage(
+                "One destination address only: extra operand 'b'".into()
+            ))
         );
     }
 }

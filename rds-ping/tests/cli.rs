@@ -54,15 +54,23 @@ Options:
 #[test]
 fn usage_and_bad_values() {
     let version = env!("CARGO_PKG_VERSION");
-    for args in [&[][..], &["127.0.0.1", "127.0.0.2"][..]] {
-        let (code, out, err) = run(args);
-        assert_eq!(code, 1);
-        assert_eq!(out, "");
-        assert_eq!(
-            err,
-            format!("rds-ping version {version}\nMissing destination address\n{USAGE}")
-        );
-    }
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        format!("rds-ping version {version}\nMissing destination address\n{USAGE}")
+    );
+    let (code, out, err) = run(&["127.0.0.21", "127.0.0.22"]);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        format!(
+            "rds-ping version {version}\nOne destination address only: extra operand \
+             '127.0.0.22'\n{USAGE}"
+        )
+    );
     let cases: &[(&[&str], &str)] = &[
         (&["-c", "abc", "127.6.0.1"], "Bad packet count <abc>\n"),
         (&["-c", "-3", "127.6.0.1"], "Bad packet count <-3>\n"),

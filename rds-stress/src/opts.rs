@@ -310,7 +310,15 @@ impl Args {
         if let Some(v) = num(&self.rdma_mode, 2)? {
             w.rw_mode = v as u8;
         }
-        if let Some(v) = num(&self.port, u64::from(u16::MAX))? {
+        if let Some(s) = &self.port {
+            // Tasks use port+1 .. port+tasks, so the starting port leaves room for one.
+            let v = parse_ull(s, u64::MAX)?;
+            if v >= u64::from(u16::MAX) {
+                return Err(Fatal::new(format!(
+                    "-p: port {v} out of range (0 to {}: tasks use port+1 and up)\n",
+                    u16::MAX - 1
+                )));
+            }
             w.starting_port = v as u16;
         }
         if let Some(v) = num(&self.req_bytes, u32max)? {
@@ -501,9 +509,12 @@ pub fn check_limits(w: &WireOptions) -> Result<(), Fatal> {
     }
     if u32::from(w.starting_port) + u32::from(w.nr_tasks) > u32::from(u16::MAX) {
         return Err(Fatal::new(format!(
-            "ports {}..{} do not fit below 65536\n",
+            "-p {} with -t {}: task ports {}..{} do not fit below 65536 (at most -p {})\n",
+            w.starting_port,
+            w.nr_tasks,
             u32::from(w.starting_port) + 1,
-            u32::from(w.starting_port) + u32::from(w.nr_tasks)
+            u32::from(w.starting_port) + u32::from(w.nr_tasks),
+            u32::from(u16::MAX) - u32::from(w.nr_tasks)
         )));
     }
     Ok(())

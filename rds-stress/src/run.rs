@@ -94,8 +94,6 @@ fn interrupt(code: i32) -> ! {
 
 const NO_ASYNC: &str = "option --async needs UEK's RDS_CMSG_ASYNC_SEND, which this RDS stack \
 does not have\n";
-const NO_TOS: &str = "ERROR: failed to set TOS: this RDS stack has no type of service support \
-(only -Q 0)\n";
 
 /// Runs rds-stress with parsed arguments; returns the exit code.
 ///
@@ -111,9 +109,6 @@ pub fn run(args: &Args) -> Result<i32, Fatal> {
     });
     if r.wire.async_send != 0 {
         return Err(Fatal::new(NO_ASYNC));
-    }
-    if r.wire.tos != 0 {
-        return Err(Fatal::new(NO_TOS));
     }
     let printer = Printer {
         json: r.json,
@@ -493,9 +488,6 @@ fn check_peer_options(w: &WireOptions, v6: bool) -> Result<(), Fatal> {
     check_limits(w).map_err(wrap)?;
     if w.async_send != 0 {
         return Err(Fatal::new(NO_ASYNC));
-    }
-    if w.tos != 0 {
-        return Err(Fatal::new(NO_TOS));
     }
     Ok(())
 }

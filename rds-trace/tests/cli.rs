@@ -280,11 +280,28 @@ fn report_errors() {
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();
     let out = rds_trace(run.path(), &["-r", junk.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).starts_with(&format!("rds-trace: {}: pcap input:", junk.display())),
-        "{}",
-        text(&out.stderr)
+    assert_eq!(
+        text(&out.stderr),
+        format!("rds-trace: {}: not a pcap capture\n", junk.display())
     );
+    // Text shorter than a pcap header, and binary with a wrong magic number.
+    let short = run.path().join("short.txt");
+    std::fs::write(&short, b"hello\n").unwrap();
+    let bin = run.path().join("bin.dat");
+    std::fs::write(
+        &bin,
+        (0..100u8).map(|i| i.wrapping_mul(37)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for f in [&short, &bin] {
+        let out = rds_trace(run.path(), &["-r", f.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.stdout, b"");
+        assert_eq!(
+            text(&out.stderr),
+            format!("rds-trace: {}: not a pcap capture\n", f.display())
+        );
+    }
     // A capture cut in the middle of a record: the frames before are reported, then the
     // error.
     let good = run.path().join("good.pcap");
