@@ -240,14 +240,43 @@ fn a_peer_without_ping_enable_gets_counted_as_loss() {
 }
 
 #[test]
-fn gives_up_when_nothing_answers() {
-    // Nothing listens on 127.6.3.9: the connection is refused again and again.
+fn a_refused_connection_is_named() {
+    // Nothing listens on 127.6.3.9: the first refused connection ends the run, well before
+    // the 10 s reply timeout.
     let t = Instant::now();
-    let (code, out, err) = run(&["-I", "127.6.3.1", "-i", "50ms", "-W", "0.3", "127.6.3.9"]);
+    let (code, out, err) = run(&["-I", "127.6.3.1", "127.6.3.9"]);
     assert_eq!(code, 1);
     assert_eq!(
         err,
-        "rds-ping: no reply from 127.6.3.9: 3 pings unanswered after 0.300 s each, giving up\n"
+        "rds-ping: connection to 127.6.3.9:16385 refused: no RDS node there\n"
+    );
+    assert!(
+        out.starts_with("\n--- 127.6.3.9 rds-ping statistics ---\n"),
+        "{out}"
+    );
+    assert!(out.contains(" received, 100% packet loss"), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(9), "{:?}", t.elapsed());
+    let (code, out, err) = run(&["-I", "127.6.3.1", "--json", "127.6.3.9"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("refused: no RDS node there"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stopped"], "refused");
+    assert_eq!(v["received"], 0);
+}
+
+#[test]
+fn gives_up_when_nothing_answers() {
+    // 127.6.3.8 accepts the connection but does not answer pings.
+    let peer = responder("127.6.3.8");
+    let mut tun = peer.tunables();
+    tun.ping_enable = false;
+    peer.set_tunables(tun);
+    let t = Instant::now();
+    let (code, out, err) = run(&["-I", "127.6.3.1", "-i", "50ms", "-W", "0.3", "127.6.3.8"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "rds-ping: no reply from 127.6.3.8: 3 pings unanswered after 0.300 s each, giving up\n"
     );
     assert!(out.contains(" received, 100% packet loss"), "{out}");
     // Bounded: it did not run on (the test's own bound, not a timing assertion of the tool).
@@ -262,7 +291,7 @@ fn gives_up_when_nothing_answers() {
         "-w",
         "0.5",
         "--json",
-        "127.6.3.9",
+        "127.6.3.8",
     ]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
