@@ -158,15 +158,15 @@ pub enum Cmd {
         /// An address for the daemon (repeatable; default: the host's unicast addresses)
         #[arg(long = "addr", value_name = "A")]
         addrs: Vec<IpAddr>,
-        /// Seconds to wait for the daemon
-        #[arg(long, default_value_t = 10, value_name = "SECS")]
-        timeout: u64,
+        /// How long to wait for the daemon (seconds, or with ms, s or m)
+        #[arg(long, default_value = "10", value_name = "SECS", value_parser = rds_cli::duration_arg)]
+        timeout: Duration,
     },
     /// Stop the host daemon and wait until it is gone
     Unload {
-        /// Seconds to wait for the daemon to stop
-        #[arg(long, default_value_t = 15, value_name = "SECS")]
-        timeout: u64,
+        /// How long to wait for the daemon to stop (seconds, or with ms, s or m)
+        #[arg(long, default_value = "15", value_name = "SECS", value_parser = rds_cli::duration_arg)]
+        timeout: Duration,
     },
     /// Run the host daemon in the foreground (systemd; stops on SIGTERM or SIGINT)
     Daemon {
@@ -252,8 +252,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             transport,
             addrs,
             timeout,
-        } => load::load(out, transport, &addrs, Duration::from_secs(timeout)),
-        Cmd::Unload { timeout } => load::unload(out, Duration::from_secs(timeout)),
+        } => load::load(out, transport, &addrs, timeout),
+        Cmd::Unload { timeout } => load::unload(out, timeout),
         Cmd::Daemon {
             transport,
             addrs,

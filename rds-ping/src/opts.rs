@@ -258,7 +258,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(f(&["-c", "x", "h"]), "Bad packet count <x>");
-        assert_eq!(f(&["-i", "1s", "h"]), "Bad wait time <1s>");
+        assert_eq!(f(&["-i", "1x", "h"]), "Bad wait time <1x>");
         assert_eq!(f(&["-Q", "256", "h"]), "Bad tos <256>");
         assert_eq!(f(&["-n", "0", "h"]), "Invalid number of sockets <0>");
         assert_eq!(f(&["-n", "33", "h"]), "Invalid number of sockets <33>");

@@ -426,3 +426,24 @@ fn between_two_network_namespaces() {
     assert_eq!(v["source"], "10.201.0.1");
     assert_eq!(v["received"], 3);
 }
+
+/// `-i`, `-w` and `-W` take the tools' one duration syntax (s and m suffixes too).
+#[test]
+fn durations_with_suffixes() {
+    let _peer = responder("127.122.2.2");
+    let (code, out, err) = run(&[
+        "-I",
+        "127.122.2.1",
+        "-c",
+        "1",
+        "-i",
+        "0.5s",
+        "-W",
+        "2s",
+        "-w",
+        "1m",
+        "127.122.2.2",
+    ]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(out.contains("1 packets transmitted, 1 received"), "{out}");
+}

@@ -6,6 +6,7 @@
 //! [`Args::resolve`] with the original's texts (`invalid number '%s'`, exit 1).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
@@ -69,7 +70,7 @@ pub struct Args {
     /// Number of tasks on each side (default is 1)
     #[arg(short = 't', long = "tasks", value_name = "nr", allow_hyphen_values = true, help_heading = GEN)]
     pub tasks: Option<String>,
-    /// Runtime of test in seconds, 0 means infinite (default is 0)
+    /// Runtime of test in seconds (or with ms, s or m), 0 means infinite (default is 0)
     #[arg(short = 'T', long = "time", value_name = "seconds", allow_hyphen_values = true, help_heading = GEN)]
     pub time: Option<String>,
     /// Type of Service (default is 0)
@@ -239,6 +240,8 @@ pub struct Resolved {
     pub wire: WireOptions,
     /// Active side (`-s` given) or `--loopback`.
     pub active: bool,
+    /// `-T`: how long the active side runs after the start-up; zero runs until interrupted.
+    pub run_time: Duration,
     /// IPv6 addresses.
     pub v6: bool,
     /// `-r`, when given.
@@ -325,9 +328,17 @@ impl Args {
             w.req_size = v as u32;
         }
         let tasks = num(&self.tasks, u64::from(u16::MAX))?;
-        if let Some(v) = num(&self.time, u32max)? {
-            w.run_time = v as u32;
-        }
+        let run_time = match &self.time {
+            Some(s) => rds_cli::parse_seconds(s).map_err(|_| {
+                Fatal::new(format!(
+                    "-T: invalid duration '{s}' (0 to 1e9 {})\n",
+                    rds_cli::DURATION_SYNTAX
+                ))
+            })?,
+            None => Duration::ZERO,
+        };
+        // The peer reads whole seconds; a fraction rounds up.
+        w.run_time = run_time.as_secs_f64().ceil() as u32;
         if let Some(v) = num(&self.tos, 255)? {
             w.tos = v as u8;
         }
@@ -434,6 +445,7 @@ impl Args {
         Ok(Resolved {
             wire: w,
             active,
+            run_time,
             v6,
             recv_addr,
             send_addr,

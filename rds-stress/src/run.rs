@@ -757,8 +757,7 @@ fn release_and_wait(
     }
     p.out("\n");
     let first_ts = Instant::now();
-    let end =
-        (w.run_time != 0 && active).then(|| first_ts + Duration::from_secs(u64::from(w.run_time)));
+    let end = (!r.run_time.is_zero() && active).then(|| first_ts + r.run_time);
     if r.abort_after != 0 {
         let secs = r.abort_after;
         let _ = std::thread::Builder::new()
@@ -791,7 +790,7 @@ fn release_and_wait(
         p.out(&output::header());
     }
     if end.is_some() && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(u64::from(w.run_time));
+        let bar = ProgressBar::new(r.run_time.as_secs_f64().ceil() as u64);
         bar.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} s")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),

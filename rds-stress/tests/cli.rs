@@ -105,7 +105,6 @@ fn every_number_is_checked() {
         ("-q", "12x"),
         ("-d", "4294967296"),
         ("-t", "65536"),
-        ("-T", "-1"),
         ("-Q", "256"),
         ("-D", "0x"),
         ("-I", "513"),
@@ -126,6 +125,14 @@ fn every_number_is_checked() {
         fails(
             &["-s", "127.50.9.1", opt, val],
             &format!("invalid number '{val}'\n"),
+        );
+    }
+    for t in ["-1", "1.5x", "2h", "1e10"] {
+        fails(
+            &["-s", "127.50.9.1", "-T", t],
+            &format!(
+                "-T: invalid duration '{t}' (0 to 1e9 seconds, or a number with ms, s or m)\n"
+            ),
         );
     }
     // The passive side checks the numbers too.

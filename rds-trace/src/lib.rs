@@ -106,12 +106,9 @@ pub struct Cli {
 
 /// `-G`: a positive number of seconds ([`rds_cli::parse_seconds`]).
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    match rds_cli::parse_seconds(s) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Err(rds_cli::SecondsError::NotANumber) => Err(format!("'{s}' is not a number of seconds")),
-        Ok(_) | Err(rds_cli::SecondsError::OutOfRange) => {
-            Err(format!("'{s}' must be a positive number of seconds"))
-        }
+    match rds_cli::duration_arg(s)? {
+        d if d.is_zero() => Err(format!("'{s}' must be a positive duration")),
+        d => Ok(d),
     }
 }
 
@@ -170,6 +167,10 @@ mod tests {
         assert_eq!((c.snaplen, c.count), (96, Some(5)));
         let c = Cli::try_parse_from(["rds-trace", "-w", "-", "-G", "1.5", "--node", "n"]).unwrap();
         assert_eq!(c.seconds, Some(Duration::from_millis(1500)));
+        for (g, d) in [("500ms", 500), ("2s", 2000), ("1m", 60_000)] {
+            let c = Cli::try_parse_from(["rds-trace", "-w", "-", "-G", g]).unwrap();
+            assert_eq!(c.seconds, Some(Duration::from_millis(d)), "{g}");
+        }
         assert_eq!(c.node.as_deref(), Some("n"));
         assert_eq!(c.snaplen, DEFAULT_SNAPLEN);
         let c = Cli::try_parse_from(["rds-trace", "-r", "x", "--json", "--port", "4000"]).unwrap();

@@ -64,7 +64,12 @@ fn help_version_and_bad_arguments() {
         ),
         (
             vec!["-w", "a", "-G", "soon"],
-            "'soon' is not a number of seconds",
+            "invalid value 'soon' for '-G <SECONDS>': 'soon' is not a duration (seconds, or a \
+             number with ms, s or m)",
+        ),
+        (
+            vec!["-w", "a", "-G", "0"],
+            "invalid value '0' for '-G <SECONDS>': '0' must be a positive duration",
         ),
         (vec!["-w", "a", "-G", "-1"], "unexpected argument '-1'"),
         (
