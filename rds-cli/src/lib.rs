@@ -16,5 +16,5 @@ pub mod num;
 pub mod table;
 
 pub use exit::{error_status, Negative};
-pub use num::{duration_arg, parse_seconds, parse_size, SecondsError, DURATION_SYNTAX};
+pub use num::{duration_arg, parse_seconds, parse_size, size_arg, SecondsError, DURATION_SYNTAX};
 pub use table::table;

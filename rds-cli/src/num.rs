@@ -97,6 +97,19 @@ pub fn duration_arg(s: &str) -> Result<Duration, String> {
     })
 }
 
+/// [`parse_size`] for a clap `value_parser`, from `min` to `max`: the error names the syntax
+/// and the range (clap prefixes the option's name).
+///
+/// # Errors
+/// The text to show after clap's "invalid value" prefix.
+pub fn size_arg(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    parse_size(s)
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| {
+            format!("'{s}' is not a number from {min} to {max} (k, m or g suffixes allowed)")
+        })
+}
+
 /// Length of the longest prefix of `t` that is a decimal floating-point number.
 fn float_prefix(t: &str) -> usize {
     let b = t.as_bytes();
@@ -211,6 +224,15 @@ mod tests {
         assert_eq!(ok("0.5m"), Duration::from_secs(30));
         assert_eq!(ok("-0"), Duration::ZERO);
         assert_eq!(ok("1e9"), Duration::from_secs(1_000_000_000));
+    }
+
+    #[test]
+    fn size_arg_messages() {
+        assert_eq!(size_arg("2k", 1, 4096), Ok(2048));
+        assert_eq!(
+            size_arg("0", 1, 9).unwrap_err(),
+            "'0' is not a number from 1 to 9 (k, m or g suffixes allowed)"
+        );
     }
 
     #[test]
