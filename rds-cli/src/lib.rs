@@ -15,6 +15,6 @@ pub mod exit;
 pub mod num;
 pub mod table;
 
-pub use exit::{error_status, Negative};
+pub use exit::{error_status, usage_message, Negative, USAGE_STATUS};
 pub use num::{duration_arg, parse_seconds, parse_size, size_arg, SecondsError, DURATION_SYNTAX};
 pub use table::table;

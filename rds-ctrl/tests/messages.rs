@@ -1,5 +1,5 @@
 //! Messages of `rds-ctrl` that need no node: a bad tunable value names what is accepted, a
-//! duration takes the tools' one syntax.
+//! duration takes the tools' one syntax, usage errors and the version.
 
 use std::time::Duration;
 
@@ -48,4 +48,18 @@ fn timeouts_are_durations() {
     ctrl(run.path(), &["load", "--timeout", "-1"])
         .code(2)
         .stderr(predicates::str::contains("unexpected argument '-1'"));
+}
+
+#[test]
+fn usage_errors_and_version() {
+    let run = tempfile::tempdir().unwrap();
+    ctrl(run.path(), &["--bogus"])
+        .code(2)
+        .stdout("")
+        .stderr(predicates::str::starts_with(
+            "rds-ctrl: unexpected argument '--bogus' found\n",
+        ));
+    ctrl(run.path(), &["--version"])
+        .code(0)
+        .stdout(format!("rds-ctrl {}\n", env!("CARGO_PKG_VERSION")));
 }

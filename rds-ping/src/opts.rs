@@ -150,7 +150,7 @@ where
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                     OptError::Info(e.render().to_string())
                 }
-                _ => OptError::Fatal(e.render().to_string()),
+                _ => OptError::Fatal(rds_cli::usage_message("rds-ping", &e.render().to_string())),
             });
         }
     };

@@ -33,8 +33,15 @@ pub fn main_code() -> i32 {
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
-            let _ = e.print();
-            return e.exit_code();
+            if !e.use_stderr() {
+                let _ = e.print();
+                return 0;
+            }
+            eprint!(
+                "{}",
+                rds_cli::usage_message("rds-stress", &e.render().to_string())
+            );
+            return i32::from(rds_cli::USAGE_STATUS);
         }
     };
     match run::run(&args) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
-use crate::control::{WireOptions, RDS_VERSION};
+use crate::control::WireOptions;
 use crate::msg::{HEADER_SIZE, HEADER_V6_SIZE};
 
 /// The largest RDS message (the kernel's `RDS_MAX_MSG_SIZE`, 1 MiB).
@@ -28,6 +28,10 @@ const RDMA: &str = "RDMA Specific Options";
 const FLAGS: &str = "Optional flags";
 const EXT: &str = "Extensions (this implementation)";
 
+/// What `--version` prints after the name: the package version, then the protocol version
+/// ([`crate::control::RDS_VERSION`]) this rds-stress speaks to its peer.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocol 2.0.7)");
+
 /// rds-stress command line.
 #[derive(Parser, Debug, Default)]
 #[command(
@@ -39,7 +43,7 @@ on TCP port 4000) and with -s on the sending host (active side: it sends its opt
 passive side, then both run the test). --loopback runs both sides in one process over the \
 RDS/TCP transport between 127.0.0.1 and 127.0.0.2.",
     after_help = "Example:\n  recv$ rds-stress\n  send$ rds-stress -s recv -q 4096 -t 2 -d 2\n  one host: rds-stress --loopback -T 5",
-    version = RDS_VERSION,
+    version = VERSION,
     disable_version_flag = true,
     infer_long_args = true,
     args_override_self = true
@@ -540,6 +544,12 @@ fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_names_the_protocol() {
+        let protocol = crate::control::RDS_VERSION;
+        assert!(VERSION.ends_with(&format!(" (protocol {protocol})")));
+    }
 
     #[test]
     fn numbers_like_strtoull() {

@@ -88,6 +88,7 @@ fn help_version_and_bad_arguments() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
         assert!(err.contains(msg), "{args:?}: {err}");
+        assert!(err.starts_with("rds-trace: "), "{args:?}: {err}");
         assert!(out.stdout.is_empty());
     }
 }
