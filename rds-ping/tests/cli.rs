@@ -452,3 +452,53 @@ fn durations_with_suffixes() {
     assert_eq!((code, err.as_str()), (0, ""), "{out}");
     assert!(out.contains("1 packets transmitted, 1 received"), "{out}");
 }
+
+/// The embedded node's control socket leaves the runtime directory when rds-ping ends: after
+/// its count, after a refused connection, and on Ctrl-C.
+#[test]
+fn no_socket_left_behind() {
+    let _peer = responder("127.122.5.2");
+    let socks = |d: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sock"))
+            .collect()
+    };
+    for (args, want) in [
+        (&["-I", "127.122.5.1", "-c", "1", "127.122.5.2"][..], 0),
+        (&["-I", "127.122.5.1", "127.122.5.9"][..], 1),
+    ] {
+        let rt = tempfile::tempdir().unwrap();
+        ping()
+            .env("RDS_RUNTIME_DIR", rt.path())
+            .args(args)
+            .assert()
+            .code(want);
+        assert_eq!(socks(rt.path()), Vec::<String>::new(), "{args:?}");
+    }
+    let rt = tempfile::tempdir().unwrap();
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("rds-ping"))
+        .env("RDS_NO_DAEMON", "1")
+        .env("RDS_RUNTIME_DIR", rt.path())
+        .args(["-I", "127.122.5.1", "-i", "0.1", "127.122.5.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while socks(rt.path()).is_empty() {
+        assert!(Instant::now() < deadline, "no node socket appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert_eq!(socks(rt.path()), Vec::<String>::new());
+}

@@ -44,7 +44,9 @@ pub fn main_code() -> i32 {
             return i32::from(rds_cli::USAGE_STATUS);
         }
     };
-    match run::run(&args) {
+    let r = run::run(&args);
+    run::shutdown_nodes();
+    match r {
         Ok(code) => code,
         Err(f) => {
             use std::io::Write;
