@@ -9,11 +9,13 @@
 //! - [`stats`]: counters, histograms, percentiles and the `-c` CPU soakers.
 //! - [`output`]: the exact output formats.
 //! - `run`: the active and passive roles and `--loopback`.
+//! - `nodes`: the embedded nodes, shut down before the process exits.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod control;
 pub mod msg;
+mod nodes;
 pub mod opts;
 pub mod output;
 pub mod rdma;
@@ -45,7 +47,7 @@ pub fn main_code() -> i32 {
         }
     };
     let r = run::run(&args);
-    run::shutdown_nodes();
+    nodes::shutdown_all();
     match r {
         Ok(code) => code,
         Err(f) => {

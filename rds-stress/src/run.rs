@@ -75,27 +75,6 @@ fn register(t: &Tasks) {
         .push((t.ctl.clone(), t.stats.len()));
 }
 
-/// The embedded nodes this process started, shut down before it exits so that their control
-/// sockets leave the runtime directory (a `process::exit` drops nothing).
-static NODES: Mutex<Vec<rds_core::WeakNode>> = Mutex::new(Vec::new());
-
-pub(crate) fn keep_node(n: &Node) {
-    NODES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(n.downgrade());
-}
-
-/// Shuts down every embedded node this process started that still runs, and the default
-/// node of its sockets.
-pub fn shutdown_nodes() {
-    let nodes = std::mem::take(&mut *NODES.lock().unwrap_or_else(|p| p.into_inner()));
-    for n in nodes {
-        n.shutdown();
-    }
-    rds_core::socket::shutdown_default_node();
-}
-
 /// The run is interrupted (SIGINT with --cancel-sent-to, or --abort-after): every task
 /// cancels what it sent to the peer and reports (when asked), then the process exits.
 fn interrupt(code: i32) -> ! {
@@ -110,7 +89,7 @@ fn interrupt(code: i32) -> ! {
         }
     }
     let _ = std::io::stdout().flush();
-    shutdown_nodes();
+    crate::nodes::shutdown_all();
     std::process::exit(code);
 }
 
@@ -188,7 +167,7 @@ fn watch_signals(cancel_sent_to: bool) {
                 continue;
             }
             let _ = std::io::stdout().flush();
-            shutdown_nodes();
+            crate::nodes::shutdown_all();
             std::process::exit(128 + n);
         });
 }
@@ -639,7 +618,7 @@ fn start_node(ip: IpAddr, name: &str) -> Result<Node, Fatal> {
              and -s)\n"
         ))
     })?;
-    keep_node(&node);
+    crate::nodes::keep(&node);
     Ok(node)
 }
 
