@@ -1,5 +1,6 @@
 //! The exit status of a tool that stopped on an error: 1 for a negative result, 0 when the
-//! reader of its output went away (a broken pipe), 2 for any other error.
+//! reader of its output went away (a broken pipe), 2 for any other error; usage errors with
+//! the tool's `prog: ` prefix ([`usage_message`]) and status [`USAGE_STATUS`].
 
 use std::fmt;
 use std::io;
@@ -16,6 +17,17 @@ impl fmt::Display for Negative {
 }
 
 impl std::error::Error for Negative {}
+
+/// The exit status of a usage error (an unknown option, a bad value clap refuses), as clap's;
+/// rds-ping and rds-info keep the original tools' 1.
+pub const USAGE_STATUS: u8 = 2;
+
+/// A usage error as clap renders it (`error: ...`), with the tool's `prog: ` prefix in place
+/// of clap's `error: `, so that every tool's messages start with its name.
+pub fn usage_message(prog: &str, rendered: &str) -> String {
+    let body = rendered.strip_prefix("error: ").unwrap_or(rendered);
+    format!("{prog}: {body}")
+}
 
 /// The exit status for `e`: 1 when it is a [`Negative`], 0 when a broken pipe is anywhere in
 /// its chain of causes (the caller prints nothing then), else 2.
@@ -36,6 +48,15 @@ pub fn error_status(e: &anyhow::Error) -> u8 {
 mod tests {
     use super::*;
     use anyhow::Context as _;
+
+    #[test]
+    fn usage_prefix() {
+        assert_eq!(
+            usage_message("rds-trace", "error: unexpected argument '-x' found\n"),
+            "rds-trace: unexpected argument '-x' found\n"
+        );
+        assert_eq!(usage_message("rds-ping", "odd\n"), "rds-ping: odd\n");
+    }
 
     #[test]
     fn statuses() {

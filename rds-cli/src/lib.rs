@@ -1,7 +1,7 @@
 //! Helpers shared by the RDS tools (`rds-ping`, `rds-info`, `rds-stress`, `rds-ctrl`,
 //! `rds-trace`), each written once with one rule:
 //! - [`num`]: sizes and counts with a k/m/g suffix ([`parse_size`]) and seconds with an
-//!   ms/us suffix ([`parse_seconds`]), as the rds-tools command lines take them;
+//!   s/m/ms/us suffix ([`parse_seconds`]), as the rds-tools command lines take them;
 //! - [`exit`]: the exit status of an error ([`error_status`], [`Negative`]);
 //! - [`table`]: the tables the tools print ([`table()`]).
 //!
@@ -15,6 +15,6 @@ pub mod exit;
 pub mod num;
 pub mod table;
 
-pub use exit::{error_status, Negative};
-pub use num::{parse_seconds, parse_size, SecondsError};
+pub use exit::{error_status, usage_message, Negative, USAGE_STATUS};
+pub use num::{duration_arg, parse_seconds, parse_size, size_arg, SecondsError, DURATION_SYNTAX};
 pub use table::table;

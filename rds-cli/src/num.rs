@@ -4,7 +4,8 @@
 //!   1024³), and nothing else; a sign `-`, a value over `u64::MAX` and any other trailing
 //!   character are refused;
 //! - seconds ([`parse_seconds`]): a decimal number as `strtod` reads it (fraction and exponent
-//!   allowed), then an optional `ms`/`msec` or `us`/`usec` suffix, from 0 to 10⁹ seconds.
+//!   allowed), then an optional `s` (seconds), `m` (minutes), `ms`/`msec` or `us`/`usec`
+//!   suffix, from 0 to 10⁹ seconds; [`DURATION_SYNTAX`] says so in an error message.
 //!
 //! Leading white space (as C's `isspace`) is skipped; trailing white space is refused.
 
@@ -48,6 +49,9 @@ pub fn parse_size(s: &str) -> Option<u64> {
     v.checked_mul(1u64 << shift)
 }
 
+/// The duration syntax in words, for the tools' error messages.
+pub const DURATION_SYNTAX: &str = "seconds, or a number with ms, s or m";
+
 /// Why a text is not a number of seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecondsError {
@@ -57,7 +61,7 @@ pub enum SecondsError {
     OutOfRange,
 }
 
-/// Seconds with an optional `ms`/`msec`/`us`/`usec` suffix (see the module documentation).
+/// Seconds with an optional `s`/`m`/`ms`/`msec`/`us`/`usec` suffix (see the module documentation).
 /// Zero is a valid duration; a caller that needs a positive one checks it.
 ///
 /// # Errors
@@ -67,7 +71,8 @@ pub fn parse_seconds(s: &str) -> Result<Duration, SecondsError> {
     let end = float_prefix(t);
     let v: f64 = t[..end].parse().map_err(|_| SecondsError::NotANumber)?;
     let scale = match &t[end..] {
-        "" => 1.0,
+        "" | "s" => 1.0,
+        "m" => 60.0,
         "ms" | "msec" => 1e-3,
         "us" | "usec" => 1e-6,
         _ => return Err(SecondsError::NotANumber),
@@ -78,6 +83,31 @@ pub fn parse_seconds(s: &str) -> Result<Duration, SecondsError> {
     }
     // -0.0 is in range; it is zero seconds.
     Ok(Duration::from_secs_f64(secs.abs()))
+}
+
+/// [`parse_seconds`] for a clap `value_parser`: the error says what a duration is (clap
+/// prefixes the option's name).
+///
+/// # Errors
+/// The text to show after clap's "invalid value" prefix.
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_seconds(s).map_err(|e| match e {
+        SecondsError::NotANumber => format!("'{s}' is not a duration ({DURATION_SYNTAX})"),
+        SecondsError::OutOfRange => format!("'{s}' is out of range (0 to 1e9 seconds)"),
+    })
+}
+
+/// [`parse_size`] for a clap `value_parser`, from `min` to `max`: the error names the syntax
+/// and the range (clap prefixes the option's name).
+///
+/// # Errors
+/// The text to show after clap's "invalid value" prefix.
+pub fn size_arg(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    parse_size(s)
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| {
+            format!("'{s}' is not a number from {min} to {max} (k, m or g suffixes allowed)")
+        })
 }
 
 /// Length of the longest prefix of `t` that is a decimal floating-point number.
@@ -188,15 +218,43 @@ mod tests {
         assert_eq!(ok("100usec"), Duration::from_micros(100));
         assert_eq!(ok("1e-3"), Duration::from_millis(1));
         assert_eq!(ok("0"), Duration::ZERO);
+        assert_eq!(ok("1s"), Duration::from_secs(1));
+        assert_eq!(ok("1.5s"), Duration::from_millis(1500));
+        assert_eq!(ok("2m"), Duration::from_secs(120));
+        assert_eq!(ok("0.5m"), Duration::from_secs(30));
         assert_eq!(ok("-0"), Duration::ZERO);
         assert_eq!(ok("1e9"), Duration::from_secs(1_000_000_000));
+    }
+
+    #[test]
+    fn size_arg_messages() {
+        assert_eq!(size_arg("2k", 1, 4096), Ok(2048));
+        assert_eq!(
+            size_arg("0", 1, 9).unwrap_err(),
+            "'0' is not a number from 1 to 9 (k, m or g suffixes allowed)"
+        );
+    }
+
+    #[test]
+    fn duration_arg_messages() {
+        assert_eq!(duration_arg("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(
+            duration_arg("soon").unwrap_err(),
+            "'soon' is not a duration (seconds, or a number with ms, s or m)"
+        );
+        assert_eq!(
+            duration_arg("-1").unwrap_err(),
+            "'-1' is out of range (0 to 1e9 seconds)"
+        );
     }
 
     #[test]
     fn seconds_refused() {
         use SecondsError::*;
         for (s, why) in [
-            ("1s", NotANumber),
+            ("1x", NotANumber),
+            ("1h", NotANumber),
+            ("1mm", NotANumber),
             ("2sec", NotANumber),
             ("abc", NotANumber),
             ("soon", NotANumber),

@@ -38,6 +38,6 @@ pub mod wire;
 
 mod sys;
 
-pub use node::{CtlMode, Node, NodeConfig, Transports};
+pub use node::{CtlMode, Node, NodeConfig, Transports, WeakNode};
 pub use socket::{RecvFlags, RecvMsg, Socket};
 pub use sys::{poll_readable, set_thread_idle};

@@ -162,6 +162,9 @@ counters! {
         TcpWaitNodeEvicted = "tcp_wait_node_evicted",
         /// (This stack) A connection waited for a lane too long and was reset.
         TcpWaitExpired = "tcp_wait_expired",
+        /// (This stack) An outgoing connection was refused: nothing listens on the peer's
+        /// RDS port.
+        TcpConnectRefused = "tcp_connect_refused",
     }
 }
 
@@ -330,7 +333,7 @@ impl<const N: usize> AtomicCounters<N> {
 }
 
 /// The RDS/TCP counters.
-pub type TcpStats = AtomicCounters<12>;
+pub type TcpStats = AtomicCounters<13>;
 /// The RDS/IB counters.
 pub type IbStats = AtomicCounters<39>;
 
@@ -414,7 +417,8 @@ mod tests {
                 "tcp_accept_node_limit",
                 "tcp_wait_addr_evicted",
                 "tcp_wait_node_evicted",
-                "tcp_wait_expired"
+                "tcp_wait_expired",
+                "tcp_connect_refused"
             ]
         );
         assert_eq!(IB_NAMES.len(), 39);

@@ -158,15 +158,15 @@ pub enum Cmd {
         /// An address for the daemon (repeatable; default: the host's unicast addresses)
         #[arg(long = "addr", value_name = "A")]
         addrs: Vec<IpAddr>,
-        /// Seconds to wait for the daemon
-        #[arg(long, default_value_t = 10, value_name = "SECS")]
-        timeout: u64,
+        /// How long to wait for the daemon (seconds, or with ms, s or m)
+        #[arg(long, default_value = "10", value_name = "SECS", value_parser = rds_cli::duration_arg)]
+        timeout: Duration,
     },
     /// Stop the host daemon and wait until it is gone
     Unload {
-        /// Seconds to wait for the daemon to stop
-        #[arg(long, default_value_t = 15, value_name = "SECS")]
-        timeout: u64,
+        /// How long to wait for the daemon to stop (seconds, or with ms, s or m)
+        #[arg(long, default_value = "15", value_name = "SECS", value_parser = rds_cli::duration_arg)]
+        timeout: Duration,
     },
     /// Run the host daemon in the foreground (systemd; stops on SIGTERM or SIGINT)
     Daemon {
@@ -252,8 +252,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             transport,
             addrs,
             timeout,
-        } => load::load(out, transport, &addrs, Duration::from_secs(timeout)),
-        Cmd::Unload { timeout } => load::unload(out, Duration::from_secs(timeout)),
+        } => load::load(out, transport, &addrs, timeout),
+        Cmd::Unload { timeout } => load::unload(out, timeout),
         Cmd::Daemon {
             transport,
             addrs,
@@ -303,7 +303,12 @@ fn parse_value(def: &TunableDef, v: &str) -> anyhow::Result<u64> {
         match t.to_ascii_lowercase().as_str() {
             "on" | "yes" | "true" => return Ok(1),
             "off" | "no" | "false" => return Ok(0),
-            _ => {}
+            "0" => return Ok(0),
+            "1" => return Ok(1),
+            _ => bail!(
+                "{}: invalid value '{v}' (expected 0 or 1, on or off, yes or no, true or false)",
+                def.name
+            ),
         }
     }
     t.parse::<u64>().map_err(|_| {
@@ -602,7 +607,11 @@ mod tests {
         let d = find("ping_enable").unwrap();
         assert_eq!(parse_value(d, "off").unwrap(), 0);
         assert_eq!(parse_value(d, "1").unwrap(), 1);
-        assert!(parse_value(d, "maybe").is_err());
+        assert_eq!(
+            parse_value(d, "maybe").unwrap_err().to_string(),
+            "net.rds.ping_enable: invalid value 'maybe' \
+             (expected 0 or 1, on or off, yes or no, true or false)"
+        );
         let d = find("max_unacked_packets").unwrap();
         assert!(parse_value(d, "on").is_err());
         assert!(find("nope").is_err());

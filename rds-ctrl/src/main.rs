@@ -9,8 +9,15 @@ fn main() -> ExitCode {
     let cli = match rds_ctrl::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            eprint!(
+                "{}",
+                rds_cli::usage_message("rds-ctrl", &e.render().to_string())
+            );
+            return ExitCode::from(rds_cli::USAGE_STATUS);
         }
     };
     let stdout = io::stdout();

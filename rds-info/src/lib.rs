@@ -168,7 +168,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
                     Parsed::Exit(1)
                 }
                 _ => {
-                    let _ = e.print();
+                    eprint!(
+                        "{}",
+                        rds_cli::usage_message("rds-info", &e.render().to_string())
+                    );
                     Parsed::Exit(1)
                 }
             }

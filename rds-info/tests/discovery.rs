@@ -109,7 +109,13 @@ fn discovery_and_command_line() {
     );
     assert_eq!(rds_info(&run, &["-+"]).status.code(), Some(1));
     assert_eq!(rds_info(&run, &["--bogus"]).status.code(), Some(1));
-    assert_eq!(rds_info(&run, &["--node"]).status.code(), Some(1));
+    let out = rds_info(&run, &["--node"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("rds-info: a value is required for '--node <NAME>'"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = rds_info(&run, &["--help"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stdout).contains("statistic counters"));

@@ -42,6 +42,14 @@ where
             return 1;
         }
     };
+    let code = run(&o);
+    // The embedded node's control socket goes with it, on every path that ends the run.
+    rds_core::socket::shutdown_default_node();
+    code
+}
+
+/// Runs the pings and prints the result; returns the exit code.
+fn run(o: &opts::Opts) -> i32 {
     // Ctrl-C and SIGTERM end the run with its summary. They are taken through a signalfd,
     // blocked before the node's threads start so that none of them takes the signal.
     let mut mask = SigSet::empty();
@@ -64,7 +72,7 @@ where
         stop_fd,
         stop: &mut stop,
     };
-    let sum = match ping::run(&o, &mut io) {
+    let sum = match ping::run(o, &mut io) {
         Ok(s) => s,
         Err(ping::Fatal(m)) => {
             eprintln!("{m}");

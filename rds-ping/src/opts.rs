@@ -150,7 +150,7 @@ where
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                     OptError::Info(e.render().to_string())
                 }
-                _ => OptError::Fatal(e.render().to_string()),
+                _ => OptError::Fatal(rds_cli::usage_message("rds-ping", &e.render().to_string())),
             });
         }
     };
@@ -192,8 +192,14 @@ where
     };
     let deadline = secs(&cli.deadline, "deadline")?;
     let timeout = secs(&cli.timeout, "timeout")?.unwrap_or(DEFAULT_TIMEOUT);
-    if cli.dest.len() != 1 {
-        return Err(OptError::Usage("Missing destination address".into()));
+    match cli.dest.as_slice() {
+        [] => return Err(OptError::Usage("Missing destination address".into())),
+        [_] => {}
+        [_, extra, ..] => {
+            return Err(OptError::Usage(format!(
+                "One destination address only: extra operand '{extra}'"
+            )))
+        }
     }
     let dest_name = cli.dest[0].clone();
     let dest = resolve(&dest_name)
@@ -252,7 +258,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(f(&["-c", "x", "h"]), "Bad packet count <x>");
-        assert_eq!(f(&["-i", "1s", "h"]), "Bad wait time <1s>");
+        assert_eq!(f(&["-i", "1x", "h"]), "Bad wait time <1x>");
         assert_eq!(f(&["-Q", "256", "h"]), "Bad tos <256>");
         assert_eq!(f(&["-n", "0", "h"]), "Invalid number of sockets <0>");
         assert_eq!(f(&["-n", "33", "h"]), "Invalid number of sockets <33>");
@@ -276,7 +282,9 @@ mod tests {
         );
         assert_eq!(
             p(&["a", "b"]),
-            Err(OptError::Usage("Missing destination address".into()))
+            Err(OptError::Usage(
+                "One destination address only: extra operand 'b'".into()
+            ))
         );
     }
 }

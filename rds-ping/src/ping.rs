@@ -14,6 +14,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use rds_core::errno::strerror;
+use rds_core::wire::RDS_TCP_PORT;
 use rds_core::{RecvFlags, Socket};
 
 use crate::opts::Opts;
@@ -21,6 +22,8 @@ use crate::report::{self, Reply, Rtt, Summary};
 
 /// Without any reply, give up once this many pings timed out.
 pub const GIVE_UP_AFTER_LOST: u64 = 3;
+/// The node counter of outgoing RDS/TCP connections refused by the peer.
+const REFUSED_COUNTER: &str = "tcp_connect_refused";
 /// Longest single wait, so that a stop request is seen promptly.
 const MAX_WAIT: Duration = Duration::from_millis(200);
 
@@ -156,6 +159,18 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
     let start = Instant::now();
     let mut next_send = start;
     let end = opts.deadline.map(|d| start + d);
+    // An embedded node counts the connections the destination refused: with no reply yet,
+    // one more refusal means no RDS node listens there, and waiting is pointless.
+    let node = slots[0].sock.node().cloned();
+    let refused = |n: &Option<rds_core::Node>| {
+        n.as_ref().map_or(0, |n| {
+            n.stats()
+                .iter()
+                .find(|(name, _)| *name == REFUSED_COUNTER)
+                .map_or(0, |&(_, v)| v)
+        })
+    };
+    let refused_before = refused(&node);
     let emit = |sum: &mut Summary, r: Reply, io: &mut Io<'_>| {
         if !opts.json {
             let _ = writeln!(io.out, "{}", report::line(&r));
@@ -195,6 +210,16 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                     break 'run;
                 }
             }
+        }
+        if recv_all == 0 && sum.transmitted > 0 && refused(&node) > refused_before {
+            let _ = writeln!(
+                io.err,
+                "rds-ping: connection to {} refused: no RDS node there",
+                SocketAddr::new(opts.dest, RDS_TCP_PORT)
+            );
+            sum.timed_out += slots.iter().filter(|s| s.pending).count() as u64;
+            sum.stopped = Some("refused".into());
+            break 'run;
         }
         // Once the count is sent, wait for the outstanding replies (each until its timeout);
         // the original stopped one interval after the last send, dropping late replies.

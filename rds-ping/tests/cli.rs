@@ -54,15 +54,23 @@ Options:
 #[test]
 fn usage_and_bad_values() {
     let version = env!("CARGO_PKG_VERSION");
-    for args in [&[][..], &["127.0.0.1", "127.0.0.2"][..]] {
-        let (code, out, err) = run(args);
-        assert_eq!(code, 1);
-        assert_eq!(out, "");
-        assert_eq!(
-            err,
-            format!("rds-ping version {version}\nMissing destination address\n{USAGE}")
-        );
-    }
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        format!("rds-ping version {version}\nMissing destination address\n{USAGE}")
+    );
+    let (code, out, err) = run(&["127.0.0.21", "127.0.0.22"]);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        format!(
+            "rds-ping version {version}\nOne destination address only: extra operand \
+             '127.0.0.22'\n{USAGE}"
+        )
+    );
     let cases: &[(&[&str], &str)] = &[
         (&["-c", "abc", "127.6.0.1"], "Bad packet count <abc>\n"),
         (&["-c", "-3", "127.6.0.1"], "Bad packet count <-3>\n"),
@@ -98,15 +106,20 @@ fn usage_and_bad_values() {
         );
     }
     // An unknown option: clap's message, exit 1.
-    let (code, _, err) = run(&["-x", "127.6.0.1"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("'-x'"), "{err}");
+    let (code, out, err) = run(&["-x", "127.6.0.1"]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert!(
+        err.starts_with("rds-ping: unexpected argument '-x' found\n"),
+        "{err}"
+    );
     // Help and version go to stdout with exit 0.
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("-W <SECONDS>"), "{out}");
-    let (code, out, _) = run(&["-V"]);
-    assert_eq!((code, out), (0, format!("rds-ping {version}\n")));
+    for v in ["-V", "--version"] {
+        let (code, out, _) = run(&[v]);
+        assert_eq!((code, out), (0, format!("rds-ping {version}\n")));
+    }
 }
 
 /// Checks the reply lines `1..=n` (in order) and the summary; returns the stdout lines.
@@ -232,14 +245,43 @@ fn a_peer_without_ping_enable_gets_counted_as_loss() {
 }
 
 #[test]
-fn gives_up_when_nothing_answers() {
-    // Nothing listens on 127.6.3.9: the connection is refused again and again.
+fn a_refused_connection_is_named() {
+    // Nothing listens on 127.6.3.9: the first refused connection ends the run, well before
+    // the 10 s reply timeout.
     let t = Instant::now();
-    let (code, out, err) = run(&["-I", "127.6.3.1", "-i", "50ms", "-W", "0.3", "127.6.3.9"]);
+    let (code, out, err) = run(&["-I", "127.6.3.1", "127.6.3.9"]);
     assert_eq!(code, 1);
     assert_eq!(
         err,
-        "rds-ping: no reply from 127.6.3.9: 3 pings unanswered after 0.300 s each, giving up\n"
+        "rds-ping: connection to 127.6.3.9:16385 refused: no RDS node there\n"
+    );
+    assert!(
+        out.starts_with("\n--- 127.6.3.9 rds-ping statistics ---\n"),
+        "{out}"
+    );
+    assert!(out.contains(" received, 100% packet loss"), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(9), "{:?}", t.elapsed());
+    let (code, out, err) = run(&["-I", "127.6.3.1", "--json", "127.6.3.9"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("refused: no RDS node there"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stopped"], "refused");
+    assert_eq!(v["received"], 0);
+}
+
+#[test]
+fn gives_up_when_nothing_answers() {
+    // 127.6.3.8 accepts the connection but does not answer pings.
+    let peer = responder("127.6.3.8");
+    let mut tun = peer.tunables();
+    tun.ping_enable = false;
+    peer.set_tunables(tun);
+    let t = Instant::now();
+    let (code, out, err) = run(&["-I", "127.6.3.1", "-i", "50ms", "-W", "0.3", "127.6.3.8"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "rds-ping: no reply from 127.6.3.8: 3 pings unanswered after 0.300 s each, giving up\n"
     );
     assert!(out.contains(" received, 100% packet loss"), "{out}");
     // Bounded: it did not run on (the test's own bound, not a timing assertion of the tool).
@@ -254,7 +296,7 @@ fn gives_up_when_nothing_answers() {
         "-w",
         "0.5",
         "--json",
-        "127.6.3.9",
+        "127.6.3.8",
     ]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -388,4 +430,75 @@ fn between_two_network_namespaces() {
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["source"], "10.201.0.1");
     assert_eq!(v["received"], 3);
+}
+
+/// `-i`, `-w` and `-W` take the tools' one duration syntax (s and m suffixes too).
+#[test]
+fn durations_with_suffixes() {
+    let _peer = responder("127.122.2.2");
+    let (code, out, err) = run(&[
+        "-I",
+        "127.122.2.1",
+        "-c",
+        "1",
+        "-i",
+        "0.5s",
+        "-W",
+        "2s",
+        "-w",
+        "1m",
+        "127.122.2.2",
+    ]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(out.contains("1 packets transmitted, 1 received"), "{out}");
+}
+
+/// The embedded node's control socket leaves the runtime directory when rds-ping ends: after
+/// its count, after a refused connection, and on Ctrl-C.
+#[test]
+fn no_socket_left_behind() {
+    let _peer = responder("127.122.5.2");
+    let socks = |d: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sock"))
+            .collect()
+    };
+    for (args, want) in [
+        (&["-I", "127.122.5.1", "-c", "1", "127.122.5.2"][..], 0),
+        (&["-I", "127.122.5.1", "127.122.5.9"][..], 1),
+    ] {
+        let rt = tempfile::tempdir().unwrap();
+        ping()
+            .env("RDS_RUNTIME_DIR", rt.path())
+            .args(args)
+            .assert()
+            .code(want);
+        assert_eq!(socks(rt.path()), Vec::<String>::new(), "{args:?}");
+    }
+    let rt = tempfile::tempdir().unwrap();
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("rds-ping"))
+        .env("RDS_NO_DAEMON", "1")
+        .env("RDS_RUNTIME_DIR", rt.path())
+        .args(["-I", "127.122.5.1", "-i", "0.1", "127.122.5.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while socks(rt.path()).is_empty() {
+        assert!(Instant::now() < deadline, "no node socket appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert_eq!(socks(rt.path()), Vec::<String>::new());
 }

@@ -9,11 +9,13 @@
 //! - [`stats`]: counters, histograms, percentiles and the `-c` CPU soakers.
 //! - [`output`]: the exact output formats.
 //! - `run`: the active and passive roles and `--loopback`.
+//! - `nodes`: the embedded nodes, shut down before the process exits.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod control;
 pub mod msg;
+mod nodes;
 pub mod opts;
 pub mod output;
 pub mod rdma;
@@ -33,11 +35,20 @@ pub fn main_code() -> i32 {
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
-            let _ = e.print();
-            return e.exit_code();
+            if !e.use_stderr() {
+                let _ = e.print();
+                return 0;
+            }
+            eprint!(
+                "{}",
+                rds_cli::usage_message("rds-stress", &e.render().to_string())
+            );
+            return i32::from(rds_cli::USAGE_STATUS);
         }
     };
-    match run::run(&args) {
+    let r = run::run(&args);
+    nodes::shutdown_all();
+    match r {
         Ok(code) => code,
         Err(f) => {
             use std::io::Write;

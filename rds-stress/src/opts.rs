@@ -6,10 +6,11 @@
 //! [`Args::resolve`] with the original's texts (`invalid number '%s'`, exit 1).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
-use crate::control::{WireOptions, RDS_VERSION};
+use crate::control::WireOptions;
 use crate::msg::{HEADER_SIZE, HEADER_V6_SIZE};
 
 /// The largest RDS message (the kernel's `RDS_MAX_MSG_SIZE`, 1 MiB).
@@ -27,6 +28,10 @@ const RDMA: &str = "RDMA Specific Options";
 const FLAGS: &str = "Optional flags";
 const EXT: &str = "Extensions (this implementation)";
 
+/// What `--version` prints after the name: the package version, then the protocol version
+/// ([`crate::control::RDS_VERSION`]) this rds-stress speaks to its peer.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocol 2.0.7)");
+
 /// rds-stress command line.
 #[derive(Parser, Debug, Default)]
 #[command(
@@ -38,7 +43,7 @@ on TCP port 4000) and with -s on the sending host (active side: it sends its opt
 passive side, then both run the test). --loopback runs both sides in one process over the \
 RDS/TCP transport between 127.0.0.1 and 127.0.0.2.",
     after_help = "Example:\n  recv$ rds-stress\n  send$ rds-stress -s recv -q 4096 -t 2 -d 2\n  one host: rds-stress --loopback -T 5",
-    version = RDS_VERSION,
+    version = VERSION,
     disable_version_flag = true,
     infer_long_args = true,
     args_override_self = true
@@ -69,7 +74,7 @@ pub struct Args {
     /// Number of tasks on each side (default is 1)
     #[arg(short = 't', long = "tasks", value_name = "nr", allow_hyphen_values = true, help_heading = GEN)]
     pub tasks: Option<String>,
-    /// Runtime of test in seconds, 0 means infinite (default is 0)
+    /// Runtime of test in seconds (or with ms, s or m), 0 means infinite (default is 0)
     #[arg(short = 'T', long = "time", value_name = "seconds", allow_hyphen_values = true, help_heading = GEN)]
     pub time: Option<String>,
     /// Type of Service (default is 0)
@@ -239,6 +244,8 @@ pub struct Resolved {
     pub wire: WireOptions,
     /// Active side (`-s` given) or `--loopback`.
     pub active: bool,
+    /// `-T`: how long the active side runs after the start-up; zero runs until interrupted.
+    pub run_time: Duration,
     /// IPv6 addresses.
     pub v6: bool,
     /// `-r`, when given.
@@ -310,16 +317,32 @@ impl Args {
         if let Some(v) = num(&self.rdma_mode, 2)? {
             w.rw_mode = v as u8;
         }
-        if let Some(v) = num(&self.port, u64::from(u16::MAX))? {
+        if let Some(s) = &self.port {
+            // Tasks use port+1 .. port+tasks, so the starting port leaves room for one.
+            let v = parse_ull(s, u64::MAX)?;
+            if v >= u64::from(u16::MAX) {
+                return Err(Fatal::new(format!(
+                    "-p: port {v} out of range (0 to {}: tasks use port+1 and up)\n",
+                    u16::MAX - 1
+                )));
+            }
             w.starting_port = v as u16;
         }
         if let Some(v) = num(&self.req_bytes, u32max)? {
             w.req_size = v as u32;
         }
         let tasks = num(&self.tasks, u64::from(u16::MAX))?;
-        if let Some(v) = num(&self.time, u32max)? {
-            w.run_time = v as u32;
-        }
+        let run_time = match &self.time {
+            Some(s) => rds_cli::parse_seconds(s).map_err(|_| {
+                Fatal::new(format!(
+                    "-T: invalid duration '{s}' (0 to 1e9 {})\n",
+                    rds_cli::DURATION_SYNTAX
+                ))
+            })?,
+            None => Duration::ZERO,
+        };
+        // The peer reads whole seconds; a fraction rounds up.
+        w.run_time = run_time.as_secs_f64().ceil() as u32;
         if let Some(v) = num(&self.tos, 255)? {
             w.tos = v as u8;
         }
@@ -426,6 +449,7 @@ impl Args {
         Ok(Resolved {
             wire: w,
             active,
+            run_time,
             v6,
             recv_addr,
             send_addr,
@@ -501,9 +525,12 @@ pub fn check_limits(w: &WireOptions) -> Result<(), Fatal> {
     }
     if u32::from(w.starting_port) + u32::from(w.nr_tasks) > u32::from(u16::MAX) {
         return Err(Fatal::new(format!(
-            "ports {}..{} do not fit below 65536\n",
+            "-p {} with -t {}: task ports {}..{} do not fit below 65536 (at most -p {})\n",
+            w.starting_port,
+            w.nr_tasks,
             u32::from(w.starting_port) + 1,
-            u32::from(w.starting_port) + u32::from(w.nr_tasks)
+            u32::from(w.starting_port) + u32::from(w.nr_tasks),
+            u32::from(u16::MAX) - u32::from(w.nr_tasks)
         )));
     }
     Ok(())
@@ -517,6 +544,12 @@ fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_names_the_protocol() {
+        let protocol = crate::control::RDS_VERSION;
+        assert!(VERSION.ends_with(&format!(" (protocol {protocol})")));
+    }
 
     #[test]
     fn numbers_like_strtoull() {

@@ -215,6 +215,7 @@ pub fn start_ib_node(ip: IpAddr, name: &str) -> Result<Node, Fatal> {
              taken, for example by the kernel's rds_rdma module or an rds-ctrl daemon?)\n"
         ))
     })?;
+    crate::nodes::keep(&node);
     if let Some(why) = node.ib_unavailable() {
         node.shutdown();
         return Err(Fatal::new(format!(

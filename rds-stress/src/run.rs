@@ -89,13 +89,12 @@ fn interrupt(code: i32) -> ! {
         }
     }
     let _ = std::io::stdout().flush();
+    crate::nodes::shutdown_all();
     std::process::exit(code);
 }
 
 const NO_ASYNC: &str = "option --async needs UEK's RDS_CMSG_ASYNC_SEND, which this RDS stack \
 does not have\n";
-const NO_TOS: &str = "ERROR: failed to set TOS: this RDS stack has no type of service support \
-(only -Q 0)\n";
 
 /// Runs rds-stress with parsed arguments; returns the exit code.
 ///
@@ -111,9 +110,6 @@ pub fn run(args: &Args) -> Result<i32, Fatal> {
     });
     if r.wire.async_send != 0 {
         return Err(Fatal::new(NO_ASYNC));
-    }
-    if r.wire.tos != 0 {
-        return Err(Fatal::new(NO_TOS));
     }
     let printer = Printer {
         json: r.json,
@@ -171,6 +167,7 @@ fn watch_signals(cancel_sent_to: bool) {
                 continue;
             }
             let _ = std::io::stdout().flush();
+            crate::nodes::shutdown_all();
             std::process::exit(128 + n);
         });
 }
@@ -494,9 +491,6 @@ fn check_peer_options(w: &WireOptions, v6: bool) -> Result<(), Fatal> {
     if w.async_send != 0 {
         return Err(Fatal::new(NO_ASYNC));
     }
-    if w.tos != 0 {
-        return Err(Fatal::new(NO_TOS));
-    }
     Ok(())
 }
 
@@ -610,7 +604,7 @@ fn start_node(ip: IpAddr, name: &str) -> Result<Node, Fatal> {
     let mut cfg = NodeConfig::new([ip]);
     cfg.name = name.into();
     cfg.ctl = CtlMode::Auto;
-    Node::start(cfg).map_err(|e| {
+    let node = Node::start(cfg).map_err(|e| {
         if e.raw_os_error() == Some(libc::EADDRINUSE) {
             return Fatal::new(format!(
                 "bind() to {ip} failed{}{}\n",
@@ -623,7 +617,9 @@ fn start_node(ip: IpAddr, name: &str) -> Result<Node, Fatal> {
              the kernel's rds_tcp module or an rds-ctrl daemon? choose other addresses with -r \
              and -s)\n"
         ))
-    })
+    })?;
+    crate::nodes::keep(&node);
+    Ok(node)
 }
 
 fn run_loopback(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32, Fatal> {
@@ -765,8 +761,7 @@ fn release_and_wait(
     }
     p.out("\n");
     let first_ts = Instant::now();
-    let end =
-        (w.run_time != 0 && active).then(|| first_ts + Duration::from_secs(u64::from(w.run_time)));
+    let end = (!r.run_time.is_zero() && active).then(|| first_ts + r.run_time);
     if r.abort_after != 0 {
         let secs = r.abort_after;
         let _ = std::thread::Builder::new()
@@ -799,7 +794,7 @@ fn release_and_wait(
         p.out(&output::header());
     }
     if end.is_some() && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(u64::from(w.run_time));
+        let bar = ProgressBar::new(r.run_time.as_secs_f64().ceil() as u64);
         bar.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} s")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),

@@ -191,6 +191,7 @@ pub fn die(out: &str, err: &str) -> ! {
     let _ = so.write_all(out.as_bytes());
     let _ = so.flush();
     eprint!("{err}");
+    crate::nodes::shutdown_all();
     std::process::exit(1);
 }
 

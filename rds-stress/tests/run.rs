@@ -397,3 +397,26 @@ fn two_network_namespaces() {
     );
     assert!(pl[1].ends_with(" on 10.250.77.2:4000"), "{po}");
 }
+
+/// `-Q` is accepted as rds-ping accepts it (RDS/TCP maps every type of service to 0), and `-T`
+/// takes a fraction of a second.
+#[test]
+fn loopback_with_tos() {
+    let (out, err, code) = run(&[
+        "--loopback",
+        "-r",
+        "127.122.1.1",
+        "-s",
+        "127.122.1.2",
+        "-T",
+        "1.5",
+        "-Q",
+        "1",
+        "-z",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is one JSON document");
+    assert!(v["tx_per_sec"].as_f64().unwrap() > 0.0, "{out}");
+    assert_eq!(v["intervals"].as_array().unwrap().len(), 2, "{out}");
+}

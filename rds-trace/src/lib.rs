@@ -66,12 +66,13 @@ pub struct Cli {
         short = 's',
         value_name = "SNAPLEN",
         default_value_t = DEFAULT_SNAPLEN,
-        conflicts_with_all = ["read", "install_wireshark_plugin"]
+        conflicts_with_all = ["read", "install_wireshark_plugin"],
+        value_parser = |s: &str| rds_cli::size_arg(s, 0, u64::from(u32::MAX)).map(|v| v as u32)
     )]
     pub snaplen: u32,
 
     /// Stop after COUNT frames
-    #[arg(short = 'c', value_name = "COUNT", conflicts_with_all = ["read", "install_wireshark_plugin"], value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'c', value_name = "COUNT", conflicts_with_all = ["read", "install_wireshark_plugin"], value_parser = |s: &str| rds_cli::size_arg(s, 1, u64::MAX))]
     pub count: Option<u64>,
 
     /// Stop after SECONDS (decimals allowed)
@@ -106,12 +107,9 @@ pub struct Cli {
 
 /// `-G`: a positive number of seconds ([`rds_cli::parse_seconds`]).
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    match rds_cli::parse_seconds(s) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Err(rds_cli::SecondsError::NotANumber) => Err(format!("'{s}' is not a number of seconds")),
-        Ok(_) | Err(rds_cli::SecondsError::OutOfRange) => {
-            Err(format!("'{s}' must be a positive number of seconds"))
-        }
+    match rds_cli::duration_arg(s)? {
+        d if d.is_zero() => Err(format!("'{s}' must be a positive duration")),
+        d => Ok(d),
     }
 }
 
@@ -168,8 +166,14 @@ mod tests {
         let c = Cli::try_parse_from(["rds-trace", "-w", "x.pcap", "-s", "96", "-c", "5"]).unwrap();
         assert_eq!(c.write.as_deref(), Some(std::path::Path::new("x.pcap")));
         assert_eq!((c.snaplen, c.count), (96, Some(5)));
+        let c = Cli::try_parse_from(["rds-trace", "-w", "x.pcap", "-s", "2k", "-c", "1m"]).unwrap();
+        assert_eq!((c.snaplen, c.count), (2048, Some(1 << 20)));
         let c = Cli::try_parse_from(["rds-trace", "-w", "-", "-G", "1.5", "--node", "n"]).unwrap();
         assert_eq!(c.seconds, Some(Duration::from_millis(1500)));
+        for (g, d) in [("500ms", 500), ("2s", 2000), ("1m", 60_000)] {
+            let c = Cli::try_parse_from(["rds-trace", "-w", "-", "-G", g]).unwrap();
+            assert_eq!(c.seconds, Some(Duration::from_millis(d)), "{g}");
+        }
         assert_eq!(c.node.as_deref(), Some("n"));
         assert_eq!(c.snaplen, DEFAULT_SNAPLEN);
         let c = Cli::try_parse_from(["rds-trace", "-r", "x", "--json", "--port", "4000"]).unwrap();

@@ -57,7 +57,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::Context;
-use rds_core::trace::{CapturedFrame, Direction, FrameLink, PcapFrames};
+use pcap_file::PcapError;
+use rds_core::trace::{CapturedFrame, Direction, FrameLink, PcapFrames, ReadError};
 use rds_core::wire::{checksum, flags, ExtHeader, HeaderRepr, HEADER_LEN};
 use serde::Serialize;
 
@@ -87,14 +88,27 @@ impl Filter {
     }
 }
 
+/// Whether the error opening a capture says the file is not one: a wrong or short header,
+/// as opposed to an I/O error such as reading a directory.
+fn not_a_capture(e: &ReadError) -> bool {
+    match e {
+        ReadError::Pcap(PcapError::IoError(io)) => io.kind() == io::ErrorKind::UnexpectedEof,
+        ReadError::Pcap(_) => true,
+        _ => false,
+    }
+}
+
 /// `rds-trace -r FILE [--json]`.
 ///
 /// # Errors
 /// The file cannot be opened or is not a readable capture; output errors.
 pub fn run(file: &Path, json: bool, filter: &Filter) -> anyhow::Result<u8> {
     let input = std::fs::File::open(file).with_context(|| format!("{}", file.display()))?;
-    let frames = PcapFrames::new(io::BufReader::with_capacity(1 << 20, input))
-        .with_context(|| format!("{}", file.display()))?;
+    let frames = match PcapFrames::new(io::BufReader::with_capacity(1 << 20, input)) {
+        Ok(f) => f,
+        Err(e) if not_a_capture(&e) => anyhow::bail!("{}: not a pcap capture", file.display()),
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("{}", file.display()))),
+    };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut ib = IbOffsets::default();

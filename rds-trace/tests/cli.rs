@@ -64,7 +64,12 @@ fn help_version_and_bad_arguments() {
         ),
         (
             vec!["-w", "a", "-G", "soon"],
-            "'soon' is not a number of seconds",
+            "invalid value 'soon' for '-G <SECONDS>': 'soon' is not a duration (seconds, or a \
+             number with ms, s or m)",
+        ),
+        (
+            vec!["-w", "a", "-G", "0"],
+            "invalid value '0' for '-G <SECONDS>': '0' must be a positive duration",
         ),
         (vec!["-w", "a", "-G", "-1"], "unexpected argument '-1'"),
         (
@@ -83,6 +88,7 @@ fn help_version_and_bad_arguments() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
         assert!(err.contains(msg), "{args:?}: {err}");
+        assert!(err.starts_with("rds-trace: "), "{args:?}: {err}");
         assert!(out.stdout.is_empty());
     }
 }
@@ -280,11 +286,28 @@ fn report_errors() {
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();
     let out = rds_trace(run.path(), &["-r", junk.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).starts_with(&format!("rds-trace: {}: pcap input:", junk.display())),
-        "{}",
-        text(&out.stderr)
+    assert_eq!(
+        text(&out.stderr),
+        format!("rds-trace: {}: not a pcap capture\n", junk.display())
     );
+    // Text shorter than a pcap header, and binary with a wrong magic number.
+    let short = run.path().join("short.txt");
+    std::fs::write(&short, b"hello\n").unwrap();
+    let bin = run.path().join("bin.dat");
+    std::fs::write(
+        &bin,
+        (0..100u8).map(|i| i.wrapping_mul(37)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for f in [&short, &bin] {
+        let out = rds_trace(run.path(), &["-r", f.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.stdout, b"");
+        assert_eq!(
+            text(&out.stderr),
+            format!("rds-trace: {}: not a pcap capture\n", f.display())
+        );
+    }
     // A capture cut in the middle of a record: the frames before are reported, then the
     // error.
     let good = run.path().join("good.pcap");

@@ -178,6 +178,20 @@ pub struct Node {
     _owner: Arc<Owner>,
 }
 
+/// A [`Node`] handle that does not keep it running ([`Node::downgrade`]).
+#[derive(Debug, Clone)]
+pub struct WeakNode(std::sync::Weak<Inner>);
+
+impl WeakNode {
+    /// Shuts the node down (see [`Node::shutdown`]), removing its control socket, if it
+    /// still exists.
+    pub fn shutdown(&self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.shutdown();
+        }
+    }
+}
+
 /// Shuts the node down when the last user handle goes away.
 #[derive(Debug)]
 pub(crate) struct Owner(Arc<Inner>);
@@ -362,6 +376,12 @@ impl Node {
     /// Sockets of this node fail afterwards.
     pub fn shutdown(&self) {
         self.inner.shutdown();
+    }
+
+    /// A handle that does not keep the node running, to shut it down from elsewhere (a tool
+    /// that exits from a signal handler thread).
+    pub fn downgrade(&self) -> WeakNode {
+        WeakNode(Arc::downgrade(&self.inner))
     }
 
     /// Why the IB transport does not run although the configuration asked for it (no

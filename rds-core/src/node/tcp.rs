@@ -129,6 +129,13 @@ struct TcpConn {
     last_seen_una: u32,
 }
 
+/// Counts a connection attempt that the peer refused (nothing listens on its RDS port).
+fn count_refused(stats: &TcpStats, e: &io::Error) {
+    if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+        stats.inc(TcpCounter::TcpConnectRefused);
+    }
+}
+
 /// What the I/O thread learnt from the sockets, to be applied to the engine.
 #[derive(Debug)]
 pub(crate) enum TcpOut {
@@ -317,7 +324,12 @@ impl Tcp {
             if bits & (EPOLLOUT | EPOLLERR | EPOLLHUP) != 0 {
                 match sys::take_error(c.stream.as_raw_fd()) {
                     Ok(None) if bits & EPOLLERR == 0 => out.push(TcpOut::Connected(idx, c.serial)),
-                    _ => out.push(TcpOut::ConnectFailed(idx, c.serial)),
+                    r => {
+                        if let Ok(Some(e)) = r {
+                            count_refused(&self.stats, &e);
+                        }
+                        out.push(TcpOut::ConnectFailed(idx, c.serial));
+                    }
                 }
             }
             return;
@@ -573,7 +585,7 @@ impl Tcp {
         if !bound {
             sys::bind(fd.as_raw_fd(), SocketAddr::new(laddr, 0))?;
         }
-        sys::connect(fd.as_raw_fd(), target)?;
+        sys::connect(fd.as_raw_fd(), target).inspect_err(|e| count_refused(&self.stats, e))?;
         let stream = TcpStream::from(fd);
         let local = sys::local_addr(stream.as_raw_fd())?;
         self.next_serial += 1;

@@ -141,6 +141,18 @@ pub fn default_node() -> io::Result<Node> {
     Ok(n)
 }
 
+/// Shuts the process's default embedded node down, if one runs, removing its control socket
+/// from the runtime directory; for a tool about to exit (a static is never dropped).
+pub fn shutdown_default_node() {
+    let n = DEFAULT_NODE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(n) = n {
+        n.shutdown();
+    }
+}
+
 fn nanos(d: Option<Duration>) -> u64 {
     d.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
 }

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Installs the RDS tools: the five binaries to $DESTDIR$PREFIX/bin, the man pages to
+# $DESTDIR$PREFIX/share/man/man1, man7 and man8, and the systemd unit of the host daemon
+# (contrib/rds-daemon.service, its ExecStart pointing at the installed rds-ctrl) to
+# $DESTDIR$PREFIX/lib/systemd/system.
+#
+#   scripts/install.sh                          # builds, installs under /usr/local
+#   sudo PREFIX=/usr scripts/install.sh
+#   DESTDIR=/tmp/pkg PREFIX=/usr scripts/install.sh   # staging for a package
+#
+# PREFIX (default /usr/local) is where the files are used; DESTDIR (default empty) is put in
+# front of every path written, for staging. The release binaries are built with cargo unless
+# BINDIR names a directory that already holds them (for example target/release after
+# `cargo build --release`).
+set -eu
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+PREFIX=${PREFIX:-/usr/local}
+DESTDIR=${DESTDIR:-}
+TOOLS="rds-ping rds-info rds-stress rds-ctrl rds-trace"
+
+case $PREFIX in
+/*) ;;
+*)
+	echo "install.sh: PREFIX must be an absolute path, not '$PREFIX'" >&2
+	exit 2
+	;;
+esac
+
+if [ -z "${BINDIR:-}" ]; then
+	pkgs=""
+	for t in $TOOLS; do
+		pkgs="$pkgs -p $t"
+	done
+	# shellcheck disable=SC2086 # one word per option
+	cargo build --release --manifest-path "$root/Cargo.toml" $pkgs
+	BINDIR=${CARGO_TARGET_DIR:-$root/target}/release
+fi
+for t in $TOOLS; do
+	if [ ! -x "$BINDIR/$t" ]; then
+		echo "install.sh: $BINDIR/$t is missing: build it (cargo build --release) or unset BINDIR" >&2
+		exit 1
+	fi
+done
+
+bin=$DESTDIR$PREFIX/bin
+man=$DESTDIR$PREFIX/share/man
+unit=$DESTDIR$PREFIX/lib/systemd/system
+
+install -d "$bin" "$man/man1" "$man/man7" "$man/man8" "$unit"
+for t in $TOOLS; do
+	install -m 0755 "$BINDIR/$t" "$bin/$t"
+done
+for page in "$root"/man/*.[178]; do
+	section=${page##*.}
+	install -m 0644 "$page" "$man/man$section/"
+done
+sed "s|/usr/bin/rds-ctrl|$PREFIX/bin/rds-ctrl|g" "$root/contrib/rds-daemon.service" \
+	>"$unit/rds-daemon.service"
+chmod 0644 "$unit/rds-daemon.service"
+
+echo "installed $TOOLS to $bin"
+echo "man pages to $man, the unit to $unit/rds-daemon.service"
