@@ -3,7 +3,8 @@
 //! - [`num`]: sizes and counts with a k/m/g suffix ([`parse_size`]) and seconds with an
 //!   s/m/ms/us suffix ([`parse_seconds`]), as the rds-tools command lines take them;
 //! - [`exit`]: the exit status of an error ([`error_status`], [`Negative`]);
-//! - [`table`]: the tables the tools print ([`table()`]).
+//! - [`table`]: the tables the tools print ([`table()`]), the terminal's width and word
+//!   wrapping for help text.
 //!
 //! Choosing a node and speaking the control protocol are `rds_core::ctl`'s
 //! (`CtlClient::connect_node`); this crate holds only what is the tools' own. Each tool keeps

@@ -323,9 +323,20 @@ fn parse_value(def: &TunableDef, v: &str) -> anyhow::Result<u64> {
 fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
     match name {
         None => {
-            writeln!(
+            // Text for a person: wrapped to the terminal (80 columns when not on one).
+            let width = rds_cli::table::terminal_width().map_or(80, usize::from);
+            let para = |out: &mut dyn Write, text: &str| -> std::io::Result<()> {
+                for (i, l) in rds_cli::table::wrap(text, width.saturating_sub(4).max(20))
+                    .iter()
+                    .enumerate()
+                {
+                    writeln!(out, "{}{l}", if i == 0 { "" } else { "    " })?;
+                }
+                Ok(())
+            };
+            para(
                 out,
-                "Tunables (rds-ctrl set [-p] NAME VALUE; short names work too):"
+                "Tunables (rds-ctrl set [-p] NAME VALUE; short names work too):",
             )?;
             let mut t = rds_cli::table(vec!["Name", "Default", "Range", "Unit", "Description"]);
             for d in TUNABLES {
@@ -337,15 +348,33 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
                     d.desc.to_string(),
                 ]);
             }
-            writeln!(out, "{t}")?;
-            writeln!(
+            if rds_cli::table::too_wide(&t) {
+                // A narrow terminal: one tunable per paragraph, its description wrapped.
+                for d in TUNABLES {
+                    writeln!(
+                        out,
+                        "{} = {} ({} {})",
+                        d.name,
+                        d.default_value(),
+                        d.range_text(),
+                        d.unit
+                    )?;
+                    for l in rds_cli::table::wrap(d.desc, width.saturating_sub(4).max(20)) {
+                        writeln!(out, "    {l}")?;
+                    }
+                }
+            } else {
+                writeln!(out, "{t}")?;
+            }
+            para(
                 out,
-                "Commands: help [tunable], set [-p], get [-p], default [-p], load, unload, daemon, \
-                 ras, info, ping, conn restart|kill, trace start|stop|report, version, stats [reset]"
+                "Commands: help [tunable], set [-p], get [-p], default [-p], load, unload, \
+                 daemon, ras, info, ping, conn restart|kill, trace start|stop|report, version, \
+                 stats [reset]",
             )?;
-            writeln!(
+            para(
                 out,
-                "'rds-ctrl help COMMAND' or 'rds-ctrl --help' for details."
+                "'rds-ctrl help COMMAND' or 'rds-ctrl --help' for details.",
             )?;
             Ok(0)
         }

@@ -63,3 +63,48 @@ fn usage_errors_and_version() {
         .code(0)
         .stdout(format!("rds-ctrl {}\n", env!("CARGO_PKG_VERSION")));
 }
+
+/// `rds-ctrl help` fits a narrow terminal (`COLUMNS`, or the terminal's own width): the
+/// tunables become a list with wrapped descriptions. Printed to a pipe without `COLUMNS`, the
+/// table keeps one line per tunable, for scripts.
+#[test]
+fn help_fits_the_terminal_width() {
+    let run = tempfile::tempdir().unwrap();
+    for cols in [80usize, 60] {
+        let out = assert_cmd::Command::cargo_bin("rds-ctrl")
+            .unwrap()
+            .env("RDS_RUNTIME_DIR", run.path())
+            .env("COLUMNS", cols.to_string())
+            .arg("help")
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let s = String::from_utf8(out.stdout).unwrap();
+        let wide: Vec<&str> = s.lines().filter(|l| l.chars().count() > cols).collect();
+        assert!(wide.is_empty(), "lines over {cols} columns: {wide:#?}");
+        for d in rds_core::tunables::TUNABLES {
+            assert!(
+                s.contains(d.name),
+                "{} missing at {cols} columns:\n{s}",
+                d.name
+            );
+        }
+    }
+    let out = assert_cmd::Command::cargo_bin("rds-ctrl")
+        .unwrap()
+        .env("RDS_RUNTIME_DIR", run.path())
+        .env_remove("COLUMNS")
+        .arg("help")
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let s = String::from_utf8(out.stdout).unwrap();
+    for d in rds_core::tunables::TUNABLES {
+        let row = s
+            .lines()
+            .find(|l| l.starts_with(&format!("| {} ", d.name)))
+            .unwrap_or_else(|| panic!("{} not on one line:\n{s}", d.name));
+        assert!(row.contains(d.desc), "{row}");
+    }
+}

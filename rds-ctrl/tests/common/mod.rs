@@ -39,6 +39,7 @@ impl Env {
 
     /// Applies the environment to any command.
     pub fn apply(&self, c: &mut Command) {
+        c.env_remove("COLUMNS");
         c.env("RDS_RUNTIME_DIR", &self.run)
             .env("RDS_CONFIG", &self.conf)
             .env_remove("RDS_NO_DAEMON")
