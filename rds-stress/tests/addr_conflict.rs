@@ -4,30 +4,12 @@
 //!
 //! Addresses: 127.88.3.x (held by another rds-stress), 127.88.4.x (a plain listener).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command as StdCommand, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::process::{Command as StdCommand, Stdio};
+use std::time::Duration;
 
 use assert_cmd::Command;
-
-/// Kills and reaps the child when dropped.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits (up to 20 s) until something listens on `addr`.
-fn wait_listening(addr: SocketAddr) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(Instant::now() < end, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use rds_tests::proc::{wait_listening, KillOnDrop};
 
 fn run_stress(rt: &std::path::Path, args: &[&str]) -> (i32, String) {
     let o = Command::cargo_bin("rds-stress")

@@ -7,6 +7,7 @@ pub mod interop;
 pub mod lab;
 pub mod manpage;
 pub mod peer;
+pub mod proc;
 pub mod raw;
 
 /// The project's dissector, `wireshark/rds.lua`.
