@@ -55,15 +55,7 @@ fn congestion_marks_port_above_rcvbuf_and_clears_below_half() {
     let _ = p.take_events(B);
     p.run();
     assert!(p.st(B).local_cong_map(ADDR_B).unwrap().test(6005));
-    assert_eq!(
-        p.st(B)
-            .sock_infos()
-            .iter()
-            .find(|i| i.id == rb)
-            .unwrap()
-            .rcv_bytes,
-        1002
-    );
+    assert_eq!(p.sock_info(B, rb).rcv_bytes, 1002);
     // One map update to A, with port 6005 = byte 750 bit 5.
     let maps: Vec<_> = p
         .wire
@@ -88,15 +80,7 @@ fn congestion_marks_port_above_rcvbuf_and_clears_below_half() {
     assert!(matches!(r, Received::Data { full_len: 502, .. }));
     p.wire.clear();
     p.run();
-    assert_eq!(
-        p.st(B)
-            .sock_infos()
-            .iter()
-            .find(|i| i.id == rb)
-            .unwrap()
-            .rcv_bytes,
-        500
-    );
+    assert_eq!(p.sock_info(B, rb).rcv_bytes, 500);
     assert!(
         p.st(B).local_cong_map(ADDR_B).unwrap().test(6005),
         "500 bytes left"

@@ -200,14 +200,7 @@ fn ib_h_ack_releases_messages_up_to_it() {
         .map(|t| HeaderRepr::from_bytes(&t.hdr).unwrap().seq)
         .collect();
     assert_eq!(seqs.len(), 3);
-    let snd = |p: &Pair| {
-        p.st[0]
-            .sock_infos()
-            .iter()
-            .find(|i| i.id == s)
-            .unwrap()
-            .snd_bytes
-    };
+    let snd = |p: &Pair| p.sock_info(A, s).snd_bytes;
     assert_eq!(snd(&p), 60);
     let (ca, ea) = (p.conn(A), p.epoch(A, 0));
     let now = p.now;

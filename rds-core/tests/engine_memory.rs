@@ -91,12 +91,7 @@ fn a_sender_ignoring_congestion_stops_at_the_receive_queue_cap() {
     // The peer keeps sending although the port is congested from the second message on.
     inject(&mut p, B, 0, fit + extra, 4000, 6100, len);
     assert!(p.st(B).local_cong_map(ADDR_B).unwrap().test(6100));
-    let info = p
-        .st(B)
-        .sock_infos()
-        .into_iter()
-        .find(|i| i.id == rb)
-        .unwrap();
+    let info = p.sock_info(B, rb);
     assert_eq!(info.rcv_bytes, fit * len);
     assert_eq!(p.stat(B, Counter::RecvDropRcvqFull), extra as u64);
     assert_eq!(p.stat(B, Counter::RecvDropNoMem), 0);

@@ -180,14 +180,7 @@ fn tcp_messages_leave_the_retransmit_queue_when_their_last_byte_is_acked() {
     let s0 = p.lanes[&0].sent[A.i()];
     p.send(A, s, 6000, &[1; 100]).unwrap();
     p.send(A, s, 6000, &[2; 200]).unwrap();
-    let snd = |p: &Pair| {
-        p.st[0]
-            .sock_infos()
-            .iter()
-            .find(|i| i.id == s)
-            .unwrap()
-            .snd_bytes
-    };
+    let snd = |p: &Pair| p.sock_info(A, s).snd_bytes;
     assert_eq!(snd(&p), 300);
     let out = p.tx(A, 0);
     assert_eq!(

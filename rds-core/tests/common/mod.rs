@@ -185,6 +185,15 @@ impl Pair {
         v
     }
 
+    /// Side `s`'s info snapshot of its socket `id`.
+    pub fn sock_info(&self, s: Side, id: SockId) -> rds_core::info::SockInfo {
+        self.st[s.i()]
+            .sock_infos()
+            .into_iter()
+            .find(|i| i.id == id)
+            .expect("the socket is open")
+    }
+
     pub fn path_info(&self, s: Side, path: usize) -> rds_core::proto::PathInfo {
         let c = self.conn(s);
         self.st[s.i()].conn_infos()[c.index() as usize].paths[path].clone()
