@@ -17,6 +17,7 @@
 //!   tunables, connection restart/kill, trace streaming, client sockets for the daemon) and
 //!   its client; the server is [`node::admin`], the daemon's client sockets [`socket::host`].
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
+//! - [`ras`]: the node's bounded event ring (connections up and down, resets, drops, errors).
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod info;
 pub mod message;
 pub mod node;
 pub mod proto;
+pub mod ras;
 pub mod rdma;
 pub mod sim;
 pub mod socket;

@@ -33,6 +33,9 @@ pub struct Tunables {
     /// pongs, reassembly and per-peer state; 0 = automatic (a node uses min(256 MiB,
     /// RAM / 8), the bare engine 256 MiB).
     pub mem_budget: u64,
+    /// `net.rds.ras_level`: what the node's RAS event ring keeps (1 minimal, 2 normal,
+    /// 3 detail, 4 maximal; see [`crate::ras`]).
+    pub ras_level: u8,
 }
 
 impl Default for Tunables {
@@ -50,6 +53,7 @@ impl Default for Tunables {
             sndbuf_max: 64 << 20,
             rcvbuf_max: 64 << 20,
             mem_budget: 0,
+            ras_level: crate::ras::DEFAULT_LEVEL,
         }
     }
 }
@@ -214,7 +218,70 @@ pub const TUNABLES: &[TunableDef] = &[
         get: |t| t.mem_budget,
         set: |t, v| t.mem_budget = v,
     },
+    TunableDef {
+        name: "net.rds.ras_level",
+        desc: "what the node's event ring keeps (rds-ctrl ras): 1 minimal (down, errors), \
+               2 normal (and up, resets), 3 detail (and drops, connections), 4 maximal (all \
+               counters); the daemon also logs what it keeps",
+        unit: "level",
+        min: 1,
+        max: 4,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.ras_level),
+        set: |t, v| t.ras_level = v as u8,
+    },
 ];
+
+/// An AIX `rdsctrl` tunable name and what it is on this stack.
+#[derive(Debug, Clone, Copy)]
+pub struct AixTunable {
+    /// The AIX name (`rds_sendspace`).
+    pub name: &'static str,
+    /// The tunable it stands for here, or `None` when nothing here is equivalent.
+    pub target: Option<&'static str>,
+    /// Why it maps to `target`, or why it does not apply.
+    pub note: &'static str,
+}
+
+/// The AIX `rdsctrl` tunable names: aliases where this stack has an equivalent, and the
+/// reason where it has none.
+pub const AIX_TUNABLES: &[AixTunable] = &[
+    AixTunable {
+        name: "rds_sendspace",
+        target: Some("net.rds.sndbuf_default"),
+        note: "the send buffer an RDS socket starts with",
+    },
+    AixTunable {
+        name: "rds_recvspace",
+        target: Some("net.rds.rcvbuf_default"),
+        note: "the receive buffer an RDS socket starts with",
+    },
+    AixTunable {
+        name: "rds_mclustsize",
+        target: None,
+        note: "this stack keeps no pool of memory clusters: RDS/TCP writes each message \
+               whole to the TCP stream and RDS/IB cuts messages into the 4096-byte fragments \
+               that the RDS wire protocol fixes, so there is no cluster size to choose",
+    },
+];
+
+impl AixTunable {
+    /// The AIX name `name` (case as AIX spells it).
+    pub fn find(name: &str) -> Option<&'static AixTunable> {
+        AIX_TUNABLES.iter().find(|a| a.name == name)
+    }
+
+    /// The "not applicable" sentence for a name with no equivalent.
+    pub fn not_applicable(&self) -> Option<String> {
+        self.target.is_none().then(|| {
+            format!(
+                "{} is not applicable on this stack, because {}",
+                self.name, self.note
+            )
+        })
+    }
+}
 
 /// Why a tunable cannot be set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -238,11 +305,23 @@ pub enum TunableError {
 }
 
 impl TunableDef {
-    /// Finds a tunable by its full name or its last component (`max_unacked_packets`).
+    /// Finds a tunable by its full name, its last component (`max_unacked_packets`) or the
+    /// AIX name that stands for it ([`AIX_TUNABLES`]).
     pub fn find(name: &str) -> Option<&'static TunableDef> {
+        let name = AixTunable::find(name)
+            .and_then(|a| a.target)
+            .unwrap_or(name);
         TUNABLES
             .iter()
             .find(|d| d.name == name || d.name.rsplit('.').next() == Some(name))
+    }
+
+    /// The AIX name that stands for this tunable, if any.
+    pub fn aix_name(&self) -> Option<&'static str> {
+        AIX_TUNABLES
+            .iter()
+            .find(|a| a.target == Some(self.name))
+            .map(|a| a.name)
     }
 
     /// The value in `t`.
@@ -302,6 +381,28 @@ mod tests {
         assert_eq!(get("net.rds.reconnect_max_delay_ms"), 1000);
         assert_eq!(get("rds_tcp_sndbuf"), 0);
         assert_eq!(get("net.rds.tcp.rds_tcp_rcvbuf"), 0);
+        assert_eq!(get("net.rds.ras_level"), 2);
+    }
+
+    #[test]
+    fn aix_names() {
+        let d = TunableDef::find("rds_sendspace").unwrap();
+        assert_eq!(d.name, "net.rds.sndbuf_default");
+        assert_eq!(d.aix_name(), Some("rds_sendspace"));
+        assert_eq!(
+            TunableDef::find("rds_recvspace").unwrap().name,
+            "net.rds.rcvbuf_default"
+        );
+        assert!(TunableDef::find("rds_mclustsize").is_none());
+        let m = AixTunable::find("rds_mclustsize").unwrap();
+        assert!(m
+            .not_applicable()
+            .unwrap()
+            .starts_with("rds_mclustsize is not applicable on this stack, because "));
+        assert!(AixTunable::find("rds_sendspace")
+            .unwrap()
+            .not_applicable()
+            .is_none());
     }
 
     #[test]

@@ -121,6 +121,7 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
     if detach {
         let _ = nix::unistd::setsid();
     }
+    let transport = transport.stack();
     let transports = match transport {
         Transport::Tcp => Transports {
             tcp: true,
@@ -135,7 +136,7 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
                 ib: true,
             }
         }
-        Transport::All => Transports {
+        _ => Transports {
             tcp: true,
             ib: true,
         },

@@ -1,19 +1,23 @@
 //! `rds-ctrl`: the AIX `rdsctrl` command set for this stack: tunables (`help`, `set`, `get`,
-//! `default`), the host daemon (`load`, `unload`, `daemon`), health (`ras`), connections
+//! `default`, with the AIX names and `set`'s AIX forms), the host daemon (`load`, `unload`,
+//! `daemon`), the event ring and its level (`ras`), health (`health`), connections
 //! (`conn restart|kill`), capture (`trace`), counters (`stats`), `version`, and the `info` and
 //! `ping` aliases for `rds-info` and `rds-ping`.
 //!
 //! Commands that act on a node reach it over its control socket ([`rds_core::ctl`]): the node
 //! named with `--node`, else the daemon, else the only running node. Changing state needs
-//! root or the node's owner; the node checks (`EPERM`).
+//! root or the node's owner; the node checks (`EPERM`). On a host whose kernel runs RDS and
+//! where no daemon of ours runs, the tunable commands act on the kernel's sysctls
+//! ([`kernel`]).
 //!
-//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded, `ras` found
+//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded, `health` found
 //! problems), 2 error (usage, permission, range, unreachable node).
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod config;
 pub mod daemon;
+pub mod kernel;
 pub mod load;
 pub mod ras;
 pub mod trace;
@@ -29,7 +33,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request};
-use rds_core::tunables::{TunableDef, Tunables, TUNABLES};
+use rds_core::tunables::{AixTunable, TunableDef, Tunables, AIX_TUNABLES, TUNABLES};
 
 use config::Config;
 
@@ -68,6 +72,46 @@ pub enum Transport {
     Ib,
     /// TCP, and IB where available
     All,
+    /// AIX name for RDS over RoCE: this stack's IB transport (RoCE devices included)
+    Ofed,
+    /// AIX name for RDS over InfiniBand: this stack's IB transport
+    Aixib,
+}
+
+impl Transport {
+    /// The transport this stack runs for it: `ofed` and `aixib` are [`Transport::Ib`].
+    pub fn stack(self) -> Transport {
+        match self {
+            Transport::Ofed | Transport::Aixib => Transport::Ib,
+            t => t,
+        }
+    }
+
+    /// The name the user gave.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Ib => "ib",
+            Transport::All => "all",
+            Transport::Ofed => "ofed",
+            Transport::Aixib => "aixib",
+        }
+    }
+}
+
+/// `ras` arguments: a level, or `extract`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RasArg {
+    /// Keep connections going down and errors
+    Minimal,
+    /// Also connections coming up and resets (the default)
+    Normal,
+    /// Also drops, and connections appearing and going away
+    Detail,
+    /// Also every other counter change
+    Maximal,
+    /// Print the event ring
+    Extract,
 }
 
 /// `conn` actions.
@@ -124,15 +168,17 @@ pub enum Cmd {
         /// A tunable (full name or last component) or a command
         name: Option<String>,
     },
-    /// Set a tunable on the running node (checks range and privilege)
+    /// Set tunables on the running node (checks range and privilege): NAME=VALUE,
+    /// NAME= VALUE, NAME =VALUE, NAME = VALUE or NAME VALUE, several in one command
     Set {
-        /// Also save it in the config file read at daemon start
+        /// Also save them in the config file read at daemon start (a sysctl.d file on a
+        /// kernel host)
         #[arg(short = 'p')]
         persistent: bool,
-        /// Tunable (full name or last component)
-        name: String,
-        /// Value (a number; on/off for booleans)
-        value: String,
+        /// Assignments: tunable (full name, last component or AIX name) and value (a
+        /// number; on/off for booleans)
+        #[arg(required = true, value_name = "NAME[=]VALUE")]
+        assignments: Vec<String>,
     },
     /// Show tunables of the running node (or of the config file with -p)
     Get {
@@ -150,7 +196,8 @@ pub enum Cmd {
         /// Tunable (all when omitted)
         name: Option<String>,
     },
-    /// Start the host daemon in the background and wait until it answers
+    /// Start the host daemon in the background and wait until it answers (ofed and aixib,
+    /// the AIX names, load the IB transport)
     Load {
         /// Transport
         #[arg(value_enum, default_value_t = Transport::Tcp)]
@@ -180,8 +227,18 @@ pub enum Cmd {
         #[arg(long, hide = true)]
         detach: bool,
     },
+    /// The event ring: set what it keeps (minimal, normal, detail, maximal; -p also saves
+    /// the level), print it (extract), or show the level (no argument)
+    Ras {
+        /// Also save the level in the config file read at daemon start
+        #[arg(short = 'p')]
+        persistent: bool,
+        /// A level, or extract
+        #[arg(value_enum)]
+        what: Option<RasArg>,
+    },
     /// Health report: uptime, connections, reconnects, drops, congestion (exit 1 on warnings)
-    Ras,
+    Health,
     /// Run rds-info with the remaining arguments
     Info {
         /// rds-info arguments
@@ -243,10 +300,21 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
         Cmd::Help { name } => help(out, name.as_deref()),
         Cmd::Set {
             persistent,
-            name,
-            value,
-        } => set(out, node, persistent, &name, &value),
+            assignments,
+        } => {
+            let pairs = parse_assignments(&assignments)?;
+            if kernel::is_kernel_host(node) {
+                return kernel::set(out, persistent, &pairs);
+            }
+            set(out, node, persistent, &pairs)
+        }
+        Cmd::Get { persistent, name } if kernel::is_kernel_host(node) => {
+            kernel::get(out, persistent, name.as_deref())
+        }
         Cmd::Get { persistent, name } => get(out, node, persistent, name.as_deref()),
+        Cmd::Default { persistent, name } if kernel::is_kernel_host(node) => {
+            kernel::default(out, persistent, name.as_deref())
+        }
         Cmd::Default { persistent, name } => default(out, node, persistent, name.as_deref()),
         Cmd::Load {
             transport,
@@ -259,7 +327,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             addrs,
             detach,
         } => daemon::run(&addrs, detach, transport),
-        Cmd::Ras => ras::report(out, &mut connect(node)?),
+        Cmd::Ras { persistent, what } => ras::command(out, node, persistent, what),
+        Cmd::Health => ras::report(out, &mut connect(node)?),
         Cmd::Info { mut args } => {
             if let Some(n) = node {
                 args.splice(0..0, ["--node".into(), n.into()]);
@@ -282,7 +351,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
     }
 }
 
-fn connect(node: Option<&str>) -> anyhow::Result<CtlClient> {
+/// Connects to the node the command acts on.
+///
+/// # Errors
+/// No node runs, or the one named cannot be reached.
+pub fn connect(node: Option<&str>) -> anyhow::Result<CtlClient> {
     Ok(CtlClient::connect_node(node)?)
 }
 
@@ -293,11 +366,61 @@ fn alias(tool: &str, args: &[OsString]) -> anyhow::Result<u8> {
 }
 
 fn find(name: &str) -> anyhow::Result<&'static TunableDef> {
+    if let Some(why) = AixTunable::find(name).and_then(AixTunable::not_applicable) {
+        bail!("{why}");
+    }
     TunableDef::find(name)
         .ok_or_else(|| anyhow!("unknown tunable '{name}' (see 'rds-ctrl help' for the list)"))
 }
 
-fn parse_value(def: &TunableDef, v: &str) -> anyhow::Result<u64> {
+/// Parses `set`'s assignments as AIX `rdsctrl` takes them: `name=value`, `name= value`,
+/// `name =value`, `name = value` and `name value`, one or more, in order.
+///
+/// # Errors
+/// A name without a value, or an `=` without a name.
+pub fn parse_assignments(args: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut toks: Vec<&str> = Vec::new();
+    for a in args {
+        let mut rest = a.as_str();
+        while let Some(i) = rest.find('=') {
+            if i > 0 {
+                toks.push(&rest[..i]);
+            }
+            toks.push("=");
+            rest = &rest[i + 1..];
+        }
+        if !rest.is_empty() {
+            toks.push(rest);
+        }
+    }
+    let mut pairs = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let name = toks[i];
+        if name == "=" {
+            bail!("set: '=' without a tunable name before it (expected NAME=VALUE or NAME VALUE)");
+        }
+        i += 1;
+        if toks.get(i) == Some(&"=") {
+            i += 1;
+        }
+        let Some(value) = toks.get(i).filter(|t| **t != "=") else {
+            bail!("set: no value for '{name}' (expected NAME=VALUE or NAME VALUE)");
+        };
+        pairs.push((name.to_string(), value.to_string()));
+        i += 1;
+    }
+    if pairs.is_empty() {
+        bail!("set: no assignment (expected NAME=VALUE or NAME VALUE)");
+    }
+    Ok(pairs)
+}
+
+/// Parses a tunable's value: a number, or for booleans on/off, yes/no, true/false.
+///
+/// # Errors
+/// The value is not one of those.
+pub fn parse_value(def: &TunableDef, v: &str) -> anyhow::Result<u64> {
     let t = v.trim();
     if def.unit == "boolean" {
         match t.to_ascii_lowercase().as_str() {
@@ -336,7 +459,8 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
             };
             para(
                 out,
-                "Tunables (rds-ctrl set [-p] NAME VALUE; short names work too):",
+                "Tunables (rds-ctrl set [-p] NAME=VALUE or NAME VALUE; short names and the AIX \
+                 names work too):",
             )?;
             let mut t = rds_cli::table(vec!["Name", "Default", "Range", "Unit", "Description"]);
             for d in TUNABLES {
@@ -351,9 +475,12 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
             if rds_cli::table::too_wide(&t) {
                 // A narrow terminal: one tunable per paragraph, its description wrapped.
                 for d in TUNABLES {
+                    let aix = d
+                        .aix_name()
+                        .map_or_else(String::new, |a| format!(" (AIX {a})"));
                     writeln!(
                         out,
-                        "{} = {} ({} {})",
+                        "{}{aix} = {} ({} {})",
                         d.name,
                         d.default_value(),
                         d.range_text(),
@@ -366,11 +493,13 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
             } else {
                 writeln!(out, "{t}")?;
             }
+            para(out, &aix_names_text())?;
             para(
                 out,
-                "Commands: help [tunable], set [-p], get [-p], default [-p], load, unload, \
-                 daemon, ras, info, ping, conn restart|kill, trace start|stop|report, version, \
-                 stats [reset]",
+                "Commands: help [tunable], set [-p], get [-p], default [-p], load \
+                 [tcp|ib|all|ofed|aixib], unload, daemon, ras [-p] \
+                 [minimal|normal|detail|maximal|extract], health, info, ping, conn \
+                 restart|kill, trace start|stop|report, version, stats [reset]",
             )?;
             para(
                 out,
@@ -379,6 +508,10 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
             Ok(0)
         }
         Some(n) => {
+            if let Some(why) = AixTunable::find(n).and_then(AixTunable::not_applicable) {
+                writeln!(out, "{why}")?;
+                return Ok(0);
+            }
             if let Some(d) = TunableDef::find(n) {
                 writeln!(out, "{}", d.name)?;
                 writeln!(out, "  {}", d.desc)?;
@@ -394,6 +527,9 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
                         "this stack's own (Linux has no such sysctl)"
                     }
                 )?;
+                if let Some(a) = d.aix_name() {
+                    writeln!(out, "  AIX rdsctrl name: {a}")?;
+                }
                 return Ok(0);
             }
             let mut cmd = Cli::command();
@@ -406,8 +542,27 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
     }
 }
 
+/// The help's paragraph on the AIX `rdsctrl` tunable names.
+fn aix_names_text() -> String {
+    let aliases: Vec<String> = AIX_TUNABLES
+        .iter()
+        .filter_map(|a| a.target.map(|t| format!("{} = {t}", a.name)))
+        .collect();
+    let none: Vec<&str> = AIX_TUNABLES
+        .iter()
+        .filter(|a| a.target.is_none())
+        .map(|a| a.name)
+        .collect();
+    format!(
+        "AIX rdsctrl names: {}; not applicable on this stack: {} ('rds-ctrl help NAME' says \
+         why).",
+        aliases.join(", "),
+        none.join(", ")
+    )
+}
+
 /// The persistent tunables: defaults with the config file applied.
-fn persistent_values() -> anyhow::Result<(Tunables, Config)> {
+pub(crate) fn persistent_values() -> anyhow::Result<(Tunables, Config)> {
     let path = config::path();
     let (c, warnings) =
         Config::load(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -421,7 +576,7 @@ fn persistent_values() -> anyhow::Result<(Tunables, Config)> {
     Ok((t, c))
 }
 
-fn save_config(c: &Config) -> anyhow::Result<PathBuf> {
+pub(crate) fn save_config(c: &Config) -> anyhow::Result<PathBuf> {
     let path = config::path();
     c.save(&path)
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -429,7 +584,7 @@ fn save_config(c: &Config) -> anyhow::Result<PathBuf> {
 }
 
 /// Whether any node can be reached (for -p commands, which work without one).
-fn try_connect(node: Option<&str>) -> anyhow::Result<Option<CtlClient>> {
+pub(crate) fn try_connect(node: Option<&str>) -> anyhow::Result<Option<CtlClient>> {
     match CtlClient::connect_node(node) {
         Ok(c) => Ok(Some(c)),
         Err(rds_core::ctl::client::CtlError::NoNode(_))
@@ -445,33 +600,44 @@ fn set(
     out: &mut dyn Write,
     node: Option<&str>,
     persistent: bool,
-    name: &str,
-    value: &str,
+    pairs: &[(String, String)],
 ) -> anyhow::Result<u8> {
-    let def = find(name)?;
-    let v = parse_value(def, value)?;
+    // Every name and value is checked before anything changes.
+    let mut values = Vec::new();
+    for (name, value) in pairs {
+        let def = find(name)?;
+        values.push((def, parse_value(def, value)?));
+    }
     let client = if persistent {
         try_connect(node)?
     } else {
         Some(connect(node)?)
     };
     if let Some(mut c) = client {
-        c.call_ok(&Request::TunableSet {
-            name: def.name.into(),
-            value: v,
-        })
-        .with_context(|| format!("cannot set {} on node '{}'", def.name, c.hello.node))?;
-        writeln!(out, "{} = {v}", def.name)?;
+        for &(def, v) in &values {
+            c.call_ok(&Request::TunableSet {
+                name: def.name.into(),
+                value: v,
+            })
+            .with_context(|| format!("cannot set {} on node '{}'", def.name, c.hello.node))?;
+            writeln!(out, "{} = {v}", def.name)?;
+        }
     } else {
-        // No node runs: check the value against the persistent set.
+        // No node runs: check the values against the persistent set.
         let (mut t, _) = persistent_values()?;
-        def.set(&mut t, v)?;
+        for &(def, v) in &values {
+            def.set(&mut t, v)?;
+        }
     }
     if persistent {
         let (_, mut c) = persistent_values()?;
-        c.set(def, v);
+        for &(def, v) in &values {
+            c.set(def, v);
+        }
         let path = save_config(&c)?;
-        writeln!(out, "saved {} = {v} in {}", def.name, path.display())?;
+        for &(def, v) in &values {
+            writeln!(out, "saved {} = {v} in {}", def.name, path.display())?;
+        }
     }
     Ok(0)
 }
@@ -492,9 +658,11 @@ fn get(
     } else {
         connect(node)?.tunables()?
     };
+    // Asked by its AIX name, a tunable is shown under that name.
+    let shown = name.filter(|n| AixTunable::find(n).is_some());
     for (n, v) in values {
         if def.is_none_or(|d| d.name == n) {
-            writeln!(out, "{n} = {v}")?;
+            writeln!(out, "{} = {v}", shown.unwrap_or(&n))?;
         }
     }
     Ok(0)
@@ -631,6 +799,52 @@ mod tests {
         assert!(matches!(c.cmd, Cmd::Ping { args } if args.len() == 3));
     }
 
+    fn pairs(args: &[&str]) -> anyhow::Result<Vec<(String, String)>> {
+        let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse_assignments(&v)
+    }
+
+    #[test]
+    fn every_aix_form_of_set() {
+        let one = vec![("rds_sendspace".to_string(), "65536".to_string())];
+        for form in [
+            &["rds_sendspace=65536"][..],
+            &["rds_sendspace=", "65536"],
+            &["rds_sendspace", "=65536"],
+            &["rds_sendspace", "=", "65536"],
+            &["rds_sendspace", "65536"],
+        ] {
+            assert_eq!(pairs(form).unwrap(), one, "{form:?}");
+        }
+        assert_eq!(
+            pairs(&["a=1", "b", "2", "c", "=", "3", "d=", "4"]).unwrap(),
+            [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+        );
+        assert_eq!(
+            pairs(&["a="]).unwrap_err().to_string(),
+            "set: no value for 'a' (expected NAME=VALUE or NAME VALUE)"
+        );
+        assert!(pairs(&["=1"]).is_err());
+        assert!(pairs(&["a", "1", "b"]).is_err());
+        assert!(pairs(&["a==1"]).is_err());
+    }
+
+    #[test]
+    fn aix_transports_are_ib() {
+        assert_eq!(Transport::Ofed.stack(), Transport::Ib);
+        assert_eq!(Transport::Aixib.stack(), Transport::Ib);
+        assert_eq!(Transport::All.stack(), Transport::All);
+        let c = Cli::try_parse_from(["rds-ctrl", "load", "aixib"]).unwrap();
+        assert!(matches!(
+            c.cmd,
+            Cmd::Load {
+                transport: Transport::Aixib,
+                ..
+            }
+        ));
+    }
+
     #[test]
     fn values_and_booleans() {
         let d = find("ping_enable").unwrap();
@@ -644,5 +858,13 @@ mod tests {
         let d = find("max_unacked_packets").unwrap();
         assert!(parse_value(d, "on").is_err());
         assert!(find("nope").is_err());
+        assert_eq!(
+            find("rds_recvspace").unwrap().name,
+            "net.rds.rcvbuf_default"
+        );
+        assert!(find("rds_mclustsize")
+            .unwrap_err()
+            .to_string()
+            .starts_with("rds_mclustsize is not applicable on this stack, because "));
     }
 }

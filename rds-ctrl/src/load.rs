@@ -1,4 +1,10 @@
 //! `load` and `unload`: start the host daemon in the background and stop it.
+//!
+//! `load ofed` and `load aixib` (the AIX names for RDS over RoCE and over InfiniBand) both
+//! load this stack's IB transport, which runs on RoCE and InfiniBand devices alike; where IB
+//! is unavailable they refuse, and `load all` is the way to ask for TCP as well (IB where
+//! available). On a host whose kernel runs RDS, `load` refuses and `unload` says how to unload
+//! the kernel's modules.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -11,6 +17,7 @@ use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{find_daemon, runtime_dir, Request, DAEMON_NAME};
 
 use crate::daemon::IB_UNAVAILABLE;
+use crate::kernel;
 use crate::util::{self, Negative};
 use crate::Transport;
 
@@ -31,14 +38,8 @@ pub fn load(
     addrs: &[IpAddr],
     timeout: Duration,
 ) -> anyhow::Result<u8> {
-    // Why IB cannot run here, checked before anything starts.
-    let ib_missing = match transport {
-        Transport::Tcp => None,
-        Transport::Ib | Transport::All => rds_core::ib::availability().err(),
-    };
-    if let (Transport::Ib, Some(e)) = (transport, &ib_missing) {
-        return Err(Negative(format!("cannot load ib: {IB_UNAVAILABLE}: {e}")).into());
-    }
+    let asked = transport.name();
+    let transport = transport.stack();
     if let Some(ep) = find_daemon() {
         let pid = CtlClient::connect(&ep.path).map_or(0, |c| c.hello.pid);
         return Err(Negative(format!(
@@ -47,15 +48,33 @@ pub fn load(
         ))
         .into());
     }
+    // The kernel's transports hold the ports this one needs.
+    let kernel_holds = match transport {
+        Transport::Tcp => kernel::kernel_tcp(),
+        Transport::Ib => kernel::kernel_ib(),
+        _ => kernel::kernel_tcp() || kernel::kernel_ib(),
+    };
+    if kernel_holds {
+        return Err(Negative(format!("cannot load {asked}: {}", kernel::modules_note())).into());
+    }
+    // Why IB cannot run here, checked before anything starts.
+    let ib_missing = match transport {
+        Transport::Tcp => None,
+        _ => rds_core::ib::availability().err(),
+    };
+    if let (Transport::Ib, Some(e)) = (transport, &ib_missing) {
+        let all = if asked == "ib" {
+            String::new()
+        } else {
+            "; 'rds-ctrl load all' runs TCP where IB is unavailable".to_string()
+        };
+        return Err(Negative(format!("cannot load {asked}: {IB_UNAVAILABLE}: {e}{all}")).into());
+    }
     let dir = rds_core::ctl::ensure_runtime_dir()?;
     let log = log_path();
     let log_from = util::file_len(&log);
     let me = std::env::current_exe().context("locating rds-ctrl")?;
-    let name = match transport {
-        Transport::Tcp => "tcp",
-        Transport::Ib => "ib",
-        Transport::All => "all",
-    };
+    let name = transport.name();
     let mut args: Vec<OsString> = vec!["daemon".into(), name.into()];
     for a in addrs {
         args.push("--addr".into());
@@ -127,6 +146,13 @@ pub fn load(
 /// Not permitted, or the daemon did not stop in time.
 pub fn unload(out: &mut dyn Write, timeout: Duration) -> anyhow::Result<u8> {
     let Some(ep) = find_daemon() else {
+        if kernel::kernel_rds() {
+            return Err(Negative(format!(
+                "no RDS daemon of this stack is loaded; {}",
+                kernel::modules_note()
+            ))
+            .into());
+        }
         return Err(Negative("no RDS daemon is loaded".into()).into());
     };
     let mut c = CtlClient::connect(&ep.path).context("contacting the daemon")?;

@@ -1,14 +1,135 @@
-//! `ras`: a health report of a node for operators: who and how long, every connection with
-//! its paths, reconnects and queues, drop counters, congestion, and a verdict. The exit status
-//! is 1 when something needs attention (a connection not up, a congested socket).
+//! `ras` and `health`.
+//!
+//! `ras [-p] LEVEL` sets what the node's event ring keeps (`net.rds.ras_level`, see
+//! [`rds_core::ras`]; `-p` also saves it for the daemon's next start), `ras extract` prints
+//! the ring with timestamps, and `ras` alone shows the level in force.
+//!
+//! `health` is a report of a node for operators: who and how long, every connection with its
+//! paths, reconnects and queues, drop counters, congestion, and a verdict. Its exit status is
+//! 1 when something needs attention (a connection not up, a congested socket).
 
 use std::io::Write;
 
+use anyhow::{bail, Context};
 use rds_core::ctl::client::CtlClient;
-use rds_core::ctl::InfoSnapshot;
+use rds_core::ctl::{InfoSnapshot, Reply, Request};
 use rds_core::info::{ConnInfo, PathState};
+use rds_core::ras::{level_name, RasEvent, RING_CAP};
+use rds_core::tunables::TunableDef;
 
-use crate::util;
+use crate::{util, RasArg};
+
+/// The tunable that holds the level.
+pub const LEVEL_TUNABLE: &str = "net.rds.ras_level";
+
+/// `ras [-p] [LEVEL|extract]`.
+///
+/// # Errors
+/// No node to act on (and no `-p`), `-p` with `extract` or without a level, permission.
+pub fn command(
+    out: &mut dyn Write,
+    node: Option<&str>,
+    persistent: bool,
+    what: Option<RasArg>,
+) -> anyhow::Result<u8> {
+    let level = match what {
+        Some(RasArg::Extract) if persistent => {
+            bail!("ras: -p goes with a level (minimal, normal, detail, maximal), not extract")
+        }
+        Some(RasArg::Extract) => return extract(out, &mut crate::connect(node)?),
+        None if persistent => {
+            bail!("ras: -p needs a level (minimal, normal, detail, maximal)")
+        }
+        None => return show(out, &mut crate::connect(node)?),
+        Some(RasArg::Minimal) => 1,
+        Some(RasArg::Normal) => 2,
+        Some(RasArg::Detail) => 3,
+        Some(RasArg::Maximal) => 4,
+    };
+    let name = level_name(level).unwrap_or("normal");
+    let client = if persistent {
+        crate::try_connect(node)?
+    } else {
+        Some(crate::connect(node)?)
+    };
+    if let Some(mut c) = client {
+        c.call_ok(&Request::TunableSet {
+            name: LEVEL_TUNABLE.into(),
+            value: u64::from(level),
+        })
+        .with_context(|| format!("cannot set the RAS level of node '{}'", c.hello.node))?;
+        writeln!(out, "RAS level of node '{}' set to {name}", c.hello.node)?;
+    }
+    if persistent {
+        let def = TunableDef::find(LEVEL_TUNABLE).context("the RAS level tunable is missing")?;
+        let (_, mut c) = crate::persistent_values()?;
+        c.set(def, u64::from(level));
+        let path = crate::save_config(&c)?;
+        writeln!(
+            out,
+            "saved RAS level {name} ({LEVEL_TUNABLE} = {level}) in {}",
+            path.display()
+        )?;
+    }
+    Ok(0)
+}
+
+/// `ras` alone: the level in force.
+fn show(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
+    let level = c
+        .tunables()?
+        .into_iter()
+        .find(|(n, _)| n == LEVEL_TUNABLE)
+        .map_or(0, |(_, v)| v);
+    let name = u8::try_from(level)
+        .ok()
+        .and_then(level_name)
+        .unwrap_or("unknown");
+    writeln!(out, "RAS level of node '{}': {name}", c.hello.node)?;
+    writeln!(
+        out,
+        "  set it: rds-ctrl ras [-p] minimal|normal|detail|maximal; events: rds-ctrl ras \
+         extract; health report: rds-ctrl health"
+    )?;
+    Ok(0)
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) for ns since the Unix epoch.
+pub fn utc_ms(wall_ns: u64) -> String {
+    let ms = wall_ns / 1_000_000 % 1000;
+    format!("{}.{ms:03}", util::utc_date(wall_ns / 1_000_000_000))
+}
+
+/// One event as `ras extract` prints it.
+pub fn event_line(e: &RasEvent) -> String {
+    format!("{}  {:<5}  {}", utc_ms(e.wall_ns), e.kind.name(), e.text)
+}
+
+/// `ras extract`: the ring, oldest event first.
+///
+/// # Errors
+/// The node cannot be asked.
+pub fn extract(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
+    let (level, overwritten, events) = match c.call(&Request::RasExtract, &[])?.0 {
+        Reply::RasEvents {
+            level,
+            overwritten,
+            events,
+        } => (level, overwritten, events),
+        other => bail!("unexpected reply from node '{}': {other:?}", c.hello.node),
+    };
+    writeln!(
+        out,
+        "RAS events of node '{}' (level {}, {} event(s), ring of {RING_CAP}, {overwritten} overwritten):",
+        c.hello.node,
+        level_name(level).unwrap_or("unknown"),
+        events.len()
+    )?;
+    for e in &events {
+        writeln!(out, "{}", event_line(e))?;
+    }
+    Ok(0)
+}
 
 /// Counters that count lost or refused work.
 pub const DROP_COUNTERS: &[&str] = &[
@@ -100,7 +221,7 @@ pub fn warnings(snap: &InfoSnapshot) -> Vec<String> {
     w
 }
 
-/// Prints the report; returns 0 when healthy, 1 when there are warnings.
+/// `health`: prints the report; returns 0 when healthy, 1 when there are warnings.
 ///
 /// # Errors
 /// Write errors.

@@ -167,9 +167,15 @@ pub fn human_duration(d: Duration) -> String {
 
 /// The current UTC time as `YYYY-MM-DD HH:MM:SS`.
 pub fn utc_now() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    utc_date(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    )
+}
+
+/// A time in seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+pub fn utc_date(secs: u64) -> String {
     let (days, rem) = (secs / 86400, secs % 86400);
     // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -229,5 +235,7 @@ mod tests {
         let now = utc_now();
         assert_eq!(now.len(), 19, "{now}");
         assert!(now.starts_with("20"), "{now}");
+        assert_eq!(utc_date(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_date(1_795_651_200 + 3661), "2026-11-26 01:01:01");
     }
 }

@@ -151,6 +151,8 @@ pub enum Request {
     TraceStop,
     /// Stop the node (privileged).
     Shutdown,
+    /// The node's RAS event ring ([`crate::ras`]); replies [`Reply::RasEvents`].
+    RasExtract,
     /// Create a client socket; replies [`Reply::Sock`].
     SockOpen,
     /// Bind a client socket.
@@ -374,6 +376,15 @@ pub enum Reply {
     Tunables {
         /// `(name, value)`.
         values: Vec<(String, u64)>,
+    },
+    /// The RAS event ring, oldest event first.
+    RasEvents {
+        /// The level in force (`net.rds.ras_level`).
+        level: u8,
+        /// Events pushed out of the full ring so far.
+        overwritten: u64,
+        /// The events.
+        events: Vec<crate::ras::RasEvent>,
     },
     /// Messages dropped by a kill or cancel.
     Dropped {

@@ -11,7 +11,8 @@
 //!
 //! Files: this one holds the server's handle, its limits and the hook for client sockets;
 //! `event_loop` the connections, the epoll loop and the workers; `requests` the node's own
-//! requests (hello, info, counters, tunables, connections); `trace` trace sessions.
+//! requests (hello, info, counters, tunables, connections); `trace` trace sessions; `ras` the
+//! sampler that fills the node's RAS event ring.
 //!
 //! Client sockets are not the node's business: a node serves them only when it was started
 //! with a [`ClientSockets`] service ([`crate::NodeConfig::client_sockets`]; the daemon's is
@@ -31,6 +32,7 @@
 
 mod event_loop;
 mod info;
+mod ras;
 mod requests;
 mod trace;
 
@@ -226,6 +228,8 @@ struct Ctx {
     stalled: AtomicU64,
     /// Connections refused at a cap.
     refused: AtomicU64,
+    /// The RAS event ring (filled by `ras`).
+    ras: std::sync::Mutex<crate::ras::Ring>,
 }
 
 impl Ctx {
@@ -265,7 +269,9 @@ impl CtlServer {
             sockets,
             stalled: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            ras: Default::default(),
         });
+        ras::spawn(Arc::downgrade(&ctx), name == ctl::DAEMON_NAME)?;
         let wake = Arc::new(sys::eventfd()?);
         let ev = event_loop::EventLoop::new(ctx.clone(), listener, wake.clone())?;
         let thread = std::thread::Builder::new()

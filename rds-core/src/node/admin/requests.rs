@@ -198,6 +198,7 @@ fn handle(ctx: &Ctx, node: &Node, conn: &mut Conn, req: Request, data: Vec<u8>) 
             )),
         },
         Request::Shutdown => r(Reply::Ok),
+        Request::RasExtract => r(super::ras::extract(ctx, node)),
         Request::TraceStart { .. } | Request::TraceStop => r(Reply::error(
             libc::EINVAL,
             "no trace runs on this connection",
