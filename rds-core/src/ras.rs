@@ -37,6 +37,29 @@ pub fn level_by_name(name: &str) -> Option<u8> {
         .map(|i| i as u8 + 1)
 }
 
+/// A time in ns since the Unix epoch as `YYYY-MM-DD HH:MM:SS.mmm` (UTC).
+pub fn utc_ms(wall_ns: u64) -> String {
+    let secs = wall_ns / 1_000_000_000;
+    let ms = wall_ns / 1_000_000 % 1000;
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// What an event is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -287,6 +310,11 @@ mod tests {
         assert_eq!(level_name(4), Some("maximal"));
         assert_eq!(level_name(0), None);
         assert_eq!(level_name(DEFAULT_LEVEL), Some("normal"));
+        assert_eq!(utc_ms(0), "1970-01-01 00:00:00.000");
+        assert_eq!(
+            utc_ms((1_795_651_200 + 3661) * 1_000_000_000 + 42_000_000),
+            "2026-11-26 01:01:01.042"
+        );
     }
 
     #[test]

@@ -176,7 +176,10 @@ fn write_sysctl(full: &str, path: &Path, value: &str) -> anyhow::Result<()> {
     })
 }
 
-/// The sysctl.d file as `(key, value)` settings plus its other lines, in order.
+/// The first line of a sysctl.d file this tool creates.
+const HEADER: &str = "# RDS sysctls kept by 'rds-ctrl set -p' (see rds-ctrl(8)).";
+
+/// The sysctl.d file's lines, in order (`key = value` settings and anything else).
 struct SysctlFile {
     lines: Vec<String>,
 }
@@ -187,7 +190,9 @@ impl SysctlFile {
             Ok(t) => Ok(SysctlFile {
                 lines: t.lines().map(str::to_string).collect(),
             }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SysctlFile { lines: Vec::new() }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SysctlFile {
+                lines: vec![HEADER.to_string()],
+            }),
             Err(e) => Err(anyhow!("reading {}: {e}", path.display())),
         }
     }
@@ -236,9 +241,6 @@ impl SysctlFile {
 
     fn save(&self, path: &Path) -> anyhow::Result<()> {
         let mut text = String::new();
-        if self.lines.is_empty() {
-            text.push_str("# RDS sysctls kept by 'rds-ctrl set -p' (see rds-ctrl(8)).\n");
-        }
         for l in &self.lines {
             text.push_str(l);
             text.push('\n');

@@ -94,15 +94,14 @@ fn show(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) for ns since the Unix epoch.
-pub fn utc_ms(wall_ns: u64) -> String {
-    let ms = wall_ns / 1_000_000 % 1000;
-    format!("{}.{ms:03}", util::utc_date(wall_ns / 1_000_000_000))
-}
-
 /// One event as `ras extract` prints it.
 pub fn event_line(e: &RasEvent) -> String {
-    format!("{}  {:<5}  {}", utc_ms(e.wall_ns), e.kind.name(), e.text)
+    format!(
+        "{}  {:<5}  {}",
+        rds_core::ras::utc_ms(e.wall_ns),
+        e.kind.name(),
+        e.text
+    )
 }
 
 /// `ras extract`: the ring, oldest event first.

@@ -176,23 +176,9 @@ pub fn utc_now() -> String {
 
 /// A time in seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
 pub fn utc_date(secs: u64) -> String {
-    let (days, rem) = (secs / 86400, secs % 86400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    let mut t = rds_core::ras::utc_ms(secs.saturating_mul(1_000_000_000));
+    t.truncate(19);
+    t
 }
 
 /// The last `n` lines of a file from byte `from` on (for failure reports).

@@ -186,11 +186,14 @@ fn privileged_commands_need_root_or_the_owner() {
     let s = status(&as_nobody(&env, &["get", "ping_enable"]), 0);
     assert_eq!(s, "net.rds.ping_enable = 1\n");
     status(&as_nobody(&env, &["stats"]), 0);
+    status(&as_nobody(&env, &["health"]), 0);
     status(&as_nobody(&env, &["ras"]), 0);
+    status(&as_nobody(&env, &["ras", "extract"]), 0);
     // Changing is not.
     for args in [
         &["set", "ping_enable", "0"][..],
         &["set", "-p", "ping_enable", "0"],
+        &["ras", "detail"],
         &["default"],
         &["stats", "reset"],
         &["conn", "restart", "127.0.0.52", "127.0.0.59"],
@@ -215,7 +218,7 @@ fn privileged_commands_need_root_or_the_owner() {
 }
 
 #[test]
-fn stats_ras_version_and_a_down_connection() {
+fn stats_health_version_and_a_down_connection() {
     let env = Env::new();
     let mut d = Daemon::load(&env, "127.0.0.57");
     let s = status(&env.run(&["stats"]), 0);
@@ -229,7 +232,7 @@ fn stats_ras_version_and_a_down_connection() {
         status(&env.run(&["stats", "reset"]), 0),
         "counters of node 'daemon' reset\n"
     );
-    let s = status(&env.run(&["ras"]), 0);
+    let s = status(&env.run(&["health"]), 0);
     assert!(s.contains("verdict: healthy"), "{s}");
     assert!(s.contains("addresses:   127.0.0.57"), "{s}");
     let s = status(&env.run(&["version"]), 0);
@@ -237,7 +240,7 @@ fn stats_ras_version_and_a_down_connection() {
         "rds-ctrl (rds-tools) {}\nRDS protocol version 3.1\n",
         env!("CARGO_PKG_VERSION")
     )));
-    // A message to a peer that refuses: the connection is not up, ras says so (status 1).
+    // A message to a peer that refuses: the connection is not up, health says so (status 1).
     let mut c = rds_core::ctl::client::CtlClient::connect(&env.sock()).unwrap();
     let tok = match c.call(&rds_core::ctl::Request::SockOpen, &[]).unwrap().0 {
         rds_core::ctl::Reply::Sock { sock } => sock,
@@ -262,7 +265,7 @@ fn stats_ras_version_and_a_down_connection() {
         b"lost",
     )
     .unwrap();
-    let out = env.run(&["ras"]);
+    let out = env.run(&["health"]);
     let s = status(&out, 1);
     assert!(s.contains("connection 127.0.0.57 -> 127.0.0.59 is "), "{s}");
     assert!(s.contains("(1 message(s) waiting)"), "{s}");
@@ -363,8 +366,8 @@ fn load_failures_and_usage_errors() {
             text(&out.stderr),
             format!("rds-ctrl: warning: the IB transport is unavailable: {why}; loaded TCP only\n")
         );
-        // ras shows the transports and why IB is absent; the daemon logged the same.
-        let r = text(&env.run(&["ras"]).stdout);
+        // health shows the transports and why IB is absent; the daemon logged the same.
+        let r = text(&env.run(&["health"]).stdout);
         assert!(
             r.contains(&format!("  transports:  tcp (IB: unavailable: {why})\n")),
             "{r}"
@@ -396,6 +399,9 @@ fn load_failures_and_usage_errors() {
         &["get"][..],
         &["stats"],
         &["ras"],
+        &["ras", "extract"],
+        &["ras", "detail"],
+        &["health"],
         &["conn", "kill", "1.1.1.1", "2.2.2.2"],
     ] {
         let out = env.run(args);

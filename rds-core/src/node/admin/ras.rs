@@ -37,7 +37,8 @@ fn keep(ring: &Mutex<Ring>, events: Vec<RasEvent>, log: bool) {
         for ev in &events {
             let _ = writeln!(
                 e,
-                "rds daemon[{}]: ras {}: {}",
+                "{} rds daemon[{}]: ras {}: {}",
+                ras::utc_ms(ev.wall_ns),
                 std::process::id(),
                 ev.kind.name(),
                 ev.text
