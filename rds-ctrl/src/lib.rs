@@ -475,12 +475,9 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
             if rds_cli::table::too_wide(&t) {
                 // A narrow terminal: one tunable per paragraph, its description wrapped.
                 for d in TUNABLES {
-                    let aix = d
-                        .aix_name()
-                        .map_or_else(String::new, |a| format!(" (AIX {a})"));
                     writeln!(
                         out,
-                        "{}{aix} = {} ({} {})",
+                        "{} = {} ({} {})",
                         d.name,
                         d.default_value(),
                         d.range_text(),
@@ -488,6 +485,9 @@ fn help(out: &mut dyn Write, name: Option<&str>) -> anyhow::Result<u8> {
                     )?;
                     for l in rds_cli::table::wrap(d.desc, width.saturating_sub(4).max(20)) {
                         writeln!(out, "    {l}")?;
+                    }
+                    if let Some(a) = d.aix_name() {
+                        writeln!(out, "    AIX rdsctrl name: {a}")?;
                     }
                 }
             } else {
