@@ -22,7 +22,7 @@ pub const RING_CAP: usize = 1024;
 pub const LEVELS: [&str; 4] = ["minimal", "normal", "detail", "maximal"];
 
 /// The level a node starts with (`normal`).
-pub const DEFAULT_LEVEL: u8 = 2;
+pub const DEFAULT_LEVEL: u8 = crate::tunables::DEFAULT_RAS_LEVEL;
 
 /// The name of level `n` (1..=4); `None` outside.
 pub fn level_name(n: u8) -> Option<&'static str> {

@@ -4,6 +4,9 @@
 
 use core::time::Duration;
 
+/// The level of the RAS event ring a node starts with (`normal`; levels in [`crate::ras`]).
+pub const DEFAULT_RAS_LEVEL: u8 = 2;
+
 /// Every tunable of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tunables {
@@ -53,7 +56,7 @@ impl Default for Tunables {
             sndbuf_max: 64 << 20,
             rcvbuf_max: 64 << 20,
             mem_budget: 0,
-            ras_level: crate::ras::DEFAULT_LEVEL,
+            ras_level: DEFAULT_RAS_LEVEL,
         }
     }
 }
