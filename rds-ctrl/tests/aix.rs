@@ -201,6 +201,25 @@ fn set_forms_aix_names_and_ras_on_the_daemon() {
         || env.log().contains(": ras up: "),
     );
     d.unload();
+    // With no node, -p only saves.
+    assert_eq!(
+        status(&env.run(&["ras", "-p", "minimal"]), 0),
+        format!("saved RAS level minimal (net.rds.ras_level = 1) in {conf}\n")
+    );
+    assert_eq!(
+        status(
+            &env.run(&["set", "-p", "rds_sendspace", "32768", "ping_enable=off"]),
+            0
+        ),
+        format!(
+            "saved net.rds.sndbuf_default = 32768 in {conf}\n\
+             saved net.rds.ping_enable = 0 in {conf}\n"
+        )
+    );
+    assert_eq!(
+        status(&env.run(&["get", "-p", "rds_sendspace"]), 0),
+        "rds_sendspace = 32768\n"
+    );
 }
 
 #[test]

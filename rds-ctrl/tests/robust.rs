@@ -151,6 +151,7 @@ fn random_request(r: &mut Rng) -> serde_json::Value {
         "sock_cancel",
         "sock_wait",
         "sock_close",
+        "ras_extract",
         "bogus",
     ];
     let fields = [
@@ -183,7 +184,12 @@ fn random_request(r: &mut Rng) -> serde_json::Value {
             ("addr" | "dest", 0) => format!("127.0.0.56:{}", r.below(65536)).into(),
             ("sock", 0) => serde_json::Value::from(r.below(4)),
             ("name", 0) => r
-                .pick(&["ping_enable", "net.rds.tcp.rds_tcp_sndbuf", "x"])
+                .pick(&[
+                    "ping_enable",
+                    "net.rds.tcp.rds_tcp_sndbuf",
+                    "ras_level",
+                    "x",
+                ])
                 .into(),
             ("timeout_ms", _) => serde_json::Value::from(r.below(50)),
             ("max", 0) => serde_json::Value::from(u64::MAX),
