@@ -147,7 +147,8 @@ impl Ring {
     }
 }
 
-/// Counters whose growth means the peer broke the protocol or a bound refused work.
+/// Counters whose growth means the peer broke the protocol, a bound refused work, or a
+/// connection could not be made.
 pub const ERROR_COUNTERS: &[&str] = &[
     "recv_drop_bad_checksum",
     "conn_drop_bad_frame",
@@ -156,6 +157,12 @@ pub const ERROR_COUNTERS: &[&str] = &[
     "conn_refused_no_mem",
     "mem_send_error",
     "cong_send_error",
+    "tcp_accept_emfile",
+    "tcp_accept_addr_limit",
+    "tcp_accept_node_limit",
+    "tcp_connect_refused",
+    "ib_tx_sg_mapping_failure",
+    "ib_ack_send_failure",
 ];
 
 /// Counters whose growth means messages or frames were dropped.
@@ -171,6 +178,9 @@ pub const DROP_COUNTERS: &[&str] = &[
     "send_pong_drop_full",
     "send_pong_drop_down",
     "tcp_sndbuf_full",
+    "tcp_wait_addr_evicted",
+    "tcp_wait_node_evicted",
+    "tcp_wait_expired",
 ];
 
 /// One look at a node: every path's state and up count, and every counter.
@@ -385,6 +395,21 @@ mod tests {
         );
         // A reset of the counters is no event.
         assert!(diff(&b, &a, 4, 0).is_empty());
+    }
+
+    #[test]
+    fn classified_counters_exist() {
+        use crate::stats::{CORE_NAMES, IB_NAMES, TCP_NAMES};
+        for n in ERROR_COUNTERS.iter().chain(DROP_COUNTERS) {
+            assert!(
+                CORE_NAMES
+                    .iter()
+                    .chain(TCP_NAMES)
+                    .chain(IB_NAMES)
+                    .any(|c| c == n),
+                "{n} is no counter"
+            );
+        }
     }
 
     #[test]
