@@ -4,7 +4,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rds_core::info::TransportKind;
@@ -93,7 +94,7 @@ pub fn socket(ty: i32, protocol: i32) -> Res<i32> {
         return Err(libc::EMFILE);
     }
     if ty & libc::SOCK_NONBLOCK != 0 {
-        e.sock.set_nonblocking(true);
+        set_nonblocking(&e, true);
         crate::ffi::sys::set_nonblock_flag(fd, true);
     }
     sock::insert(fd, e);
@@ -216,9 +217,18 @@ fn send_inner(
         // program is not offered (its memory would have to be registered in place).
         return Err(libc::EOPNOTSUPP);
     }
-    e.sock
-        .send_bytes(data, dest, flags & libc::MSG_DONTWAIT != 0)
-        .map_err(errno)
+    let nonblock = flags & libc::MSG_DONTWAIT != 0 || e.nonblock.load(Ordering::Relaxed);
+    let end = deadline(e, false);
+    loop {
+        match e.sock.send_bytes(data.clone(), dest, true).map_err(errno) {
+            Err(libc::EAGAIN) if !nonblock => {
+                let tx = e.ready_fds().map(|f| f[1]);
+                wait_ready(tx, end)?;
+            }
+            Err(libc::ENOBUFS) if !nonblock => wait_ready(None, end)?,
+            r => return r,
+        }
+    }
 }
 
 /// What a receive produced.
@@ -249,15 +259,25 @@ pub fn recv(e: &Entry, buf: &mut [u8], flags: i32) -> Res<Recvd> {
     let f = RecvFlags {
         peek: flags & libc::MSG_PEEK != 0,
         trunc: flags & libc::MSG_TRUNC != 0,
-        dontwait: flags & libc::MSG_DONTWAIT != 0,
+        dontwait: true,
     };
-    let r = e.sock.recv_msg(buf, f);
-    e.sync();
-    let m = r.map_err(|err| match errno(err) {
-        // The kernel's unbound socket has an empty queue.
-        libc::ENOTCONN => libc::EAGAIN,
-        n => n,
-    })?;
+    let nonblock = flags & libc::MSG_DONTWAIT != 0 || e.nonblock.load(Ordering::Relaxed);
+    let end = deadline(e, true);
+    let m = loop {
+        let r = e.sock.recv_msg(buf, f).map_err(|err| match errno(err) {
+            // The kernel's unbound socket has an empty queue.
+            libc::ENOTCONN => libc::EAGAIN,
+            n => n,
+        });
+        e.sync();
+        match r {
+            Err(libc::EAGAIN) if !nonblock => {
+                let rx = e.ready_fds().map(|f| f[0]);
+                wait_ready(rx, end)?;
+            }
+            r => break r?,
+        }
+    };
     let mut out = Recvd {
         ret: m.len,
         from: m.from,
@@ -573,7 +593,32 @@ pub fn get_tos(e: &Entry) -> u8 {
 
 /// `O_NONBLOCK` from `fcntl(F_SETFL)` or `ioctl(FIONBIO)`.
 pub fn set_nonblocking(e: &Entry, on: bool) {
-    e.sock.set_nonblocking(on);
+    e.nonblock.store(on, Ordering::Relaxed);
+}
+
+/// Blocks until readiness eventfd `fd` is readable (the socket became readable or writable),
+/// `deadline` passes (`ETIMEDOUT`), or a signal arrives (`EINTR`, as the kernel's RDS returns
+/// to a handler installed without `SA_RESTART`); `fd` `None`: sleeps a little (a congested
+/// destination has no descriptor to wait on).
+fn wait_ready(fd: Option<i32>, deadline: Option<Instant>) -> Res<()> {
+    let ms = match deadline {
+        None => -1,
+        Some(d) => {
+            let now = Instant::now();
+            if now >= d {
+                return Err(libc::ETIMEDOUT);
+            }
+            i32::try_from((d - now).as_millis() + 1).unwrap_or(i32::MAX)
+        }
+    };
+    let ms = if fd.is_none() && !(0..=10).contains(&ms) { 10 } else { ms };
+    crate::ffi::sys::wait_in(fd, ms)
+}
+
+/// The send or receive timeout's deadline from now.
+fn deadline(e: &Entry, rx: bool) -> Option<Instant> {
+    let t = e.timeouts.lock().unwrap_or_else(|p| p.into_inner())[usize::from(!rx)];
+    t.map(|t| Instant::now() + t)
 }
 
 const CMSG_HDR: usize = 16;

@@ -135,6 +135,8 @@ pub struct Entry {
     pub timeouts: Mutex<[Option<Duration>; 2]>,
     /// `SO_TIMESTAMP` as set: `Some(new)` with `new` telling `SO_TIMESTAMP_NEW`.
     pub timestamps: Mutex<Option<bool>>,
+    /// `O_NONBLOCK` (shared by the descriptors of this socket, as a file description's is).
+    pub nonblock: AtomicBool,
 }
 
 impl std::fmt::Debug for Entry {
@@ -168,6 +170,7 @@ impl Entry {
             tos: Mutex::new(None),
             timeouts: Mutex::new([None, None]),
             timestamps: Mutex::new(None),
+            nonblock: AtomicBool::new(false),
         });
         Ok((e, fd))
     }
@@ -192,6 +195,11 @@ impl Entry {
         }
         self.sync();
         Ok(())
+    }
+
+    /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
+    pub fn ready_fds(&self) -> Option<[RawFd; 2]> {
+        self.ev.get().copied()
     }
 
     /// Brings the program's end in step with the socket's readiness.
