@@ -368,6 +368,7 @@ static int mode_calls(const char *A, const char *B)
 	show("getsockopt(SOL_RDS 99)", getsockopt(s, SOL_RDS, 99, &v, &len));
 	len = sizeof(v);
 	show("getsockopt(SO_RDS_TRANSPORT, bound)", getsockopt(s, SOL_RDS, SO_RDS_TRANSPORT, &v, &len));
+	printf("getsockopt(SO_RDS_TRANSPORT, bound) value: %d\n", v);
 
 	/* RDS_INFO_*: ENOSPC and the needed length, then the table. */
 	len = 0;
