@@ -7,8 +7,10 @@
 //!   one epoll set and one poll call mixing RDS and UDP descriptors; fork+exec and a forked
 //!   child using an inherited socket; 200 sockets in one process; two preloaded processes on
 //!   one address through one daemon (`rds-ctrl daemon tcp --addr A`);
+//! - the same transcript and Python's through the daemon;
 //! - Python's `socket.AF_RDS` (`tests/preload/af_rds.py`);
-//! - qperf's `rds_lat` and `rds_bw` between two preloaded processes.
+//! - qperf's `rds_lat` and `rds_bw` between two preloaded processes;
+//! - the header `rds-preload/include/rds_preload.h`: the record sizes of `linux/rds.h`.
 //!
 //! Addresses: 127.21.0.0/16, one /24 per test. Every child runs under a deadline and is
 //! killed past it.
@@ -119,6 +121,11 @@ fn c_program_transcript_matches() {
     c.args(["calls", "127.21.1.1", "127.21.1.2"]);
     let got = run_ok(c, Duration::from_secs(120));
     let want = std::fs::read_to_string(manifest_dir().join("preload/calls.expected")).unwrap();
+    assert_transcript(&want, &got);
+}
+
+/// `got` is `want`, line for line.
+fn assert_transcript(want: &str, got: &str) {
     let diff: Vec<String> = want
         .lines()
         .zip(got.lines())
@@ -130,6 +137,34 @@ fn c_program_transcript_matches() {
         "transcript differs:\n{}\nfull transcript:\n{got}",
         diff.join("\n")
     );
+}
+
+#[test]
+fn header_has_the_kernel_record_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("h.c");
+    std::fs::write(
+        &src,
+        "#include <rds_preload.h>\n\
+         _Static_assert(AF_RDS == 21 && SOL_RDS == 276, \"numbers\");\n\
+         _Static_assert(sizeof(struct rds_info_counter) == 40, \"counter\");\n\
+         _Static_assert(sizeof(struct rds_info_connection) == 42, \"connection\");\n\
+         _Static_assert(sizeof(struct rds_info_message) == 26, \"message\");\n\
+         _Static_assert(sizeof(struct rds_info_socket) == 28, \"socket\");\n\
+         _Static_assert(sizeof(struct rds_info_tcp_socket) == 41, \"tcp socket\");\n\
+         _Static_assert(sizeof(struct rds_rdma_notify) == 16, \"notify\");\n\
+         int main(void) { return 0; }\n",
+    )
+    .unwrap();
+    let st = Command::new("cc")
+        .arg("-I")
+        .arg(manifest_dir().join("../rds-preload/include"))
+        .arg("-o")
+        .arg(dir.path().join("h"))
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success());
 }
 
 #[test]
@@ -189,24 +224,47 @@ fn many_sockets_in_one_process() {
     assert_eq!(out, "many: 200 sockets, 200 received the right message\n");
 }
 
-#[test]
-fn two_preloaded_processes_share_one_address_through_the_daemon() {
-    let dir = tempfile::tempdir().unwrap();
-    let addr = "127.21.6.1";
-    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-    let mut d = rds_tests::daemon_command(dir.path(), addr, None);
+/// Starts `rds-ctrl daemon tcp --addr addr` with its runtime directory under `dir` and waits
+/// until it answers.
+fn start_daemon(dir: &Path, addr: &str) -> KillOnDrop {
+    let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+    let mut d = rds_tests::daemon_command(dir, addr, None);
     d.stdout(Stdio::null()).stderr(log);
-    let _daemon = KillOnDrop(d.spawn().expect("spawning rds-ctrl daemon"));
-    let sock = dir.path().join("run/daemon.sock");
+    let daemon = KillOnDrop(d.spawn().expect("spawning rds-ctrl daemon"));
+    let sock = dir.join("run/daemon.sock");
     let t0 = Instant::now();
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "the daemon did not start: {}",
-            std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default()
+            std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    daemon
+}
+
+#[test]
+fn c_program_transcript_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = "127.21.8.1";
+    let _daemon = start_daemon(dir.path(), addr);
+    let mut c = preloaded(program(), dir.path(), true);
+    c.args(["calls", addr, addr]);
+    let got = run_ok(c, Duration::from_secs(120));
+    // The same transcript, both sockets on the daemon's one address.
+    let want = std::fs::read_to_string(manifest_dir().join("preload/calls.expected"))
+        .unwrap()
+        .replace("127.21.1.1", addr)
+        .replace("127.21.1.2", addr);
+    assert_transcript(&want, &got);
+}
+
+#[test]
+fn two_preloaded_processes_share_one_address_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = "127.21.6.1";
+    let _daemon = start_daemon(dir.path(), addr);
     let mut s = preloaded(program(), dir.path(), true);
     s.args(["serve", addr, "9000", "50"]).stdout(Stdio::piped());
     let mut server = KillOnDrop(s.spawn().expect("spawn server"));
@@ -235,15 +293,31 @@ fn python_af_rds_datagrams_ancillary_data_and_select() {
     c.arg(manifest_dir().join("preload/af_rds.py"))
         .args(["127.21.5.1", "127.21.5.2"]);
     let out = run_ok(c, Duration::from_secs(60));
-    assert_eq!(
-        out,
-        "getsockname: ('127.21.5.1', 4000) ('127.21.5.2', 4001)\n\
+    assert_eq!(out, python_transcript("127.21.5.1", "127.21.5.2"));
+}
+
+#[test]
+fn python_af_rds_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = "127.21.5.9";
+    let _daemon = start_daemon(dir.path(), addr);
+    let mut c = preloaded(Path::new("python3"), dir.path(), true);
+    c.arg(manifest_dir().join("preload/af_rds.py"))
+        .args([addr, addr]);
+    let out = run_ok(c, Duration::from_secs(60));
+    assert_eq!(out, python_transcript(addr, addr));
+}
+
+/// What `af_rds.py A B` prints.
+fn python_transcript(a: &str, b: &str) -> String {
+    format!(
+        "getsockname: ('{a}', 4000) ('{b}', 4001)\n\
          family/type: True True\n\
          select before send: readable 0 writable 1\n\
          select after send: readable True\n\
-         recvfrom: b'hello' ('127.21.5.1', 4000)\n\
+         recvfrom: b'hello' ('{a}', 4000)\n\
          select after recv: readable 0\n\
-         recvmsg: 10 MSG_TRUNC ('127.21.5.1', 4000) ancillary (SOL_SOCKET, SCM_TIMESTAMP, len): \
+         recvmsg: 10 MSG_TRUNC ('{a}', 4000) ancillary (SOL_SOCKET, SCM_TIMESTAMP, len): \
          [(True, True, 16)]\n\
          timestamp plausible: True\n\
          recvmsg_into(MSG_PEEK): 7 b'peek me'\n\
@@ -251,7 +325,7 @@ fn python_af_rds_datagrams_ancillary_data_and_select() {
          recv empty non-blocking: EAGAIN\n\
          recv empty with timeout: timeout\n\
          recv with timeout: b'in time'\n\
-         getpeername: ('127.21.5.2', 4001)\n\
+         getpeername: ('{b}', 4001)\n\
          recv: b'connected'\n\
          RDS_RECVERR: 1\n\
          RDS_CONG_MONITOR set: ok\n\
@@ -260,7 +334,7 @@ fn python_af_rds_datagrams_ancillary_data_and_select() {
          sendto INADDR_ANY: True\n\
          SOCK_STREAM: True\n\
          done\n"
-    );
+    )
 }
 
 /// Whether something listens on TCP `port` (from `/proc/net/tcp` and `tcp6`).
