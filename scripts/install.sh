@@ -12,7 +12,7 @@
 # PREFIX (default /usr/local) is where the files are used; DESTDIR (default empty) is put in
 # front of every path written, for staging. The release binaries are built with cargo unless
 # BINDIR names a directory that already holds them (for example target/release after
-# `cargo build --release`).
+# `cargo build --release`); LIBDIR (default BINDIR) is where librds_preload.so is then.
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,9 +38,12 @@ if [ -z "${BINDIR:-}" ]; then
 	cargo build --release --manifest-path "$root/Cargo.toml" $pkgs
 	BINDIR=${CARGO_TARGET_DIR:-$root/target}/release
 fi
-for t in $TOOLS $PRELOAD; do
-	if [ ! -x "$BINDIR/$t" ]; then
-		echo "install.sh: $BINDIR/$t is missing: build it (cargo build --release) or unset BINDIR" >&2
+LIBDIR=${LIBDIR:-$BINDIR}
+for f in $TOOLS "$PRELOAD"; do
+	d=$BINDIR
+	[ "$f" = "$PRELOAD" ] && d=$LIBDIR
+	if [ ! -x "$d/$f" ]; then
+		echo "install.sh: $d/$f is missing: build it (cargo build --release) or unset BINDIR" >&2
 		exit 1
 	fi
 done
@@ -56,7 +59,7 @@ install -d "$bin" "$lib" "$inc" "$man/man1" "$man/man7" "$man/man8" "$unit"
 for t in $TOOLS; do
 	install -m 0755 "$BINDIR/$t" "$bin/$t"
 done
-install -m 0755 "$BINDIR/$PRELOAD" "$lib/$PRELOAD"
+install -m 0755 "$LIBDIR/$PRELOAD" "$lib/$PRELOAD"
 install -m 0644 "$root/rds-preload/include/rds_preload.h" "$inc/rds_preload.h"
 for page in "$root"/man/*.[178]; do
 	section=${page##*.}

@@ -17,6 +17,7 @@ fn installs_into_a_destdir() {
         .env("DESTDIR", dest.path())
         .env("PREFIX", "/usr")
         .env("BINDIR", &bindir)
+        .env("LIBDIR", rds_tests::preload_library().parent().unwrap())
         .output()
         .unwrap();
     assert!(

@@ -26,24 +26,6 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `librds_preload.so` of this build (`target/<profile>/`, or `deps/` when built as a
-/// dependency of this package).
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("deps dir");
-    let profile = deps.parent().expect("profile dir");
-    for p in [profile.join("librds_preload.so"), deps.join("librds_preload.so")] {
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "librds_preload.so is missing under {}: build the workspace first (cargo test \
-         --workspace --release, or cargo build --release -p rds-preload)",
-        profile.display()
-    );
-}
-
 /// The C test program, compiled once per test binary.
 fn program() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -66,7 +48,7 @@ fn program() -> &'static Path {
 /// keeps it off any daemon (the embedded case).
 fn preloaded(prog: &Path, dir: &Path, daemon: bool) -> Command {
     let mut c = Command::new(prog);
-    c.env("LD_PRELOAD", library())
+    c.env("LD_PRELOAD", rds_tests::preload_library())
         .env("RDS_RUNTIME_DIR", dir.join("run"))
         .env_remove("RDS_PRELOAD_LOG")
         .stdin(Stdio::null());
@@ -110,7 +92,11 @@ fn text(o: &Output) -> (String, String) {
 fn run_ok(c: Command, limit: Duration) -> String {
     let o = run(c, limit);
     let (out, err) = text(&o);
-    assert!(o.status.success(), "exit {}:\n{out}\nstderr:\n{err}", o.status);
+    assert!(
+        o.status.success(),
+        "exit {}:\n{out}\nstderr:\n{err}",
+        o.status
+    );
     out
 }
 
@@ -280,7 +266,10 @@ fn two_preloaded_processes_share_one_address_through_the_daemon() {
         if let Some(st) = server.0.try_wait().unwrap() {
             break st;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "the server did not end");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the server did not end"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(st.success(), "server exit {st}");
@@ -341,12 +330,15 @@ fn python_transcript(a: &str, b: &str) -> String {
 fn tcp_listening(port: &str) -> bool {
     let hex = format!(":{:04X} ", port.parse::<u16>().unwrap());
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
-            let mut w = l.split_whitespace();
-            let local = w.nth(1).unwrap_or("");
-            let state = w.nth(1).unwrap_or("");
-            format!("{local} ").ends_with(&hex) && state == "0A"
-        })
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let mut w = l.split_whitespace();
+                let local = w.nth(1).unwrap_or("");
+                let state = w.nth(1).unwrap_or("");
+                format!("{local} ").ends_with(&hex) && state == "0A"
+            })
     })
 }
 
@@ -366,12 +358,17 @@ fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
     let port = QPERF_PORT.to_string();
     let mut s = preloaded(Path::new("qperf"), dir.path(), false);
     let log = std::fs::File::create(dir.path().join("qperf-server.log")).unwrap();
-    s.args(["-lp", &port]).stdout(log.try_clone().unwrap()).stderr(log);
+    s.args(["-lp", &port])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
     let _server = KillOnDrop(s.spawn().expect("spawn qperf server"));
     // Not by connecting: qperf would take the probe for a client.
     let t0 = Instant::now();
     while !tcp_listening(&port) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "qperf does not listen on {port}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "qperf does not listen on {port}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The client's RDS socket takes its control connection's source address (127.0.0.1), the
@@ -390,8 +387,8 @@ fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
-            let server_log = std::fs::read_to_string(dir.path().join("qperf-server.log"))
-                .unwrap_or_default();
+            let server_log =
+                std::fs::read_to_string(dir.path().join("qperf-server.log")).unwrap_or_default();
             assert!(
                 o.status.success(),
                 "qperf client {test}: exit {}\n{o_out}\n{err}\nserver:\n{server_log}",
