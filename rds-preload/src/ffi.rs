@@ -40,13 +40,25 @@ macro_rules! next_sym {
 type FnSocket = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
 type FnAddr = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type FnName = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
-type FnSendto =
-    unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t;
+type FnSendto = unsafe extern "C" fn(
+    c_int,
+    *const c_void,
+    size_t,
+    c_int,
+    *const sockaddr,
+    socklen_t,
+) -> ssize_t;
 type FnSendmsg = unsafe extern "C" fn(c_int, *const msghdr, c_int) -> ssize_t;
 type FnSend = unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
 type FnWrite = unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
-type FnRecvfrom =
-    unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t;
+type FnRecvfrom = unsafe extern "C" fn(
+    c_int,
+    *mut c_void,
+    size_t,
+    c_int,
+    *mut sockaddr,
+    *mut socklen_t,
+) -> ssize_t;
 type FnRecvmsg = unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t;
 type FnRecv = unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;
 type FnRead = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
@@ -197,7 +209,9 @@ unsafe fn gather(iov: *const iovec, n: usize) -> Result<Bytes, i32> {
     let v = unsafe { iovecs(iov, n)? };
     if v.len() == 1 {
         // SAFETY: the iovec describes the program's readable buffer.
-        return Ok(Bytes::copy_from_slice(unsafe { bytes(v[0].iov_base, v[0].iov_len) }));
+        return Ok(Bytes::copy_from_slice(unsafe {
+            bytes(v[0].iov_base, v[0].iov_len)
+        }));
     }
     let mut out = Vec::with_capacity(v.iter().map(|x| x.iov_len).sum());
     for x in v {
@@ -211,7 +225,12 @@ unsafe fn gather(iov: *const iovec, n: usize) -> Result<Bytes, i32> {
 ///
 /// # Safety
 /// As [`iovecs`], the buffers writable.
-unsafe fn scatter_recv(e: &Entry, iov: *const iovec, n: usize, flags: c_int) -> Result<ops::Recvd, i32> {
+unsafe fn scatter_recv(
+    e: &Entry,
+    iov: *const iovec,
+    n: usize,
+    flags: c_int,
+) -> Result<ops::Recvd, i32> {
     // SAFETY: the caller's promise.
     let v = unsafe { iovecs(iov, n)? };
     if v.len() == 1 {
@@ -281,7 +300,10 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     };
     // SAFETY: the program's address of `len` bytes.
     let a = unsafe { bytes(addr.cast(), len as usize) };
-    done(|| format!("connect({fd}, {:?})", ops::parse_addr(a)), ops::connect(&e, a).map(|()| 0))
+    done(
+        || format!("connect({fd}, {:?})", ops::parse_addr(a)),
+        ops::connect(&e, a).map(|()| 0),
+    )
 }
 
 /// `getsockname(2)`.
@@ -356,7 +378,15 @@ pub unsafe extern "C" fn sendto(
     // SAFETY: the program's buffers of the lengths it gave.
     let (data, dest) = unsafe { (bytes(buf, len), bytes(addr.cast(), alen as usize)) };
     let dest = (!addr.is_null()).then_some(dest);
-    send_common(fd, &e, Ok(Bytes::copy_from_slice(data)), dest, flags, &[], "sendto")
+    send_common(
+        fd,
+        &e,
+        Ok(Bytes::copy_from_slice(data)),
+        dest,
+        flags,
+        &[],
+        "sendto",
+    )
 }
 
 /// `send(2)`.
@@ -372,7 +402,15 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
     };
     // SAFETY: the program's buffer of `len` bytes.
     let data = unsafe { bytes(buf, len) };
-    send_common(fd, &e, Ok(Bytes::copy_from_slice(data)), None, flags, &[], "send")
+    send_common(
+        fd,
+        &e,
+        Ok(Bytes::copy_from_slice(data)),
+        None,
+        flags,
+        &[],
+        "send",
+    )
 }
 
 /// `write(2)`: a send without flags on an RDS descriptor.
@@ -388,7 +426,15 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
     };
     // SAFETY: the program's buffer of `len` bytes.
     let data = unsafe { bytes(buf, len) };
-    send_common(fd, &e, Ok(Bytes::copy_from_slice(data)), None, 0, &[], "write")
+    send_common(
+        fd,
+        &e,
+        Ok(Bytes::copy_from_slice(data)),
+        None,
+        0,
+        &[],
+        "write",
+    )
 }
 
 /// `writev(2)`: one message from the gather list.
@@ -549,7 +595,11 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
             unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), m.msg_name.cast::<u8>(), n) };
         }
         m.msg_namelen = name.len() as socklen_t;
-        let cap = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
+        let cap = if m.msg_control.is_null() {
+            0
+        } else {
+            m.msg_controllen
+        };
         let (ctl, cut) = ops::encode_cmsgs(&x.cmsgs, cap);
         if !ctl.is_empty() {
             // SAFETY: the program's control buffer of `msg_controllen` bytes; `ctl` fits it.
@@ -581,13 +631,19 @@ pub unsafe extern "C" fn setsockopt(
         Some(Ok(e)) => e,
     };
     if val.is_null() && len > 0 {
-        return done(|| format!("setsockopt({fd}, {level}, {name})"), Err(libc::EFAULT));
+        return done(
+            || format!("setsockopt({fd}, {level}, {name})"),
+            Err(libc::EFAULT),
+        );
     }
     // SAFETY: the program's option value of `len` bytes.
     let v = unsafe { bytes(val, len as usize) };
     match ops::setsockopt(&e, level, name, v) {
         Err(FORWARD) => forward!(next_setsockopt(fd, level, name, val, len)),
-        r => done(|| format!("setsockopt({fd}, {level}, {name})"), r.map(|()| 0)),
+        r => done(
+            || format!("setsockopt({fd}, {level}, {name})"),
+            r.map(|()| 0),
+        ),
     }
 }
 
@@ -820,7 +876,12 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// # Safety
 /// The C function's contract.
 #[no_mangle]
-pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t {
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+) -> ssize_t {
     if len > buflen {
         // SAFETY: the fortified check's failure ends the program, as the C library's does.
         unsafe { libc::abort() };
@@ -880,7 +941,9 @@ pub mod sys {
     use super::*;
 
     fn errno() -> i32 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
     }
 
     /// A close-on-exec `AF_UNIX` stream pair. Blocking: the program's end shares its file
@@ -914,7 +977,11 @@ pub mod sys {
 
     /// A duplicate of `fd` (close-on-exec when asked).
     pub fn dup(fd: RawFd, cloexec: bool) -> Result<RawFd, i32> {
-        let cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+        let cmd = if cloexec {
+            libc::F_DUPFD_CLOEXEC
+        } else {
+            libc::F_DUPFD
+        };
         let f = next_fcntl().ok_or(libc::ENOSYS)?;
         // SAFETY: fcntl on a descriptor of this library.
         let r = unsafe { f(fd, cmd, 0) };
@@ -931,7 +998,11 @@ pub mod sys {
         unsafe {
             let fl = f(fd, libc::F_GETFL, 0);
             if fl >= 0 {
-                let fl = if on { fl | libc::O_NONBLOCK } else { fl & !libc::O_NONBLOCK };
+                let fl = if on {
+                    fl | libc::O_NONBLOCK
+                } else {
+                    fl & !libc::O_NONBLOCK
+                };
                 f(fd, libc::F_SETFL, fl as usize);
             }
         }
@@ -949,7 +1020,14 @@ pub mod sys {
     pub fn send_nb(fd: RawFd, b: &[u8]) -> Result<usize, i32> {
         let f = next_send().ok_or(libc::ENOSYS)?;
         // SAFETY: `b` is a valid buffer of its length.
-        let r = unsafe { f(fd, b.as_ptr().cast(), b.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        let r = unsafe {
+            f(
+                fd,
+                b.as_ptr().cast(),
+                b.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
         usize::try_from(r).map_err(|_| errno())
     }
 

@@ -23,8 +23,8 @@ fn snapshot(e: &Entry) -> Result<InfoSnapshot, i32> {
     let bound = e.sock.local_addr().is_ok();
     if e.sock.via_daemon() || (!bound && std::env::var_os("RDS_NO_DAEMON").is_none()) {
         if let Some(ep) = rds_core::ctl::find_daemon() {
-            let mut c = rds_core::ctl::client::CtlClient::connect(&ep.path)
-                .map_err(|e| e.errno())?;
+            let mut c =
+                rds_core::ctl::client::CtlClient::connect(&ep.path).map_err(|e| e.errno())?;
             return c.info().map_err(|e| e.errno());
         }
     }
@@ -74,7 +74,10 @@ fn table(opt: i32, s: &InfoSnapshot) -> Option<(usize, Vec<Vec<u8>>)> {
         }
         10006 | 10015 => {
             let each = if v6 { 52 } else { 28 };
-            (each, s.sockets.iter().filter_map(|k| socket(k, v6)).collect())
+            (
+                each,
+                s.sockets.iter().filter_map(|k| socket(k, v6)).collect(),
+            )
         }
         10007 | 10016 => {
             let each = if v6 { 64 } else { 41 };
@@ -153,7 +156,13 @@ fn socket(k: &SockInfo, v6: bool) -> Option<Vec<u8>> {
     let none = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
     let bound = k.bound.unwrap_or(none);
     let conn = k.connected.unwrap_or(none);
-    let zero4 = |ip: IpAddr| if ip.is_unspecified() { Some([0; 4]) } else { v4(ip) };
+    let zero4 = |ip: IpAddr| {
+        if ip.is_unspecified() {
+            Some([0; 4])
+        } else {
+            v4(ip)
+        }
+    };
     let u32v = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
     let mut b = Vec::with_capacity(52);
     b.extend_from_slice(&u32v(k.sndbuf).to_ne_bytes());

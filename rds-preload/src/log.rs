@@ -16,12 +16,20 @@ pub fn call(call: impl FnOnce() -> String, r: &Result<isize, i32>) {
     if !enabled() {
         return;
     }
+    thread_local! {
+        /// Set while this thread logs: standard error may itself be an RDS descriptor.
+        static LOGGING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if LOGGING.with(|l| l.replace(true)) {
+        return;
+    }
     let call = call();
     let res = match r {
         Ok(n) => n.to_string(),
         Err(e) => format!("-1 {}", errno_name(*e)),
     };
     eprintln!("rds-preload[{}]: {call} = {res}", std::process::id());
+    LOGGING.with(|l| l.set(false));
 }
 
 /// Says something once per process on stderr (always, not only with logging on).

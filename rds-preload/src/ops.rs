@@ -3,8 +3,8 @@
 //! in, call one of these and copy the results out.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -210,7 +210,11 @@ fn send_inner(
     }
     if flags & MSG_ZEROCOPY != 0 {
         // RDS/TCP zerocopy needs a cookie; the stack copies, so it is refused either way.
-        return Err(if cookie { libc::EOPNOTSUPP } else { libc::EINVAL });
+        return Err(if cookie {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EINVAL
+        });
     }
     if rdma {
         // RDS/TCP has no RDMA (the kernel's EOPNOTSUPP); RDMA over IB from a preloaded
@@ -220,7 +224,11 @@ fn send_inner(
     let nonblock = flags & libc::MSG_DONTWAIT != 0 || e.nonblock.load(Ordering::Relaxed);
     let end = deadline(e, false);
     loop {
-        match e.sock.send_bytes(data.clone(), dest, true).map_err(errno) {
+        let r = e.sock.send_bytes(data.clone(), dest, true).map_err(errno);
+        if r.is_ok() {
+            e.sent.store(true, Ordering::Relaxed);
+        }
+        match r {
             Err(libc::EAGAIN) if !nonblock => {
                 let tx = e.ready_fds().map(|f| f[1]);
                 wait_ready(tx, end)?;
@@ -316,7 +324,11 @@ pub fn recv(e: &Entry, buf: &mut [u8], flags: i32) -> Res<Recvd> {
         b[8..].copy_from_slice(&i64::from(d.subsec_micros()).to_ne_bytes());
         out.cmsgs.push(Cmsg {
             level: libc::SOL_SOCKET,
-            ty: if new { SO_TIMESTAMP_NEW } else { SO_TIMESTAMP_OLD },
+            ty: if new {
+                SO_TIMESTAMP_NEW
+            } else {
+                SO_TIMESTAMP_OLD
+            },
             data: b,
         });
     }
@@ -346,7 +358,9 @@ fn timeval(v: &[u8]) -> Res<Option<Duration>> {
     if s < 0 || (s == 0 && us == 0) {
         return Ok(None);
     }
-    Ok(Some(Duration::from_secs(s as u64) + Duration::from_micros(us as u64)))
+    Ok(Some(
+        Duration::from_secs(s as u64) + Duration::from_micros(us as u64),
+    ))
 }
 
 fn timeval_bytes(d: Option<Duration>) -> Vec<u8> {
@@ -572,17 +586,23 @@ pub fn fionread(e: &Entry) -> i32 {
     }
 }
 
-/// `ioctl(SIOCRDSSETTOS)`: once, before the socket has sent (the kernel's rule: the TOS of a
-/// connection is fixed when it is made); RDS/TCP carries every TOS as 0.
+/// `ioctl(SIOCRDSSETTOS)`, the kernel's rules: the socket's transport maps the value (RDS/TCP
+/// maps every TOS to 0, RDS/IB keeps it); it can be set while the socket has no TOS yet and
+/// has not sent (the kernel: no connection cached).
 ///
 /// # Errors
-/// `EINVAL` when already set.
+/// `ENOTTY` without a transport (unbound); `EINVAL` once a TOS is set or the socket has sent.
 pub fn set_tos(e: &Entry, tos: u8) -> Res<()> {
+    let mapped = match e.sock.transport() {
+        Some(TransportKind::Tcp) if e.sock.local_addr().is_ok() => 0,
+        Some(TransportKind::Ib) if e.sock.local_addr().is_ok() => tos,
+        _ => return Err(libc::ENOTTY),
+    };
     let mut t = e.tos.lock().unwrap_or_else(|p| p.into_inner());
-    if t.is_some_and(|old| old != 0) {
+    if t.is_some_and(|old| old != 0) || e.sent.load(Ordering::Relaxed) {
         return Err(libc::EINVAL);
     }
-    *t = Some(tos);
+    *t = Some(mapped);
     Ok(())
 }
 
@@ -611,7 +631,11 @@ fn wait_ready(fd: Option<i32>, deadline: Option<Instant>) -> Res<()> {
             i32::try_from((d - now).as_millis() + 1).unwrap_or(i32::MAX)
         }
     };
-    let ms = if fd.is_none() && !(0..=10).contains(&ms) { 10 } else { ms };
+    let ms = if fd.is_none() && !(0..=10).contains(&ms) {
+        10
+    } else {
+        ms
+    };
     crate::ffi::sys::wait_in(fd, ms)
 }
 

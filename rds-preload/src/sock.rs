@@ -137,6 +137,8 @@ pub struct Entry {
     pub timestamps: Mutex<Option<bool>>,
     /// `O_NONBLOCK` (shared by the descriptors of this socket, as a file description's is).
     pub nonblock: AtomicBool,
+    /// A send succeeded (the kernel's socket then has a connection: its TOS is fixed).
+    pub sent: AtomicBool,
 }
 
 impl std::fmt::Debug for Entry {
@@ -171,6 +173,7 @@ impl Entry {
             timeouts: Mutex::new([None, None]),
             timestamps: Mutex::new(None),
             nonblock: AtomicBool::new(false),
+            sent: AtomicBool::new(false),
         });
         Ok((e, fd))
     }

@@ -413,12 +413,18 @@ static int mode_calls(const char *A, const char *B)
 	free(info);
 
 	unsigned char tos = 3;
+	int u = rds_socket();
+	show("ioctl(SIOCRDSSETTOS, unbound)", ioctl(u, SIOCRDSSETTOS, &tos));
+	close(u);
+	/* t has received but never sent: no connection of its own yet. */
 	show("ioctl(SIOCRDSSETTOS, 3)", ioctl(t, SIOCRDSSETTOS, &tos));
 	tos = 4;
 	show("ioctl(SIOCRDSSETTOS, again)", ioctl(t, SIOCRDSSETTOS, &tos));
-	tos = 0;
+	tos = 9;
 	show("ioctl(SIOCRDSGETTOS)", ioctl(t, SIOCRDSGETTOS, &tos));
-	printf("ioctl(SIOCRDSGETTOS) value: %d\n", tos);
+	printf("ioctl(SIOCRDSGETTOS) value: %d (tcp maps every tos to 0)\n", tos);
+	tos = 5;
+	show("ioctl(SIOCRDSSETTOS, after sending)", ioctl(s, SIOCRDSSETTOS, &tos));
 	show("ioctl(unknown)", ioctl(t, 0x89ff, &v));
 
 	/* A full send buffer: messages to an address with no node stay queued. */
