@@ -9,7 +9,8 @@
 //!   one address through one daemon (`rds-ctrl daemon tcp --addr A`);
 //! - the same transcript and Python's through the daemon;
 //! - Python's `socket.AF_RDS` (`tests/preload/af_rds.py`);
-//! - qperf's `rds_lat` and `rds_bw` between two preloaded processes;
+//! - qperf's `rds_lat` and `rds_bw` between two preloaded processes, with embedded nodes and
+//!   through one daemon;
 //! - the header `rds-preload/include/rds_preload.h`: the record sizes of `linux/rds.h`.
 //!
 //! Addresses: 127.21.0.0/16, one /24 per test. Every child runs under a deadline and is
@@ -342,9 +343,6 @@ fn tcp_listening(port: &str) -> bool {
     })
 }
 
-/// qperf's control port in these tests (its default is 19765).
-const QPERF_PORT: u16 = 19921;
-
 #[test]
 fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
     if Command::new("qperf").arg("--version").output().is_err() {
@@ -352,12 +350,40 @@ fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
         eprintln!("SKIP: qperf is not installed (apt-get install qperf, or .ci/deps.d/preload.sh)");
         return;
     }
+    // The client's RDS socket takes its control connection's source address (127.0.0.1), the
+    // server's the address it was reached at. One after the other: both cases use 127.0.0.1.
+    // Embedded: two addresses, one node in each process.
     let dir = tempfile::tempdir().unwrap();
-    // Outside the ephemeral range: qperf listens anew for each test, and a port from that
-    // range was found refused for the second test.
-    let port = QPERF_PORT.to_string();
-    let mut s = preloaded(Path::new("qperf"), dir.path(), false);
-    let log = std::fs::File::create(dir.path().join("qperf-server.log")).unwrap();
+    let out = qperf_pair(dir.path(), 19921, "127.21.7.2", false);
+    println!("embedded nodes:\n{out}");
+    // Through one daemon owning both addresses.
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+    let mut d = rds_tests::daemon_command(dir.path(), "127.0.0.1", None);
+    d.args(["--addr", "127.21.7.3"])
+        .stdout(Stdio::null())
+        .stderr(log);
+    let _daemon = KillOnDrop(d.spawn().expect("spawning rds-ctrl daemon"));
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(dir.path().join("run/daemon.sock")).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = qperf_pair(dir.path(), 19931, "127.21.7.3", true);
+    println!("through the daemon:\n{out}");
+}
+
+/// qperf's server and, one client per test, `rds_lat` and `rds_bw` against it at `addr`
+/// (control port `port`, outside the ephemeral range: qperf listens anew for each test, and
+/// a port from that range was found refused for the second test); returns the clients'
+/// output after checking it has both figures.
+fn qperf_pair(dir: &Path, port: u16, addr: &str, daemon: bool) -> String {
+    let port = port.to_string();
+    let mut s = preloaded(Path::new("qperf"), dir, daemon);
+    let log = std::fs::File::create(dir.join("qperf-server.log")).unwrap();
     s.args(["-lp", &port])
         .stdout(log.try_clone().unwrap())
         .stderr(log);
@@ -371,24 +397,21 @@ fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The client's RDS socket takes its control connection's source address (127.0.0.1), the
-    // server's the address it was reached at: two addresses, one embedded node each. One
-    // client per test, each retried while the server does not listen yet (qperf listens anew
-    // after each test).
     let mut out = String::new();
     for test in ["rds_lat", "rds_bw"] {
         let t0 = Instant::now();
         loop {
-            let mut c = preloaded(Path::new("qperf"), dir.path(), false);
-            c.args(["-lp", &port, "-t", "2", "127.21.7.2", test]);
+            let mut c = preloaded(Path::new("qperf"), dir, daemon);
+            c.args(["-lp", &port, "-t", "2", addr, test]);
             let o = run(c, Duration::from_secs(60));
             let (o_out, err) = text(&o);
+            // Retried while the server does not listen again yet.
             if o_out.contains("Connection refused") && t0.elapsed() < Duration::from_secs(20) {
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
             let server_log =
-                std::fs::read_to_string(dir.path().join("qperf-server.log")).unwrap_or_default();
+                std::fs::read_to_string(dir.join("qperf-server.log")).unwrap_or_default();
             assert!(
                 o.status.success(),
                 "qperf client {test}: exit {}\n{o_out}\n{err}\nserver:\n{server_log}",
@@ -398,7 +421,7 @@ fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
             break;
         }
     }
-    println!("{out}");
     assert!(out.contains("rds_lat:\n    latency  ="), "{out}");
     assert!(out.contains("rds_bw:\n    bw  ="), "{out}");
+    out
 }
