@@ -26,7 +26,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <signal.h>
 #include <sys/select.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -61,6 +63,7 @@ static const char *ename(int e)
 	case EBADFD: return "EBADFD";
 	case ENOTTY: return "ENOTTY";
 	case EFAULT: return "EFAULT";
+	case EINTR: return "EINTR";
 	default: return "E?";
 	}
 }
@@ -132,6 +135,11 @@ static int polls(int fd, short ev, int ms)
 	struct pollfd p = { .fd = fd, .events = ev };
 	int r = poll(&p, 1, ms);
 	return r == 1 && (p.revents & ev);
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
 }
 
 static int mode_calls(const char *A, const char *B)
@@ -339,6 +347,16 @@ static int mode_calls(const char *A, const char *B)
 	show("recv(empty, SO_RCVTIMEO)", recv(t, buf, sizeof(buf), 0));
 	rto.tv_usec = 0;
 	setsockopt(t, SOL_SOCKET, SO_RCVTIMEO, &rto, sizeof(rto));
+
+	/* A signal whose handler has no SA_RESTART ends a blocking receive with EINTR. */
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = { { 0, 0 }, { 0, 100000 } };
+	setitimer(ITIMER_REAL, &it, NULL);
+	show("recv(empty, blocking, SIGALRM)", recv(t, buf, sizeof(buf), 0));
+	signal(SIGALRM, SIG_DFL);
 
 	v = 1;
 	show("setsockopt(RDS_CONG_MONITOR)", setsockopt(t, SOL_RDS, RDS_CONG_MONITOR, &v, sizeof(v)));
