@@ -13,8 +13,33 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use rds_core::ctl::InfoSnapshot;
 use rds_core::info::{ConnInfo, PathState, QueuedMsgInfo, SockInfo, TcpSockInfo};
 
-use crate::ops::{OptErr, OptOut};
 use crate::sock::Entry;
+
+/// What a `getsockopt` answers.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OptOut {
+    /// The call's return value (the element size for `RDS_INFO_*`, else 0).
+    pub ret: i32,
+    /// Bytes to copy to `optval` (at most `optlen` of them are copied).
+    pub data: Vec<u8>,
+    /// The value for `*optlen`.
+    pub len: usize,
+}
+
+/// A failed `getsockopt`: the errno, and a length to store in `*optlen` (`ENOSPC`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct OptErr {
+    /// errno; `ops::FORWARD` for the generic socket code.
+    pub errno: i32,
+    /// `*optlen` to report.
+    pub len: Option<usize>,
+}
+
+impl From<i32> for OptErr {
+    fn from(errno: i32) -> Self {
+        OptErr { errno, len: None }
+    }
+}
 
 fn snapshot(e: &Entry) -> Result<InfoSnapshot, i32> {
     if let Some(n) = e.sock.node() {

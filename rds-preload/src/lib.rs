@@ -5,10 +5,11 @@
 //! through to the C library untouched.
 //!
 //! Layers, top down:
-//! - `ffi`: the only unsafe code. The exported C symbols (`socket`, `bind`, `sendmsg`,
-//!   `recvmsg`, `setsockopt`, `fcntl`, `close`, `dup2`, ...), each forwarding descriptors that
-//!   are not ours to the next definition (`dlsym(RTLD_NEXT)`), the copying of C structures to
-//!   and from Rust values, and the raw system calls on the readiness socket pair.
+//! - `ffi`: the only unsafe code. `ffi::calls`, the exported C symbols (`socket`, `bind`,
+//!   `sendmsg`, `recvmsg`, `setsockopt`, `fcntl`, `close`, `dup2`, ...), each forwarding
+//!   descriptors that are not ours to the next definition (`ffi::next`, `dlsym(RTLD_NEXT)`)
+//!   and copying C structures to and from Rust values; `ffi::sys`, the raw system calls on
+//!   the readiness socket pair (used by the layers below `calls`).
 //! - `ops`: the socket calls on Rust values (addresses, byte slices, option values), returning
 //!   the kernel's errno on failure.
 //! - `info`: the `RDS_INFO_*` getsockopt tables in the `linux/rds.h` layouts.

@@ -12,6 +12,7 @@ use rds_core::info::TransportKind;
 use rds_core::RecvFlags;
 
 use crate::abi::*;
+use crate::info::{OptErr, OptOut};
 use crate::sock::{self, errno, Entry};
 
 /// A result carrying the kernel's errno on failure.
@@ -477,32 +478,6 @@ pub fn setsockopt(e: &Entry, level: i32, name: i32, v: &[u8]) -> Res<()> {
             setsockopt(e, libc::SOL_SOCKET, name, v)
         }
         _ => Err(libc::ENOPROTOOPT),
-    }
-}
-
-/// What a `getsockopt` answers.
-#[derive(Debug, PartialEq, Eq)]
-pub struct OptOut {
-    /// The call's return value (the element size for `RDS_INFO_*`, else 0).
-    pub ret: i32,
-    /// Bytes to copy to `optval` (at most `optlen` of them are copied).
-    pub data: Vec<u8>,
-    /// The value for `*optlen`.
-    pub len: usize,
-}
-
-/// A failed `getsockopt`: the errno, and a length to store in `*optlen` (`ENOSPC`).
-#[derive(Debug, PartialEq, Eq)]
-pub struct OptErr {
-    /// errno; [`FORWARD`] for the generic socket code.
-    pub errno: i32,
-    /// `*optlen` to report.
-    pub len: Option<usize>,
-}
-
-impl From<i32> for OptErr {
-    fn from(errno: i32) -> Self {
-        OptErr { errno, len: None }
     }
 }
 

@@ -1,120 +1,17 @@
-//! The C side, and the only unsafe code of the library: the exported socket calls, each
-//! passing a descriptor that is not an RDS one to the next definition of the symbol (the C
-//! library's, found with `dlsym(RTLD_NEXT)`), and copying the C arguments of an RDS one in
-//! and out of the safe calls in `ops`; plus [`sys`], the raw calls on the readiness pair.
-//!
-//! The pointers a program passes are trusted as the kernel would not trust them: a bad one
-//! faults here where the kernel would return `EFAULT` (null pointers are checked).
+//! The exported socket calls: each passes a descriptor that is not an RDS one to the C
+//! library's definition, and serves an RDS one through `ops`.
 
-#![allow(unsafe_code)]
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use bytes::Bytes;
 use libc::{c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 
+use super::next::*;
+use super::sys;
 use crate::abi::AF_RDS;
 use crate::log;
 use crate::ops::{self, Cmsg, FORWARD};
 use crate::sock::{self, Entry, Lookup};
-
-/// Defines `$f()`: the next definition of C symbol `$name` after this library's.
-macro_rules! next_sym {
-    ($f:ident, $name:literal, $ty:ty) => {
-        fn $f() -> Option<$ty> {
-            static P: AtomicUsize = AtomicUsize::new(0);
-            let mut p = P.load(Ordering::Relaxed);
-            if p == 0 {
-                // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only looks a symbol up.
-                p = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) }
-                    as usize;
-                P.store(p, Ordering::Relaxed);
-            }
-            // SAFETY: `p` is the address of the C library's `$name`, whose prototype is `$ty`.
-            (p != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(p) })
-        }
-    };
-}
-
-type FnSocket = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
-type FnAddr = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
-type FnName = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
-type FnSendto = unsafe extern "C" fn(
-    c_int,
-    *const c_void,
-    size_t,
-    c_int,
-    *const sockaddr,
-    socklen_t,
-) -> ssize_t;
-type FnSendmsg = unsafe extern "C" fn(c_int, *const msghdr, c_int) -> ssize_t;
-type FnSend = unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
-type FnWrite = unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
-type FnRecvfrom = unsafe extern "C" fn(
-    c_int,
-    *mut c_void,
-    size_t,
-    c_int,
-    *mut sockaddr,
-    *mut socklen_t,
-) -> ssize_t;
-type FnRecvmsg = unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t;
-type FnRecv = unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;
-type FnRead = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
-type FnIov = unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t;
-type FnSetsockopt = unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
-type FnGetsockopt = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
-type FnFcntl = unsafe extern "C" fn(c_int, c_int, usize) -> c_int;
-type FnIoctl = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
-type FnClose = unsafe extern "C" fn(c_int) -> c_int;
-type FnDup = unsafe extern "C" fn(c_int) -> c_int;
-type FnDup2 = unsafe extern "C" fn(c_int, c_int) -> c_int;
-type FnDup3 = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
-
-next_sym!(next_socket, "socket", FnSocket);
-next_sym!(next_bind, "bind", FnAddr);
-next_sym!(next_connect, "connect", FnAddr);
-next_sym!(next_getsockname, "getsockname", FnName);
-next_sym!(next_getpeername, "getpeername", FnName);
-next_sym!(next_sendto, "sendto", FnSendto);
-next_sym!(next_sendmsg, "sendmsg", FnSendmsg);
-next_sym!(next_send, "send", FnSend);
-next_sym!(next_write, "write", FnWrite);
-next_sym!(next_writev, "writev", FnIov);
-next_sym!(next_recvfrom, "recvfrom", FnRecvfrom);
-next_sym!(next_recvmsg, "recvmsg", FnRecvmsg);
-next_sym!(next_recv, "recv", FnRecv);
-next_sym!(next_read, "read", FnRead);
-next_sym!(next_readv, "readv", FnIov);
-next_sym!(next_setsockopt, "setsockopt", FnSetsockopt);
-next_sym!(next_getsockopt, "getsockopt", FnGetsockopt);
-next_sym!(next_fcntl, "fcntl", FnFcntl);
-next_sym!(next_fcntl64, "fcntl64", FnFcntl);
-next_sym!(next_ioctl, "ioctl", FnIoctl);
-next_sym!(next_close, "close", FnClose);
-next_sym!(next_dup, "dup", FnDup);
-next_sym!(next_dup2, "dup2", FnDup2);
-next_sym!(next_dup3, "dup3", FnDup3);
-
-fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// Calls the next definition, or fails with ENOSYS when there is none.
-macro_rules! forward {
-    ($next:ident($($a:expr),*)) => {
-        match $next() {
-            // SAFETY: the program's own arguments go unchanged to the C library's function.
-            Some(f) => unsafe { f($($a),*) },
-            None => {
-                set_errno(libc::ENOSYS);
-                -1
-            }
-        }
-    };
-}
 
 /// The entry of an RDS descriptor, or the return value for the others: `None` to pass the
 /// call through; `Some(Err(()))` after setting EBADFD for an inherited one.
@@ -263,7 +160,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     if domain != AF_RDS {
         return forward!(next_socket(domain, ty, protocol));
     }
-    sys::register_atfork();
+    register_atfork();
     done(
         || format!("socket(AF_RDS, {ty:#x}, {protocol})"),
         ops::socket(ty, protocol).map(|fd| fd as isize),
@@ -932,210 +829,15 @@ pub unsafe extern "C" fn __recvfrom_chk(
     unsafe { recvfrom(fd, buf, len, flags, addr, alen) }
 }
 
-/// Raw calls on the readiness pair, epoll and fork, as safe functions (the pair's ends are
-/// this library's own descriptors, never the program's).
-pub mod sys {
-    use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-    use std::sync::Once;
+extern "C" fn child_after_fork() {
+    sock::after_fork_child();
+}
 
-    use super::*;
-
-    fn errno() -> i32 {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)
-    }
-
-    /// A close-on-exec `AF_UNIX` stream pair. Blocking: the program's end shares its file
-    /// status flags (`F_GETFL`) with the program's descriptor, and this library's own calls on
-    /// the pair pass `MSG_DONTWAIT`.
-    pub fn socketpair() -> Result<(OwnedFd, OwnedFd), i32> {
-        let mut fds = [0 as c_int; 2];
-        let ty = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
-        // SAFETY: `fds` has room for the two descriptors.
-        if unsafe { libc::socketpair(libc::AF_UNIX, ty, 0, fds.as_mut_ptr()) } != 0 {
-            return Err(errno());
-        }
-        // SAFETY: both descriptors were just created and are owned by nobody else.
-        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-    }
-
-    /// `SO_SNDBUF` on one of this library's sockets.
-    pub fn set_sndbuf(fd: RawFd, bytes: c_int) {
-        let v = bytes;
-        // SAFETY: an int option value of the right size.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&v as *const c_int).cast(),
-                4,
-            )
-        };
-    }
-
-    /// A duplicate of `fd` (close-on-exec when asked).
-    pub fn dup(fd: RawFd, cloexec: bool) -> Result<RawFd, i32> {
-        let cmd = if cloexec {
-            libc::F_DUPFD_CLOEXEC
-        } else {
-            libc::F_DUPFD
-        };
-        let f = next_fcntl().ok_or(libc::ENOSYS)?;
-        // SAFETY: fcntl on a descriptor of this library.
-        let r = unsafe { f(fd, cmd, 0) };
-        if r < 0 {
-            return Err(errno());
-        }
-        Ok(r)
-    }
-
-    /// Sets or clears `O_NONBLOCK` on the program's end (so that `F_GETFL` shows it).
-    pub fn set_nonblock_flag(fd: RawFd, on: bool) {
-        let Some(f) = next_fcntl() else { return };
-        // SAFETY: F_GETFL/F_SETFL on the pair's end the program holds.
-        unsafe {
-            let fl = f(fd, libc::F_GETFL, 0);
-            if fl >= 0 {
-                let fl = if on {
-                    fl | libc::O_NONBLOCK
-                } else {
-                    fl & !libc::O_NONBLOCK
-                };
-                f(fd, libc::F_SETFL, fl as usize);
-            }
-        }
-    }
-
-    /// Closes a descriptor through the C library.
-    pub fn close(fd: RawFd) {
-        if let Some(f) = next_close() {
-            // SAFETY: closes a descriptor this library made and nobody else holds.
-            unsafe { f(fd) };
-        }
-    }
-
-    /// A non-blocking send of `b` on one of the pair's ends.
-    pub fn send_nb(fd: RawFd, b: &[u8]) -> Result<usize, i32> {
-        let f = next_send().ok_or(libc::ENOSYS)?;
-        // SAFETY: `b` is a valid buffer of its length.
-        let r = unsafe {
-            f(
-                fd,
-                b.as_ptr().cast(),
-                b.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        usize::try_from(r).map_err(|_| errno())
-    }
-
-    /// Reads everything queued on `fd`, without blocking.
-    pub fn drain(fd: RawFd) {
-        let Some(f) = next_recv() else { return };
-        let mut buf = [0u8; 16384];
-        loop {
-            // SAFETY: `buf` is a valid buffer of its length.
-            let r = unsafe { f(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-            if r <= 0 {
-                return;
-            }
-        }
-    }
-
-    /// Writes on `fd` until its send buffer is full (then it does not poll writable).
-    pub fn fill(fd: RawFd) {
-        let buf = [0u8; 16384];
-        for _ in 0..64 {
-            if send_nb(fd, &buf).is_err() {
-                return;
-            }
-        }
-    }
-
-    /// Whether `fd` is readable now.
-    pub fn poll_in(fd: RawFd) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no waiting.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
-    }
-
-    /// Waits up to `ms` milliseconds (-1: for ever) for `fd` to be readable, or only sleeps
-    /// without one; `EINTR` when a signal handler ran, `ETIMEDOUT` when `ms` passed.
-    pub fn wait_in(fd: Option<RawFd>, ms: c_int) -> Result<(), i32> {
-        let mut p = libc::pollfd {
-            fd: fd.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd (a negative fd is ignored by poll).
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        match n {
-            n if n < 0 => Err(errno()),
-            0 if fd.is_some() => Err(libc::ETIMEDOUT),
-            _ => Ok(()),
-        }
-    }
-
-    /// A close-on-exec epoll instance.
-    pub fn epoll_create() -> Result<OwnedFd, i32> {
-        // SAFETY: no pointers.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(errno());
-        }
-        // SAFETY: just created, owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// Watches `fd` becoming readable (edge-triggered), reporting `key`.
-    pub fn epoll_add(ep: RawFd, fd: RawFd, key: u64) -> Result<(), i32> {
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: key,
-        };
-        // SAFETY: a valid event struct.
-        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-            return Err(errno());
-        }
-        Ok(())
-    }
-
-    /// Stops watching `fd`.
-    pub fn epoll_del(ep: RawFd, fd: RawFd) {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: a valid event struct (ignored by DEL).
-        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, &mut ev) };
-    }
-
-    /// Waits for events; appends their keys.
-    pub fn epoll_wait(ep: RawFd, keys: &mut Vec<u64>) -> Result<(), i32> {
-        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
-        // SAFETY: `evs` holds 64 events.
-        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 64, -1) };
-        if n < 0 {
-            let e = errno();
-            return if e == libc::EINTR { Ok(()) } else { Err(e) };
-        }
-        keys.extend(evs[..n as usize].iter().map(|e| e.u64));
-        Ok(())
-    }
-
-    extern "C" fn child_after_fork() {
-        crate::sock::after_fork_child();
-    }
-
-    /// Registers the fork handler once (from the first `socket(AF_RDS)`).
-    pub fn register_atfork() {
-        static ONCE: Once = Once::new();
-        ONCE.call_once(|| {
-            // SAFETY: registers a handler that only stores atomics (async-signal-safe).
-            unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) };
-        });
-    }
+/// Registers the fork handler once (from the first `socket(AF_RDS)`).
+fn register_atfork() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only stores atomics (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) };
+    });
 }
