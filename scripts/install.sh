@@ -1,8 +1,9 @@
 #!/bin/sh
-# Installs the RDS tools: the five binaries to $DESTDIR$PREFIX/bin, the man pages to
-# $DESTDIR$PREFIX/share/man/man1, man7 and man8, and the systemd unit of the host daemon
-# (contrib/rds-daemon.service, its ExecStart pointing at the installed rds-ctrl) to
-# $DESTDIR$PREFIX/lib/systemd/system.
+# Installs the RDS tools: the five binaries to $DESTDIR$PREFIX/bin, the preload library
+# (librds_preload.so, for unmodified AF_RDS programs) to $DESTDIR$PREFIX/lib and its header to
+# $DESTDIR$PREFIX/include, the man pages to $DESTDIR$PREFIX/share/man/man1, man7 and man8, and
+# the systemd unit of the host daemon (contrib/rds-daemon.service, its ExecStart pointing at
+# the installed rds-ctrl) to $DESTDIR$PREFIX/lib/systemd/system.
 #
 #   scripts/install.sh                          # builds, installs under /usr/local
 #   sudo PREFIX=/usr scripts/install.sh
@@ -11,13 +12,14 @@
 # PREFIX (default /usr/local) is where the files are used; DESTDIR (default empty) is put in
 # front of every path written, for staging. The release binaries are built with cargo unless
 # BINDIR names a directory that already holds them (for example target/release after
-# `cargo build --release`).
+# `cargo build --release`); LIBDIR (default BINDIR) is where librds_preload.so is then.
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 PREFIX=${PREFIX:-/usr/local}
 DESTDIR=${DESTDIR:-}
 TOOLS="rds-ping rds-info rds-stress rds-ctrl rds-trace"
+PRELOAD=librds_preload.so
 
 case $PREFIX in
 /*) ;;
@@ -28,7 +30,7 @@ case $PREFIX in
 esac
 
 if [ -z "${BINDIR:-}" ]; then
-	pkgs=""
+	pkgs="-p rds-preload"
 	for t in $TOOLS; do
 		pkgs="$pkgs -p $t"
 	done
@@ -36,9 +38,12 @@ if [ -z "${BINDIR:-}" ]; then
 	cargo build --release --manifest-path "$root/Cargo.toml" $pkgs
 	BINDIR=${CARGO_TARGET_DIR:-$root/target}/release
 fi
-for t in $TOOLS; do
-	if [ ! -x "$BINDIR/$t" ]; then
-		echo "install.sh: $BINDIR/$t is missing: build it (cargo build --release) or unset BINDIR" >&2
+LIBDIR=${LIBDIR:-$BINDIR}
+for f in $TOOLS "$PRELOAD"; do
+	d=$BINDIR
+	[ "$f" = "$PRELOAD" ] && d=$LIBDIR
+	if [ ! -x "$d/$f" ]; then
+		echo "install.sh: $d/$f is missing: build it (cargo build --release) or unset BINDIR" >&2
 		exit 1
 	fi
 done
@@ -47,10 +52,15 @@ bin=$DESTDIR$PREFIX/bin
 man=$DESTDIR$PREFIX/share/man
 unit=$DESTDIR$PREFIX/lib/systemd/system
 
-install -d "$bin" "$man/man1" "$man/man7" "$man/man8" "$unit"
+lib=$DESTDIR$PREFIX/lib
+inc=$DESTDIR$PREFIX/include
+
+install -d "$bin" "$lib" "$inc" "$man/man1" "$man/man7" "$man/man8" "$unit"
 for t in $TOOLS; do
 	install -m 0755 "$BINDIR/$t" "$bin/$t"
 done
+install -m 0755 "$LIBDIR/$PRELOAD" "$lib/$PRELOAD"
+install -m 0644 "$root/rds-preload/include/rds_preload.h" "$inc/rds_preload.h"
 for page in "$root"/man/*.[178]; do
 	section=${page##*.}
 	install -m 0644 "$page" "$man/man$section/"
@@ -60,4 +70,5 @@ sed "s|/usr/bin/rds-ctrl|$PREFIX/bin/rds-ctrl|g" "$root/contrib/rds-daemon.servi
 chmod 0644 "$unit/rds-daemon.service"
 
 echo "installed $TOOLS to $bin"
+echo "the preload library to $lib/$PRELOAD, its header to $inc/rds_preload.h"
 echo "man pages to $man, the unit to $unit/rds-daemon.service"

@@ -72,6 +72,28 @@ pub fn workspace_bin(name: &str) -> std::path::PathBuf {
     b
 }
 
+/// `librds_preload.so` of this build: the newer of `target/<profile>/` (`cargo build -p
+/// rds-preload`) and `target/<profile>/deps/` (where `cargo test --workspace` builds it, for
+/// the crate's doctests).
+pub fn preload_library() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let profile = deps.parent().expect("target/<profile>");
+    let newest = [profile, deps]
+        .iter()
+        .map(|d| d.join("librds_preload.so"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    match newest {
+        Some((_, p)) => p,
+        None => panic!(
+            "librds_preload.so is missing under {}: build the workspace first (cargo test \
+             --workspace --release, or cargo build --release -p rds-preload)",
+            profile.display()
+        ),
+    }
+}
+
 /// The command that runs `rds-ctrl daemon tcp --addr ADDR` in the foreground with its runtime
 /// directory at `dir/run` and its configuration at `dir/rds.conf` (under `ulimit -n NOFILE`
 /// when given, through `sh`), its standard input closed; its output is the caller's to set.

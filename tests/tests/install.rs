@@ -17,6 +17,7 @@ fn installs_into_a_destdir() {
         .env("DESTDIR", dest.path())
         .env("PREFIX", "/usr")
         .env("BINDIR", &bindir)
+        .env("LIBDIR", rds_tests::preload_library().parent().unwrap())
         .output()
         .unwrap();
     assert!(
@@ -50,9 +51,12 @@ fn installs_into_a_destdir() {
         "man1/rds-trace.1",
         "man7/rds.7",
         "man8/rds-ctrl.8",
+        "man8/rds-preload.8",
     ] {
         assert!(usr.join("share/man").join(page).is_file(), "{page}");
     }
+    assert!(usr.join("lib/librds_preload.so").is_file());
+    assert!(usr.join("include/rds_preload.h").is_file());
     let unit = std::fs::read_to_string(usr.join("lib/systemd/system/rds-daemon.service")).unwrap();
     assert!(
         unit.lines()

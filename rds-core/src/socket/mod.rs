@@ -859,6 +859,8 @@ impl Socket {
     /// `RDS_RECVERR` (set).
     pub fn set_recverr(&self, on: bool) {
         if let Some(r) = self.daemon() {
+            // Kept here too: `recverr` answers from it for a daemon socket.
+            self.pending().recverr = on;
             let _ = r.set(SockOpt::Recverr(on));
             return;
         }

@@ -1,0 +1,300 @@
+//! One RDS descriptor and the table of them: an [`Entry`] is an `rds_core::Socket` with the
+//! socket pair whose first end the program holds, kept readable while a receive would return
+//! something and writable while the send buffer has room; the table maps the program's
+//! descriptors (several after `dup`) to their entry; the readiness thread follows the
+//! socket's readiness eventfds and brings each pair in step.
+//!
+//! The table answers "is this descriptor ours" with one atomic load, so that the
+//! interposed `read`, `write` and `close` of every other descriptor cost nothing more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use rds_core::Socket;
+
+use crate::ffi::sys;
+
+/// Descriptors at or above this are never ours (`socket(AF_RDS)` then fails with EMFILE).
+pub const MAX_FD: usize = 1 << 20;
+
+static OURS: [AtomicU64; MAX_FD / 64] = [const { AtomicU64::new(0) }; MAX_FD / 64];
+static MAP: Mutex<BTreeMap<RawFd, Arc<Entry>>> = Mutex::new(BTreeMap::new());
+/// This process is a forked child of a process that had used RDS.
+static FORKED: AtomicBool = AtomicBool::new(false);
+/// This process has created an RDS socket.
+static USED: AtomicBool = AtomicBool::new(false);
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// What a descriptor is to this library.
+pub enum Lookup {
+    /// Not an RDS descriptor: pass the call through.
+    NotOurs,
+    /// An RDS descriptor inherited from the parent across `fork`: unusable here.
+    Inherited,
+    /// An RDS descriptor of this process.
+    Ours(Arc<Entry>),
+}
+
+fn bit(fd: RawFd) -> Option<(usize, u64)> {
+    let i = usize::try_from(fd).ok().filter(|&i| i < MAX_FD)?;
+    Some((i / 64, 1u64 << (i % 64)))
+}
+
+/// Whether `fd` is an RDS descriptor (of this process or inherited).
+pub fn is_ours(fd: RawFd) -> bool {
+    bit(fd).is_some_and(|(w, m)| OURS[w].load(Ordering::Acquire) & m != 0)
+}
+
+fn set_bit(fd: RawFd, on: bool) {
+    if let Some((w, m)) = bit(fd) {
+        if on {
+            OURS[w].fetch_or(m, Ordering::AcqRel);
+        } else {
+            OURS[w].fetch_and(!m, Ordering::AcqRel);
+        }
+    }
+}
+
+fn map() -> std::sync::MutexGuard<'static, BTreeMap<RawFd, Arc<Entry>>> {
+    MAP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The entry of `fd`.
+pub fn lookup(fd: RawFd) -> Lookup {
+    if !is_ours(fd) {
+        return Lookup::NotOurs;
+    }
+    if FORKED.load(Ordering::Relaxed) {
+        return Lookup::Inherited;
+    }
+    match map().get(&fd) {
+        Some(e) => Lookup::Ours(e.clone()),
+        None => Lookup::NotOurs,
+    }
+}
+
+/// Makes `fd` a descriptor of `e`.
+pub fn insert(fd: RawFd, e: Arc<Entry>) {
+    map().insert(fd, e);
+    set_bit(fd, true);
+}
+
+/// Forgets `fd` (closed, or replaced by `dup2`); returns its entry, to be dropped by the caller
+/// outside the table's lock.
+pub fn remove(fd: RawFd) -> Option<Arc<Entry>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    set_bit(fd, false);
+    if FORKED.load(Ordering::Relaxed) {
+        // The parent's entries are never dropped here: their sockets live in the parent.
+        return None;
+    }
+    map().remove(&fd)
+}
+
+/// Marks this process a forked child (from the `pthread_atfork` child handler; touches only
+/// atomics).
+pub fn after_fork_child() {
+    if USED.load(Ordering::Relaxed) {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether this process may create RDS sockets (not a forked child of a process that used
+/// them).
+pub fn usable() -> bool {
+    !FORKED.load(Ordering::Relaxed)
+}
+
+/// What the program's end of the pair currently shows.
+#[derive(Debug)]
+struct Mirror {
+    readable: bool,
+    writable: bool,
+}
+
+/// One RDS socket of the program.
+pub struct Entry {
+    /// The stack's socket.
+    pub sock: Socket,
+    /// A private duplicate of the program's end (the program may close its own).
+    a: OwnedFd,
+    /// This library's end.
+    b: OwnedFd,
+    key: u64,
+    mirror: Mutex<Mirror>,
+    /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
+    ev: OnceLock<[RawFd; 2]>,
+    /// `SIOCRDSSETTOS` value.
+    pub tos: Mutex<Option<u8>>,
+    /// `SO_RCVTIMEO`, `SO_SNDTIMEO` as set (for getsockopt).
+    pub timeouts: Mutex<[Option<Duration>; 2]>,
+    /// `SO_TIMESTAMP` as set: `Some(new)` with `new` telling `SO_TIMESTAMP_NEW`.
+    pub timestamps: Mutex<Option<bool>>,
+    /// `O_NONBLOCK` (shared by the descriptors of this socket, as a file description's is).
+    pub nonblock: AtomicBool,
+    /// A send succeeded (the kernel's socket then has a connection: its TOS is fixed).
+    pub sent: AtomicBool,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("key", &self.key).finish()
+    }
+}
+
+impl Entry {
+    /// A new unbound socket and its pair; returns the entry and the program's descriptor.
+    ///
+    /// # Errors
+    /// The errno of `socketpair` or `dup`.
+    pub fn create(cloexec: bool) -> Result<(Arc<Entry>, RawFd), i32> {
+        let sock = Socket::new().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+        let (a, b) = sys::socketpair()?;
+        // A small send buffer on the program's end: filling it (not writable) is cheap.
+        sys::set_sndbuf(a.as_raw_fd(), 4096);
+        let fd = sys::dup(a.as_raw_fd(), cloexec)?;
+        USED.store(true, Ordering::Relaxed);
+        let e = Arc::new(Entry {
+            sock,
+            a,
+            b,
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            mirror: Mutex::new(Mirror {
+                readable: false,
+                writable: true,
+            }),
+            ev: OnceLock::new(),
+            tos: Mutex::new(None),
+            timeouts: Mutex::new([None, None]),
+            timestamps: Mutex::new(None),
+            nonblock: AtomicBool::new(false),
+            sent: AtomicBool::new(false),
+        });
+        Ok((e, fd))
+    }
+
+    /// After bind: follows the socket's readiness from now on.
+    ///
+    /// # Errors
+    /// The errno of the readiness descriptors' creation.
+    pub fn attach(self: &Arc<Self>) -> Result<(), i32> {
+        let rx = self.sock.fd().map_err(errno)?;
+        let tx = self.sock.send_fd().map_err(errno)?;
+        if self.ev.set([rx, tx]).is_err() {
+            return Ok(());
+        }
+        let p = pump()?;
+        p.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.key, Arc::downgrade(self));
+        for fd in [rx, tx] {
+            sys::epoll_add(p.ep.as_raw_fd(), fd, self.key)?;
+        }
+        self.sync();
+        Ok(())
+    }
+
+    /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
+    pub fn ready_fds(&self) -> Option<[RawFd; 2]> {
+        self.ev.get().copied()
+    }
+
+    /// Brings the program's end in step with the socket's readiness.
+    pub fn sync(&self) {
+        let Some(&[rx, tx]) = self.ev.get() else {
+            return;
+        };
+        let mut m = self.mirror.lock().unwrap_or_else(|p| p.into_inner());
+        let r = sys::poll_in(rx);
+        let w = sys::poll_in(tx);
+        if r != m.readable {
+            if r {
+                let _ = sys::send_nb(self.b.as_raw_fd(), &[1]);
+            } else {
+                sys::drain(self.a.as_raw_fd());
+            }
+            m.readable = r;
+        }
+        if w != m.writable {
+            if w {
+                sys::drain(self.b.as_raw_fd());
+            } else {
+                sys::fill(self.a.as_raw_fd());
+            }
+            m.writable = w;
+        }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if let (Some(&[rx, tx]), Some(Ok(p))) = (self.ev.get(), PUMP.get()) {
+            sys::epoll_del(p.ep.as_raw_fd(), rx);
+            sys::epoll_del(p.ep.as_raw_fd(), tx);
+            p.entries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&self.key);
+        }
+    }
+}
+
+/// An `io::Error` as an errno.
+pub fn errno(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The readiness thread's epoll set and the entries it serves.
+struct Pump {
+    ep: OwnedFd,
+    entries: Mutex<HashMap<u64, Weak<Entry>>>,
+}
+
+static PUMP: OnceLock<Result<Arc<Pump>, i32>> = OnceLock::new();
+
+fn pump() -> Result<Arc<Pump>, i32> {
+    PUMP.get_or_init(|| {
+        let p = Arc::new(Pump {
+            ep: sys::epoll_create()?,
+            entries: Mutex::new(HashMap::new()),
+        });
+        let q = p.clone();
+        std::thread::Builder::new()
+            .name("rds-preload".into())
+            .spawn(move || pump_loop(&q))
+            .map_err(errno)?;
+        Ok(p)
+    })
+    .clone()
+}
+
+/// Waits for readiness eventfds to be signalled (edge-triggered: a socket that became
+/// readable or writable) and syncs their entries. Becoming not ready happens only in the
+/// program's own calls, which sync themselves.
+fn pump_loop(p: &Pump) {
+    let mut keys = Vec::with_capacity(64);
+    loop {
+        keys.clear();
+        if sys::epoll_wait(p.ep.as_raw_fd(), &mut keys).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        for k in &keys {
+            let e = p
+                .entries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(k)
+                .and_then(Weak::upgrade);
+            if let Some(e) = e {
+                e.sync();
+            }
+        }
+    }
+}
