@@ -1,9 +1,11 @@
 //! `rds-trace -w FILE`: capture from a running node.
 //!
-//! 1. Pick the node and say hello on its control socket ([`CtlClient::connect_node`]):
-//!    `--node NAME`, else the daemon if it runs, else the only running node (several nodes
-//!    and no daemon: an error listing them). Nodes are found in the runtime directories of
-//!    [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
+//! 1. Pick the node ([`choose_node`]) and say hello on its control socket: `--node
+//!    NAME|ADDRESS|PID`, else the daemon if it runs, else the only running node, else the only
+//!    node this user may trace, else the first node of the one process that runs them all
+//!    (both nodes of `rds-stress --loopback`: the traffic between them); nodes of several
+//!    processes and no daemon: an error listing them. Nodes are found in the runtime
+//!    directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
 //! 2. Send [`Request::TraceStart`] with the snap length
 //!    and filters. The node refuses with `EPERM` unless we are root or its owner, and with
 //!    `EBUSY` while another trace session runs on it (one per node).
@@ -47,7 +49,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use nix::sys::signal::{SigSet, Signal};
 use rds_core::ctl::client::{CtlClient, CtlError};
-use rds_core::ctl::{write_frame, write_frame_with_fd, Reply, Request, TraceOutput};
+use rds_core::ctl::select::{self, RunningNode};
+use rds_core::ctl::{write_frame, write_frame_with_fd, NodeEndpoint, Reply, Request, TraceOutput};
 use rds_core::socket::{HEADER_LEN, MAX_MSG_SIZE};
 use rds_core::trace::{
     open_capture_file, Capture, CaptureFile, CaptureLink, CaptureTally, TcpCaptureConfig,
@@ -210,6 +213,67 @@ fn controller(
             stopper.abort();
         }
     }
+}
+
+/// The node to trace, and a note saying why when rds-trace chose it among several.
+///
+/// With `sel` (`--node`), the node it selects ([`select::choose`]). Without: the daemon if it
+/// runs, else the only node; else, among the nodes this user may trace (root, or the node's
+/// owner), the only one or, when they all run in one process (the two nodes of
+/// `rds-stress --loopback`), the first: the traffic between them passes through each.
+///
+/// # Errors
+/// No node runs, none matches `sel`, or several processes run nodes (the message lists them).
+pub fn choose_node(sel: Option<&str>) -> Result<(NodeEndpoint, Option<String>), CtlError> {
+    if sel.is_some() {
+        return select::choose(sel).map(|e| (e, None));
+    }
+    match select::choose(None) {
+        Err(CtlError::NoNode(_)) => {}
+        r => return r.map(|e| (e, None)),
+    }
+    let nodes = select::running_nodes();
+    let uid = nix::unistd::geteuid().as_raw();
+    let ours: Vec<&RunningNode> = nodes
+        .iter()
+        .filter(|n| {
+            n.hello
+                .as_ref()
+                .is_some_and(|h| uid == 0 || h.owner_uid == uid)
+        })
+        .collect();
+    match obvious_node(&ours) {
+        Some((n, note)) => Ok((n.endpoint.clone(), note)),
+        None => select::pick(None, &nodes).map(|e| (e, None)),
+    }
+}
+
+/// The node to trace among several traceable ones (see [`choose_node`]), with a note naming
+/// the others when there are.
+fn obvious_node<'a>(ours: &[&'a RunningNode]) -> Option<(&'a RunningNode, Option<String>)> {
+    let first = *ours.first()?;
+    if ours.len() == 1 {
+        return Some((first, None));
+    }
+    let pid = first.pid()?;
+    if ours.iter().any(|n| n.pid() != Some(pid)) {
+        return None;
+    }
+    let others: Vec<&str> = ours[1..].iter().map(|n| n.name()).collect();
+    let program = first
+        .program
+        .as_deref()
+        .map_or_else(String::new, |p| format!(" ({p})"));
+    Some((
+        first,
+        Some(format!(
+            "the nodes of process {pid}{program} are {} and {}: tracing {}, which sees the \
+             traffic between them (choose another with --node NAME|ADDRESS)",
+            first.name(),
+            others.join(", "),
+            first.name()
+        )),
+    ))
 }
 
 /// Where the capture goes.
@@ -393,7 +457,11 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let (sig_tx, sig_rx) = mpsc::channel();
     signal_thread(sig_tx)?;
 
-    let mut client = CtlClient::connect_node(opts.node.as_deref())?;
+    let (endpoint, note) = choose_node(opts.node.as_deref())?;
+    let mut client = CtlClient::connect(&endpoint.path)?;
+    if let Some(n) = note {
+        eprintln!("rds-trace: {n}");
+    }
     // The node's name as `--node` takes it: its control socket's stem.
     let name = client
         .path()
