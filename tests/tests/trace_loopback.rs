@@ -1,0 +1,147 @@
+//! A user traces `rds-stress --loopback` with one command: `rds-trace -w FILE -G 3` and no
+//! `--node`, while the two embedded nodes of rds-stress run (127.25.0.1 active, 127.25.0.2
+//! passive). rds-trace picks one of them, says so, and the capture holds the RDS/TCP frames
+//! between the two addresses both ways, data messages of the tasks included. The same nodes
+//! are then chosen by address and by pid (`--node`), as rds-info and rds-ctrl take them.
+//!
+//! Uses the release binaries next to this test's executable (`cargo test --workspace
+//! --release` builds them). Private runtime directory.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rds_core::trace::PcapFrames;
+use rds_tests::proc::KillOnDrop;
+use rds_tests::workspace_bin as bin;
+
+const ACTIVE: &str = "127.25.0.1";
+const PASSIVE: &str = "127.25.0.2";
+
+fn tool(run: &Path, name: &str, args: &[&str]) -> Output {
+    Command::new(bin(name))
+        .args(args)
+        .env("RDS_RUNTIME_DIR", run)
+        .env("RDS_NO_DAEMON", "1")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The running nodes as `rds-info --list-nodes --json` lists them.
+fn nodes(run: &Path) -> Vec<serde_json::Value> {
+    let out = tool(run, "rds-info", &["--list-nodes", "--json"]);
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v["nodes"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// (frames from ACTIVE to PASSIVE, frames back, data frames with a payload) in a capture.
+fn frames_between(file: &Path) -> (usize, usize, usize) {
+    let f = std::fs::File::open(file).unwrap();
+    let (a, p): (IpAddr, IpAddr) = (ACTIVE.parse().unwrap(), PASSIVE.parse().unwrap());
+    let (mut there, mut back, mut data) = (0, 0, 0);
+    for fr in PcapFrames::new(std::io::BufReader::new(f)).unwrap() {
+        let fr = fr.unwrap();
+        let Some(h) = fr.header() else { continue };
+        match (fr.src_ip(), fr.dst_ip()) {
+            (Some(s), Some(d)) if s == a && d == p => there += 1,
+            (Some(s), Some(d)) if s == p && d == a => back += 1,
+            other => panic!("a frame between other addresses: {other:?}"),
+        }
+        if h.len > 0 && h.sport != 0 && h.dport != 0 {
+            data += 1;
+        }
+    }
+    (there, back, data)
+}
+
+#[test]
+fn trace_rds_stress_loopback_without_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let stress = Command::new(bin("rds-stress"))
+        .args(["--loopback", "-r", ACTIVE, "-s", PASSIVE, "-T", "30"])
+        .env("RDS_RUNTIME_DIR", &run)
+        .env("RDS_NO_DAEMON", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = stress.id();
+    let _stress = KillOnDrop(stress);
+
+    // Both nodes serve their control sockets (at most 20 s).
+    let end = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        let n = nodes(&run);
+        if n.len() == 2 {
+            break n;
+        }
+        assert!(
+            Instant::now() < end,
+            "rds-stress's nodes did not appear: {n:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for n in &listed {
+        assert_eq!(n["pid"], pid);
+        assert_eq!(n["program"], "rds-stress");
+    }
+    // The tasks start 2 s after the nodes: the capture below spans them.
+
+    let file = dir.path().join("loopback.pcap");
+    let f = file.to_str().unwrap();
+    let out = tool(&run, "rds-trace", &["-w", f, "-G", "4"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "rds-trace: the nodes of process {pid} (rds-stress) are embedded-{pid}"
+        )) && first.ends_with("(choose another with --node NAME|ADDRESS)"),
+        "{err}"
+    );
+    assert!(err.contains("rds-trace: tracing node 'embedded-"), "{err}");
+    let (there, back, data) = frames_between(&file);
+    assert!(
+        there > 0 && back > 0,
+        "both directions: {there} and {back}\n{err}"
+    );
+    assert!(data > 0, "the tasks' data messages: {data}\n{err}");
+
+    // The same nodes by address and by pid.
+    let by_addr = tool(&run, "rds-info", &["--node", PASSIVE, "--json", "-k"]);
+    assert_eq!(by_addr.status.code(), Some(0), "{}", text(&by_addr.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&by_addr.stdout).unwrap();
+    assert!(
+        v["node"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("embedded-{pid}")),
+        "{v}"
+    );
+    let by_pid = tool(&run, "rds-info", &["--node", &pid.to_string(), "-k"]);
+    assert_eq!(by_pid.status.code(), Some(1));
+    assert!(
+        text(&by_pid.stderr).starts_with(&format!(
+            "rds-info: several RDS nodes match '{pid}'; choose one with --node \
+             NAME|ADDRESS|PID: embedded-{pid}"
+        )),
+        "{}",
+        text(&by_pid.stderr)
+    );
+    let traced = tool(&run, "rds-trace", &["-w", f, "-G", "1", "--node", ACTIVE]);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert!(
+        text(&traced.stderr).starts_with(&format!("rds-trace: tracing node 'embedded-{pid}")),
+        "{}",
+        text(&traced.stderr)
+    );
+    assert!(text(&traced.stderr).contains(&format!("({ACTIVE})")));
+}
