@@ -58,7 +58,8 @@ const BAR_MIN: usize = 5;
 /// The progress bar's template (indicatif) for a run of `secs` seconds on a terminal `width`
 /// columns wide: `{elapsed_precise} [{bar:N}] {pos}/{len} s` with the bar as wide as fits (at
 /// most 40), leaving the last column free so that the line never wraps; without room for a bar
-/// of 5, the times alone. An unknown width lets indicatif fit the bar to standard error.
+/// of 5, the times alone (the elapsed time too when it fits). An unknown width lets indicatif
+/// fit the bar to standard error.
 pub fn progress_template(secs: u64, width: Option<u16>) -> String {
     let Some(width) = width else {
         return "{elapsed_precise} [{wide_bar}] {pos}/{len} s".into();
@@ -68,7 +69,9 @@ pub fn progress_template(secs: u64, width: Option<u16>) -> String {
     let fixed = 10 + 2 + 2 * digits + 1 + 2 + 1;
     match usize::from(width).saturating_sub(fixed).min(BAR_MAX) {
         n if n >= BAR_MIN => format!("{{elapsed_precise}} [{{bar:{n}}}] {{pos}}/{{len}} s"),
-        _ => "{elapsed_precise} {pos}/{len} s".into(),
+        // "HH:MM:SS " + pos + "/" + len + " s", and a free last column.
+        _ if usize::from(width) > 9 + 2 * digits + 3 => "{elapsed_precise} {pos}/{len} s".into(),
+        _ => "{pos}/{len} s".into(),
     }
 }
 

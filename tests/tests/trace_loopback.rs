@@ -2,7 +2,7 @@
 //! `--node`, while the two embedded nodes of rds-stress run (127.25.0.1 active, 127.25.0.2
 //! passive). rds-trace picks one of them, says so, and the capture holds the RDS/TCP frames
 //! between the two addresses both ways, data messages of the tasks included. The same nodes
-//! are then chosen by address and by pid (`--node`), as rds-info and rds-ctrl take them.
+//! are then chosen by address and by pid (`--node`) in rds-info, rds-ctrl and rds-trace.
 //!
 //! Uses the release binaries next to this test's executable (`cargo test --workspace
 //! --release` builds them). Private runtime directory.
@@ -135,6 +135,13 @@ fn trace_rds_stress_loopback_without_node() {
         )),
         "{}",
         text(&by_pid.stderr)
+    );
+    let ctrl = tool(&run, "rds-ctrl", &["--node", PASSIVE, "stats"]);
+    assert_eq!(ctrl.status.code(), Some(0), "{}", text(&ctrl.stderr));
+    assert!(
+        text(&ctrl.stdout).contains("conn_reset"),
+        "{}",
+        text(&ctrl.stdout)
     );
     let traced = tool(&run, "rds-trace", &["-w", f, "-G", "1", "--node", ACTIVE]);
     assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
