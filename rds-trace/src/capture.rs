@@ -57,6 +57,8 @@ use rds_core::trace::{
     TraceError,
 };
 
+mod many;
+
 /// How long the node has to end the session after the stop request.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -180,9 +182,9 @@ fn signal_thread(tx: mpsc::Sender<Signal>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Watches signals, the duration and the stop deadline.
+/// Watches signals, the duration and the stop deadline, for the sessions of `stoppers`.
 fn controller(
-    stopper: Arc<Stopper>,
+    stoppers: Vec<Arc<Stopper>>,
     signals: mpsc::Receiver<Signal>,
     deadline: Option<Instant>,
     done: Arc<AtomicBool>,
@@ -192,10 +194,12 @@ fn controller(
         match signals.recv_timeout(Duration::from_millis(50)) {
             Ok(_) => {
                 signalled += 1;
-                if signalled == 1 {
-                    stopper.stop();
-                } else {
-                    stopper.abort();
+                for s in &stoppers {
+                    if signalled == 1 {
+                        s.stop();
+                    } else {
+                        s.abort();
+                    }
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -203,34 +207,45 @@ fn controller(
                 std::thread::sleep(Duration::from_millis(50))
             }
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            stopper.stop();
-        }
-        if stopper
-            .stop_sent_at()
-            .is_some_and(|t| t.elapsed() >= STOP_GRACE)
-        {
-            stopper.abort();
+        for s in &stoppers {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                s.stop();
+            }
+            if s.stop_sent_at().is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                s.abort();
+            }
         }
     }
 }
 
-/// The node to trace, and a note saying why when rds-trace chose it among several.
+/// The nodes a capture traces.
+#[derive(Debug)]
+pub enum Choice {
+    /// One node, and a note saying why when rds-trace chose it among several.
+    One(NodeEndpoint, Option<String>),
+    /// Every node this user may trace, in several processes: one capture of them all
+    /// ([`many`]).
+    All(Vec<RunningNode>),
+}
+
+/// The nodes to trace.
 ///
 /// With `sel` (`--node`), the node it selects ([`select::choose`]). Without: the daemon if it
 /// runs, else the only node; else, among the nodes this user may trace (root, or the node's
 /// owner), the only one or, when they all run in one process (the two nodes of
-/// `rds-stress --loopback`), the first: the traffic between them passes through each.
+/// `rds-stress --loopback`), the first: the traffic between them passes through each; else
+/// all of them, when the capture is of RDS/TCP (`all_tcp`).
 ///
 /// # Errors
-/// No node runs, none matches `sel`, or several processes run nodes (the message lists them).
-pub fn choose_node(sel: Option<&str>) -> Result<(NodeEndpoint, Option<String>), CtlError> {
+/// No node runs, none matches `sel`, or several processes run nodes and the capture is of IB
+/// (the message lists them).
+pub fn choose_node(sel: Option<&str>, all_tcp: bool) -> Result<Choice, CtlError> {
     if sel.is_some() {
-        return select::choose(sel).map(|e| (e, None));
+        return select::choose(sel).map(|e| Choice::One(e, None));
     }
     match select::choose(None) {
         Err(CtlError::NoNode(_)) => {}
-        r => return r.map(|e| (e, None)),
+        r => return r.map(|e| Choice::One(e, None)),
     }
     let nodes = select::running_nodes();
     let uid = nix::unistd::geteuid().as_raw();
@@ -243,8 +258,9 @@ pub fn choose_node(sel: Option<&str>) -> Result<(NodeEndpoint, Option<String>), 
         })
         .collect();
     match obvious_node(&ours) {
-        Some((n, note)) => Ok((n.endpoint.clone(), note)),
-        None => select::pick(None, &nodes).map(|e| (e, None)),
+        Some((n, note)) => Ok(Choice::One(n.endpoint.clone(), note)),
+        None if all_tcp && ours.len() > 1 => Ok(Choice::All(ours.into_iter().cloned().collect())),
+        None => select::pick(None, &nodes).map(|e| Choice::One(e, None)),
     }
 }
 
@@ -457,7 +473,11 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let (sig_tx, sig_rx) = mpsc::channel();
     signal_thread(sig_tx)?;
 
-    let (endpoint, note) = choose_node(opts.node.as_deref())?;
+    let all_tcp = opts.transport != Some(CaptureTransport::Ib);
+    let (endpoint, note) = match choose_node(opts.node.as_deref(), all_tcp)? {
+        Choice::One(e, note) => (e, note),
+        Choice::All(nodes) => return many::run(opts, target, &nodes, sig_rx),
+    };
     let mut client = CtlClient::connect(&endpoint.path)?;
     if let Some(n) = note {
         eprintln!("rds-trace: {n}");
@@ -490,19 +510,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         }
         Target::Stream { .. } => client.send_only(&start)?,
     }
-    let (node_transports, link) = match client.read_reply() {
-        Ok((Reply::TraceStarted { transports, link }, _)) => (transports, link),
-        Ok((other, _)) => bail!("node '{name}': unexpected reply {other:?}"),
-        Err(CtlError::Node { errno, message }) if errno == libc::EPERM => bail!(
-            "cannot trace node '{name}': permission denied: tracing needs root or the node's \
-             owner (uid {owner_uid}) ({message})"
-        ),
-        Err(CtlError::Node { errno, .. }) if errno == libc::EBUSY => bail!(
-            "cannot trace node '{name}': another trace session is running on it (one per node)"
-        ),
-        Err(CtlError::Node { message, .. }) => bail!("cannot trace node '{name}': {message}"),
-        Err(e) => return Err(e.into()),
-    };
+    let (node_transports, link) = started(&mut client, &name, owner_uid)?;
     let started_link = link;
     let link = link.unwrap_or_else(|| {
         opts.transport
@@ -575,7 +583,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         let deadline = opts.duration.map(|d| started + d);
         std::thread::Builder::new()
             .name("controller".into())
-            .spawn(move || controller(s, sig_rx, deadline, d))
+            .spawn(move || controller(vec![s], sig_rx, deadline, d))
             .context("starting the controller thread")?;
     }
 
@@ -678,6 +686,28 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         }
         Ok(()) => Ok(0),
         Err(e) => Err(e.context("the trace ended early; the capture holds the frames written")),
+    }
+}
+
+/// The node's answer to [`Request::TraceStart`]: its transports and the link type it writes
+/// (none when it streams), or why it refused.
+fn started(
+    client: &mut CtlClient,
+    name: &str,
+    owner_uid: u32,
+) -> anyhow::Result<(Vec<String>, Option<CaptureLink>)> {
+    match client.read_reply() {
+        Ok((Reply::TraceStarted { transports, link }, _)) => Ok((transports, link)),
+        Ok((other, _)) => bail!("node '{name}': unexpected reply {other:?}"),
+        Err(CtlError::Node { errno, message }) if errno == libc::EPERM => bail!(
+            "cannot trace node '{name}': permission denied: tracing needs root or the node's \
+             owner (uid {owner_uid}) ({message})"
+        ),
+        Err(CtlError::Node { errno, .. }) if errno == libc::EBUSY => bail!(
+            "cannot trace node '{name}': another trace session is running on it (one per node)"
+        ),
+        Err(CtlError::Node { message, .. }) => bail!("cannot trace node '{name}': {message}"),
+        Err(e) => Err(e.into()),
     }
 }
 

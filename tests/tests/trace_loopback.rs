@@ -4,6 +4,11 @@
 //! between the two addresses both ways, data messages of the tasks included. The same nodes
 //! are then chosen by address and by pid (`--node`) in rds-info, rds-ctrl and rds-trace.
 //!
+//!
+//! With the nodes of two processes (a passive and an active rds-stress, 127.25.1.1 and
+//! 127.25.1.2), `rds-trace -w FILE` without `--node` traces both into one file, and every
+//! frame between them is in it once: the sender's copy.
+//!
 //! Uses the release binaries next to this test's executable (`cargo test --workspace
 //! --release` builds them). Private runtime directory.
 
@@ -151,4 +156,100 @@ fn trace_rds_stress_loopback_without_node() {
         text(&traced.stderr)
     );
     assert!(text(&traced.stderr).contains(&format!("({ACTIVE})")));
+}
+
+/// Every RDS frame of a capture as (source, destination, sport, dport, seq, len, lane).
+fn frame_keys(file: &Path) -> Vec<(IpAddr, IpAddr, u16, u16, u64, u32, u8)> {
+    let f = std::fs::File::open(file).unwrap();
+    PcapFrames::new(std::io::BufReader::new(f))
+        .unwrap()
+        .filter_map(|fr| {
+            let fr = fr.unwrap();
+            let h = fr.header()?;
+            Some((
+                fr.src_ip()?,
+                fr.dst_ip()?,
+                h.sport,
+                h.dport,
+                h.seq,
+                h.len,
+                fr.lane,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn trace_two_processes_without_node() {
+    const PASSIVE2: &str = "127.25.1.1";
+    const ACTIVE2: &str = "127.25.1.2";
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let stress = |args: &[&str]| {
+        Command::new(bin("rds-stress"))
+            .args(args)
+            .env("RDS_RUNTIME_DIR", &run)
+            .env("RDS_NO_DAEMON", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let passive = KillOnDrop(stress(&["-r", PASSIVE2, "-p", "4525"]));
+    rds_tests::proc::wait_listening(format!("{PASSIVE2}:4525").parse().unwrap());
+    let active = KillOnDrop(stress(&[
+        "-r", ACTIVE2, "-s", PASSIVE2, "-p", "4525", "-T", "30",
+    ]));
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = nodes(&run);
+        let pids: Vec<u64> = n.iter().filter_map(|v| v["pid"].as_u64()).collect();
+        if pids.contains(&u64::from(passive.0.id())) && pids.contains(&u64::from(active.0.id())) {
+            break;
+        }
+        assert!(Instant::now() < end, "the nodes did not appear: {n:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let file = dir.path().join("two.pcap");
+    let out = tool(
+        &run,
+        "rds-trace",
+        &["-w", file.to_str().unwrap(), "-G", "4"],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.starts_with("rds-trace: tracing 2 nodes: embedded-")
+            && err.contains(&format!("({PASSIVE2})"))
+            && err.contains(&format!("({ACTIVE2})")),
+        "{err}"
+    );
+    let keys = frame_keys(&file);
+    let (p, a): (IpAddr, IpAddr) = (PASSIVE2.parse().unwrap(), ACTIVE2.parse().unwrap());
+    let there = keys.iter().filter(|k| k.0 == a && k.1 == p).count();
+    let back = keys.iter().filter(|k| k.0 == p && k.1 == a).count();
+    assert!(
+        there > 0 && back > 0,
+        "both directions: {there}, {back}\n{err}"
+    );
+    assert!(
+        keys.iter().any(|k| k.5 > 0 && k.2 != 0 && k.3 != 0),
+        "data messages\n{err}"
+    );
+    // Each frame once: a data frame's (addresses, ports, sequence number, lane) never repeats.
+    let mut data: Vec<_> = keys.iter().filter(|k| k.5 > 0).collect();
+    let n = data.len();
+    data.sort();
+    data.dedup();
+    assert_eq!(data.len(), n, "a frame written twice\n{err}");
+    let summary = err
+        .lines()
+        .find(|l| l.ends_with(" dropped"))
+        .unwrap_or_default();
+    assert_eq!(
+        summary.split(' ').next().unwrap().parse::<usize>().unwrap(),
+        keys.len(),
+        "{err}"
+    );
 }
