@@ -3,9 +3,10 @@
 //! 1. Pick the node ([`choose_node`]) and say hello on its control socket: `--node
 //!    NAME|ADDRESS|PID`, else the daemon if it runs, else the only running node, else the only
 //!    node this user may trace, else the first node of the one process that runs them all
-//!    (both nodes of `rds-stress --loopback`: the traffic between them); nodes of several
-//!    processes and no daemon: an error listing them. Nodes are found in the runtime
-//!    directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
+//!    (both nodes of `rds-stress --loopback`: the traffic between them), else every node the
+//!    user may trace, in one RDS/TCP capture (`capture/many.rs`; for IB, an error listing them). Nodes
+//!    are found in the runtime directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides
+//!    them).
 //! 2. Send [`Request::TraceStart`] with the snap length
 //!    and filters. The node refuses with `EPERM` unless we are root or its owner, and with
 //!    `EBUSY` while another trace session runs on it (one per node).
@@ -223,8 +224,7 @@ fn controller(
 pub enum Choice {
     /// One node, and a note saying why when rds-trace chose it among several.
     One(NodeEndpoint, Option<String>),
-    /// Every node this user may trace, in several processes: one capture of them all
-    /// ([`many`]).
+    /// Every node this user may trace, in several processes: one capture of them all.
     All(Vec<RunningNode>),
 }
 

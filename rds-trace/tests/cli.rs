@@ -542,9 +542,10 @@ fn capture_client_against_a_fake_node() {
     // Frames 1 and 2 share a TCP segment (the writer holds a partial segment up to 1 ms), so
     // both complete in the packet stamped with frame 2's time.
 
-    // Two nodes of two processes and no daemon: --node is needed.
+    // Two nodes of two processes and no daemon: an IB capture (one node's) needs --node. (A
+    // TCP capture traces every node this user may trace: tests/tests/trace_loopback.rs.)
     let _beta = fake_node(run.path(), "beta", Behaviour::Frames { n: 3, dropped: 5 });
-    let out = rds_trace(run.path(), &["-w", f]);
+    let out = rds_trace(run.path(), &["-w", f, "--transport", "ib"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),

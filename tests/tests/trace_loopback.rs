@@ -185,21 +185,31 @@ fn trace_two_processes_without_node() {
     const ACTIVE2: &str = "127.25.1.2";
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let stress = |args: &[&str]| {
+    let stress = |args: &[&str], stdout: Stdio| {
         Command::new(bin("rds-stress"))
             .args(args)
             .env("RDS_RUNTIME_DIR", &run)
             .env("RDS_NO_DAEMON", "1")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::null())
             .spawn()
             .unwrap()
     };
-    let passive = KillOnDrop(stress(&["-r", PASSIVE2, "-p", "4525"]));
-    rds_tests::proc::wait_listening(format!("{PASSIVE2}:4525").parse().unwrap());
-    let active = KillOnDrop(stress(&[
-        "-r", ACTIVE2, "-s", PASSIVE2, "-p", "4525", "-T", "30",
-    ]));
+    // The passive side accepts one control connection: the active side starts once it waits
+    // for it (its first line), not after a probe that would take its place.
+    let mut passive = KillOnDrop(stress(&["-r", PASSIVE2, "-p", "4525"], Stdio::piped()));
+    // The pipe stays open (a closed one would end the passive side at its next line).
+    let mut passive_out = std::io::BufReader::new(passive.0.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut passive_out, &mut first).unwrap();
+    assert!(
+        first.starts_with("waiting for incoming connection"),
+        "{first}"
+    );
+    let active = KillOnDrop(stress(
+        &["-r", ACTIVE2, "-s", PASSIVE2, "-p", "4525", "-T", "30"],
+        Stdio::null(),
+    ));
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let n = nodes(&run);

@@ -6,8 +6,8 @@
 //! frame that two traced nodes both see (one sends it, the other receives it) is written once,
 //! from its sender: a node's received frames whose peer address another traced node owns are
 //! left out. Each node's frames go through a [`Capture`] of their own (the node's TCP segments
-//! and sequence numbers), whose pcap records are appended whole to the one output; the first
-//! capture's file header is the file's. The capture ends as a single node's does (`-c`, `-G`,
+//! and sequence numbers), whose pcap records are appended whole to the one output, after the
+//! first capture's file header. The capture ends as a single node's does (`-c`, `-G`,
 //! SIGINT or SIGTERM, a second signal), every session is stopped, and the summary adds up the
 //! nodes' counts.
 
@@ -61,7 +61,7 @@ struct Session {
     name: String,
     capture: Capture<Spool>,
     spool: Spool,
-    /// File header bytes still to drop from the spool (the first session's go to the file).
+    /// File header bytes still to drop from the spool (the output has the first session's).
     header_left: usize,
     /// The addresses of the other traced nodes: frames received from them are theirs.
     others: Vec<IpAddr>,
@@ -150,19 +150,44 @@ pub(super) fn run(
                 .collect()
         })
     };
+    // The nodes that agreed to trace; one that refuses (another session runs on it) or went
+    // away is left out, with a line saying why.
     let mut clients = Vec::new();
-    let mut sessions = Vec::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let mut client = CtlClient::connect(&n.endpoint.path)?;
+    let mut traced = Vec::new();
+    let mut refused = None;
+    for n in nodes {
         let name = n.name().to_string();
-        client.send_only(&Request::TraceStart {
-            snaplen,
-            peer: opts.peer,
-            port: opts.port,
-            output: None,
-        })?;
-        let owner_uid = client.hello.owner_uid;
-        started(&mut client, &name, owner_uid)?;
+        let start = CtlClient::connect(&n.endpoint.path)
+            .map_err(anyhow::Error::new)
+            .and_then(|mut c| {
+                c.send_only(&Request::TraceStart {
+                    snaplen,
+                    peer: opts.peer,
+                    port: opts.port,
+                    output: None,
+                })?;
+                let owner_uid = c.hello.owner_uid;
+                started(&mut c, &name, owner_uid)?;
+                Ok(c)
+            });
+        match start {
+            Ok(c) => {
+                clients.push(c);
+                traced.push(n);
+            }
+            Err(e) => {
+                eprintln!("rds-trace: node '{name}' left out: {e:#}");
+                refused = Some(e);
+            }
+        }
+    }
+    if clients.is_empty() {
+        return Err(refused.unwrap_or_else(|| anyhow!("no node to trace")));
+    }
+    let nodes = traced;
+    let mut sessions = Vec::new();
+    for (i, (n, client)) in nodes.iter().zip(&clients).enumerate() {
+        let name = n.name().to_string();
         let spool = Spool::default();
         let capture = Capture::new(spool.clone(), link, None, tcp)
             .map_err(|e| anyhow::Error::new(e).context("writing the capture header"))?;
@@ -176,7 +201,7 @@ pub(super) fn run(
             name,
             capture,
             spool,
-            header_left: if i == 0 { 0 } else { FILE_HEADER_LEN },
+            header_left: FILE_HEADER_LEN,
             others,
             end: None,
             stopper: Arc::new(Stopper {
@@ -185,7 +210,6 @@ pub(super) fn run(
                 aborted: AtomicBool::new(false),
             }),
         });
-        clients.push(client);
     }
     let stop_all = |sessions: &[Session]| sessions.iter().for_each(|s| s.stopper.stop());
     if let Target::Node {
@@ -199,7 +223,19 @@ pub(super) fn run(
             return Err(e).with_context(|| format!("creating {}", path.display()));
         }
     }
-    let mut out = match stream_output(opts, target) {
+    // The file's header is the first capture's (every capture wrote its own at its start).
+    let header: Vec<u8> = sessions[0]
+        .spool
+        .0
+        .borrow()
+        .get(..FILE_HEADER_LEN)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    let mut out = match stream_output(opts, target).and_then(|mut o| {
+        o.write_all(&header)
+            .context("writing the capture header")
+            .map(|()| o)
+    }) {
         Ok(o) => o,
         Err(e) => {
             stop_all(&sessions);
@@ -214,9 +250,10 @@ pub(super) fn run(
         })
         .collect();
     eprintln!(
-        "rds-trace: tracing {} nodes: {}, snaplen {snaplen}, transport {}; a frame two of them \
-         see is written once, from its sender (choose one with --node NAME|ADDRESS|PID)",
+        "rds-trace: tracing {} node{}: {}, snaplen {snaplen}, transport {}; a frame two of \
+         them see is written once, from its sender (choose one with --node NAME|ADDRESS|PID)",
         nodes.len(),
+        if nodes.len() == 1 { "" } else { "s" },
         list.join(", "),
         link.name()
     );
