@@ -154,17 +154,6 @@ impl CtlClient {
         }
     }
 
-    /// Connects to the node `sel` selects (a name, an address it owns or its pid, see
-    /// [`super::select`]), or, without a selector, to the daemon if it runs, else to the only
-    /// running node.
-    ///
-    /// # Errors
-    /// [`CtlError::NoNode`] when no node runs, none matches, or several do and none is the
-    /// daemon (the message lists them).
-    pub fn connect_node(sel: Option<&str>) -> Result<Self, CtlError> {
-        Self::connect(&super::select::choose(sel)?.path)
-    }
-
     /// Sends a request and reads its reply. A [`Reply::Error`] becomes [`CtlError::Node`].
     ///
     /// # Errors

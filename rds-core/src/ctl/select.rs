@@ -3,9 +3,10 @@
 //! A selector is a node name (`daemon`, `embedded-4242-2`), an address the node owns
 //! (`127.0.0.1`, IPv4-mapped IPv6 addresses match their IPv4 form) or the pid of the process
 //! that runs it. A name is matched first, so a node is always reachable by its name. Without a
-//! selector the daemon is chosen when it runs, else the only running node. [`choose`] returns
-//! exactly one node or a [`CtlError::NoNode`] whose text lists the candidates, worded by
-//! [`several_message`] and [`no_match_message`] for every tool.
+//! selector the daemon is chosen when it runs, else the only running node. [`choose`] (and
+//! [`CtlClient::connect_node`], which connects to it) returns exactly one node or a
+//! [`CtlError::NoNode`] whose text lists the candidates, worded by [`several_message`] and
+//! [`no_match_message`] for every tool.
 
 use std::net::IpAddr;
 
@@ -177,6 +178,18 @@ pub fn pick(sel: Option<&str>, nodes: &[RunningNode]) -> Result<NodeEndpoint, Ct
         [one] => Ok(one.endpoint.clone()),
         [] => Err(CtlError::NoNode(no_match_message(sel.unwrap_or(""), nodes))),
         many => Err(CtlError::NoNode(several_message(sel, many))),
+    }
+}
+
+impl CtlClient {
+    /// Connects to the node `sel` selects (a name, an address it owns or its pid), or, without
+    /// a selector, to the daemon if it runs, else to the only running node ([`choose`]).
+    ///
+    /// # Errors
+    /// [`CtlError::NoNode`] when no node runs, none matches, or several do and none is the
+    /// daemon (the message lists them); the connection's errors.
+    pub fn connect_node(sel: Option<&str>) -> Result<Self, CtlError> {
+        Self::connect(&choose(sel)?.path)
     }
 }
 
