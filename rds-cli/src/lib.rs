@@ -6,9 +6,10 @@
 //! - [`table`]: the tables the tools print ([`table()`]), the terminal's width and word
 //!   wrapping for help text.
 //!
-//! Choosing a node and speaking the control protocol are `rds_core::ctl`'s
-//! (`CtlClient::connect_node`); this crate holds only what is the tools' own. Each tool keeps
-//! its messages: the helpers return plain values, the callers word the errors.
+//! Choosing a node (`--node NAME|ADDRESS|PID`, `rds_core::ctl::select`, with its one wording
+//! of "several nodes") and speaking the control protocol are `rds_core::ctl`'s; this crate
+//! holds only what is the tools' own. Each tool keeps its messages: the helpers return plain
+//! values, the callers word the errors.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 

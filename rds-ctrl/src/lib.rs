@@ -54,8 +54,9 @@ pub const RDS_PROTOCOL_VERSION: &str = "3.1";
     after_help = "Exit status: 0 done, 1 negative result, 2 error. See rds-ctrl(8)."
 )]
 pub struct Cli {
-    /// The node to act on (default: the daemon, else the only running node)
-    #[arg(long, global = true, value_name = "NAME")]
+    /// The node to act on: its name, an address it owns or its pid (default: the daemon, else
+    /// the only running node)
+    #[arg(long, global = true, value_name = "NAME|ADDRESS|PID")]
     pub node: Option<String>,
     /// The command.
     #[command(subcommand)]

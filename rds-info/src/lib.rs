@@ -18,6 +18,7 @@ use std::io::{self, Write};
 
 use clap::{ArgAction, CommandFactory, Parser};
 use rds_core::ctl::client::CtlClient;
+use rds_core::ctl::select::{running_nodes, RunningNode};
 use rds_core::ctl::InfoSnapshot;
 
 use format::{Category, Layout};
@@ -72,10 +73,11 @@ pub struct Args {
     /// Print the node's snapshot as JSON (only the selected sources, if any)
     #[arg(long)]
     pub json: bool,
-    /// The node to ask (default: the daemon, else the only running node)
-    #[arg(long, value_name = "NAME")]
+    /// The node to ask: its name, an address it owns or its pid (default: the daemon, else the
+    /// only running node)
+    #[arg(long, value_name = "NAME|ADDRESS|PID")]
     pub node: Option<String>,
-    /// List the running nodes and exit
+    /// List the running nodes and exit (as a JSON document with --json)
     #[arg(long)]
     pub list_nodes: bool,
 }
@@ -190,7 +192,7 @@ pub fn command() -> clap::Command {
 /// Only write errors on `out` (a closed pipe is for the caller to treat as success).
 pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     if args.list_nodes {
-        return list_nodes(out);
+        return list_nodes(out, args.json);
     }
     let mut client = match CtlClient::connect_node(args.node.as_deref()) {
         Ok(c) => c,
@@ -274,13 +276,39 @@ pub fn json(args: &Args, node: &str, snap: &InfoSnapshot) -> serde_json::Value {
                 .collect();
             map.retain(|k, _| k == "transports" || k == "omitted" || keep.contains(&k.as_str()));
         }
+        if let Some(c) = map.get_mut("counters") {
+            *c = counters_object(c);
+        }
         map.insert("node".into(), serde_json::Value::String(node.to_string()));
     }
     v
 }
 
-fn list_nodes(out: &mut dyn Write) -> io::Result<u8> {
-    let nodes = rds_core::ctl::discover();
+/// The counters as one object `{name: value}` (the snapshot holds `[name, value]` pairs).
+fn counters_object(pairs: &serde_json::Value) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for p in pairs.as_array().into_iter().flatten() {
+        if let (Some(name), Some(value)) = (p[0].as_str(), p.get(1)) {
+            m.insert(name.to_string(), value.clone());
+        }
+    }
+    serde_json::Value::Object(m)
+}
+
+/// `--list-nodes`: one row (or JSON object) per running node.
+fn list_nodes(out: &mut dyn Write, json: bool) -> io::Result<u8> {
+    let nodes = running_nodes();
+    if json {
+        let v = serde_json::json!({
+            "nodes": nodes.iter().map(node_json).collect::<Vec<_>>(),
+        });
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| "{}".into())
+        )?;
+        return Ok(if nodes.is_empty() { 1 } else { 0 });
+    }
     if nodes.is_empty() {
         eprintln!("rds-info: no RDS node is running");
         return Ok(1);
@@ -288,39 +316,72 @@ fn list_nodes(out: &mut dyn Write) -> io::Result<u8> {
     let mut t = rds_cli::table(vec![
         "Node",
         "Pid",
+        "Program",
         "Owner",
         "Addresses",
         "Version",
         "Socket",
     ]);
-    for n in nodes {
-        let row = match CtlClient::connect(&n.path) {
-            Ok(c) => vec![
-                c.hello.node.clone(),
-                c.hello.pid.to_string(),
-                c.hello.owner_uid.to_string(),
-                c.hello
-                    .addrs
+    for n in &nodes {
+        let socket = n.endpoint.path.display().to_string();
+        let row = match &n.hello {
+            Some(h) => vec![
+                n.name().to_string(),
+                h.pid.to_string(),
+                n.program.clone().unwrap_or_else(|| "-".into()),
+                h.owner_uid.to_string(),
+                h.addrs
                     .iter()
                     .map(|a| format::addr(*a))
                     .collect::<Vec<_>>()
                     .join(" "),
-                c.hello.version.clone(),
-                n.path.display().to_string(),
+                h.version.clone(),
+                socket,
             ],
-            Err(e) => vec![
-                n.name.clone(),
+            None => vec![
+                n.name().to_string(),
                 "-".into(),
                 "-".into(),
-                format!("unreachable: {e}"),
                 "-".into(),
-                n.path.display().to_string(),
+                "unreachable".into(),
+                "-".into(),
+                socket,
             ],
         };
         t.add_row(row);
     }
     writeln!(out, "{t}")?;
     Ok(0)
+}
+
+/// One node of `--list-nodes --json` (the schema in rds-info(1)).
+fn node_json(n: &RunningNode) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "name": n.name(),
+        "socket": n.endpoint.path.display().to_string(),
+        "reachable": n.hello.is_some(),
+    });
+    if let (Some(h), serde_json::Value::Object(m)) = (&n.hello, &mut v) {
+        m.insert("pid".into(), h.pid.into());
+        m.insert(
+            "program".into(),
+            n.program
+                .clone()
+                .map_or(serde_json::Value::Null, Into::into),
+        );
+        m.insert("owner_uid".into(), h.owner_uid.into());
+        m.insert(
+            "addresses".into(),
+            h.addrs
+                .iter()
+                .map(|a| format::addr(*a))
+                .collect::<Vec<_>>()
+                .into(),
+        );
+        m.insert("version".into(), h.version.clone().into());
+        m.insert("rds_protocol".into(), h.rds_protocol.clone().into());
+    }
+    v
 }
 
 #[cfg(test)]

@@ -28,6 +28,14 @@ fn node(addr: &str, name: &str) -> Node {
     Node::start(cfg).unwrap()
 }
 
+/// This process's program name, as the nodes' listings show it.
+fn comm() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -55,26 +63,79 @@ fn discovery_and_command_line() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["node"], "alpha");
-    assert_eq!(v["counters"][0][0], "conn_reset");
+    assert!(v["counters"]["conn_reset"].is_u64(), "{}", v["counters"]);
 
     // Two nodes and no daemon: ambiguous, the error lists them.
     let beta = node("127.0.0.76", "beta");
     let out = rds_info(&run, &["-k"]);
     assert_eq!(out.status.code(), Some(1));
     let e = text(&out.stderr);
-    assert!(e.contains("--node") && e.contains("alpha, beta"), "{e}");
+    assert_eq!(
+        e,
+        "rds-info: several RDS nodes are running; choose one with --node NAME|ADDRESS|PID: \
+         alpha (pid {pid} {prog}, 127.0.0.75), beta (pid {pid} {prog}, 127.0.0.76)\n"
+            .replace("{pid}", &std::process::id().to_string())
+            .replace("{prog}", &comm())
+    );
+    // By address, by pid (both nodes run in this process: ambiguous).
+    let out = rds_info(&run, &["--node", "127.0.0.76", "--json", "-c"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["node"], "beta");
+    let out = rds_info(&run, &["--node", &std::process::id().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with(&format!(
+            "rds-info: several RDS nodes match '{}'; choose one with --node NAME|ADDRESS|PID: alpha",
+            std::process::id()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
     let out = rds_info(&run, &["--node", "beta", "--json"]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["node"], "beta");
     let out = rds_info(&run, &["--node", "gamma"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no node named 'gamma'"));
+    assert!(text(&out.stderr)
+        .starts_with("rds-info: no RDS node is named 'gamma'; running nodes: alpha (pid "));
     let out = rds_info(&run, &["--list-nodes"]);
     assert_eq!(out.status.code(), Some(0));
     let l = text(&out.stdout);
     assert!(l.contains("| alpha ") && l.contains("| beta "), "{l}");
     assert!(l.contains("127.0.0.76"), "{l}");
+    assert!(l.contains("| Program "), "{l}");
+    // --list-nodes --json: one document, the fields rds-info(1) documents.
+    let out = rds_info(&run, &["--list-nodes", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    let beta_json = &nodes[1];
+    let keys: Vec<&String> = beta_json.as_object().unwrap().keys().collect();
+    let mut want = vec![
+        "name",
+        "socket",
+        "reachable",
+        "pid",
+        "program",
+        "owner_uid",
+        "addresses",
+        "version",
+        "rds_protocol",
+    ];
+    want.sort();
+    assert_eq!(keys, want);
+    assert_eq!(beta_json["name"], "beta");
+    assert_eq!(beta_json["reachable"], true);
+    assert_eq!(beta_json["pid"], std::process::id());
+    assert_eq!(beta_json["program"], comm());
+    assert_eq!(beta_json["addresses"], serde_json::json!(["127.0.0.76"]));
+    assert_eq!(
+        beta_json["socket"],
+        run.join("beta.sock").display().to_string()
+    );
 
     // A node named "daemon" is preferred.
     let daemon = node("127.0.0.77", "daemon");
@@ -112,7 +173,8 @@ fn discovery_and_command_line() {
     let out = rds_info(&run, &["--node"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).starts_with("rds-info: a value is required for '--node <NAME>'"),
+        text(&out.stderr)
+            .starts_with("rds-info: a value is required for '--node <NAME|ADDRESS|PID>'"),
         "{}",
         text(&out.stderr)
     );

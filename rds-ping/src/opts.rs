@@ -1,5 +1,6 @@
 //! Command line: the options of rds-ping 2.3 (`-c -n -i -I -Q`), parsed and validated with the
-//! original's messages, plus `-w` (deadline), `-W` (reply timeout) and `--json`.
+//! original's messages, plus `-w` (deadline), `-W` (reply timeout), `--json` and `-v` (name
+//! the node).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -51,6 +52,9 @@ struct Cli {
     /// Print the result as one JSON object instead of lines and a summary
     #[arg(long)]
     json: bool,
+    /// Name the RDS node the pings go through on standard error (for --node in the other tools)
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
     /// Destination host or address
     #[arg(value_name = "DESTINATION")]
     dest: Vec<String>,
@@ -75,6 +79,8 @@ pub struct Opts {
     pub timeout: Duration,
     /// JSON output.
     pub json: bool,
+    /// Name the node on stderr (`-v`).
+    pub verbose: bool,
     /// The destination as given.
     pub dest_name: String,
     /// The destination's address.
@@ -105,7 +111,8 @@ pub fn usage_text(complaint: &str) -> String {
          -Q tos        type of service\n \
          -w deadline   stop after this many seconds\n \
          -W timeout    seconds to wait for each reply\n \
-         --json        print the result as JSON\n",
+         --json        print the result as JSON\n \
+         -v            name the RDS node used, on stderr\n",
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -220,6 +227,7 @@ where
         deadline,
         timeout,
         json: cli.json,
+        verbose: cli.verbose,
         dest_name,
         dest,
     })

@@ -171,6 +171,19 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
         })
     };
     let refused_before = refused(&node);
+    if opts.verbose {
+        match &node {
+            Some(n) => {
+                let addrs: Vec<String> = n.addrs().iter().map(ToString::to_string).collect();
+                eprintln!(
+                    "rds-ping: embedded RDS node {} ({})",
+                    n.name(),
+                    addrs.join(" ")
+                );
+            }
+            None => eprintln!("rds-ping: through the RDS daemon"),
+        }
+    }
     let emit = |sum: &mut Summary, r: Reply, io: &mut Io<'_>| {
         if !opts.json {
             let _ = writeln!(io.out, "{}", report::line(&r));

@@ -49,6 +49,7 @@ Options:
  -w deadline   stop after this many seconds
  -W timeout    seconds to wait for each reply
  --json        print the result as JSON
+ -v            name the RDS node used, on stderr
 ";
 
 #[test]
@@ -204,6 +205,41 @@ fn default_source_is_the_route_source_and_ipv6_works() {
     }
     let rtt = &v["rtt_us"];
     assert!(rtt["min"].as_u64().unwrap() <= rtt["max"].as_u64().unwrap());
+    // The field names rds-ping(1) documents.
+    let keys = |o: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = o.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&v),
+        [
+            "address",
+            "destination",
+            "duplicates",
+            "errors",
+            "loss_percent",
+            "received",
+            "replies",
+            "rtt_us",
+            "source",
+            "stopped",
+            "time_ms",
+            "timed_out",
+            "transmitted"
+        ]
+    );
+    assert_eq!(keys(rtt), ["avg", "max", "mdev", "min"]);
+    assert_eq!(keys(&replies[0]), ["dup", "error", "from", "rtt_us", "seq"]);
+
+    // -v names the embedded node the pings went through.
+    let (code, out, err) = run(&["-c", "1", "-v", "::1"]);
+    assert_eq!(code, 0, "{out}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("rds-ping: embedded RDS node embedded-") && first.contains("::1"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -50,6 +50,31 @@ pub fn average(nr_tasks: u32, s: &[Counter; NR_STATS], scale: f64, cpu: Option<f
     )
 }
 
+/// The widest progress bar: wider ones tell no more.
+const BAR_MAX: usize = 40;
+/// The narrowest progress bar worth drawing.
+const BAR_MIN: usize = 5;
+
+/// The progress bar's template (indicatif) for a run of `secs` seconds on a terminal `width`
+/// columns wide: `{elapsed_precise} [{bar:N}] {pos}/{len} s` with the bar as wide as fits (at
+/// most 40), leaving the last column free so that the line never wraps; without room for a bar
+/// of 5, the times alone (the elapsed time too when it fits). An unknown width lets indicatif
+/// fit the bar to standard error.
+pub fn progress_template(secs: u64, width: Option<u16>) -> String {
+    let Some(width) = width else {
+        return "{elapsed_precise} [{wide_bar}] {pos}/{len} s".into();
+    };
+    let digits = secs.to_string().len();
+    // "HH:MM:SS [" + "] " + pos + "/" + len + " s", and a free last column.
+    let fixed = 10 + 2 + 2 * digits + 1 + 2 + 1;
+    match usize::from(width).saturating_sub(fixed).min(BAR_MAX) {
+        n if n >= BAR_MIN => format!("{{elapsed_precise}} [{{bar:{n}}}] {{pos}}/{{len}} s"),
+        // "HH:MM:SS " + pos + "/" + len + " s", and a free last column.
+        _ if usize::from(width) > 9 + 2 * digits + 3 => "{elapsed_precise} {pos}/{len} s".into(),
+        _ => "{pos}/{len} s".into(),
+    }
+}
+
 /// `--show-histogram` (2.3 format with percentages). Buckets past the original 16 (RTTs of
 /// 65536 µs and more, which the original could not store) get extra lines only when used.
 pub fn histogram(h: &[u64; 64]) -> String {
@@ -261,11 +286,9 @@ pub struct JsonSummary {
     /// Requests received in total.
     pub requests_received: u64,
     /// Average time in the send call (µs).
-    pub tx_usecs_per_call: f64,
-    /// Average round-trip time (µs).
-    pub rtt_usecs_avg: f64,
-    /// RTT percentiles (µs).
-    pub rtt_usecs: Percentiles,
+    pub tx_us_per_call: f64,
+    /// Round-trip times (µs): average and percentiles.
+    pub rtt_us: JsonRtt,
     /// CPU use (%) with -c.
     pub cpu_percent: Option<f64>,
     /// The per-second lines.
@@ -284,12 +307,66 @@ pub struct JsonInterval {
     /// KiB/s both ways.
     pub tx_rx_kib_per_sec: f64,
     /// Average RTT (µs, unscaled).
-    pub rtt_usecs: f64,
+    pub rtt_us: f64,
+}
+
+/// The `rtt_us` object of a `--json` summary: the average and the percentiles, as rds-ping's
+/// `rtt_us` holds its average and extremes.
+#[derive(Debug, serde::Serialize)]
+pub struct JsonRtt {
+    /// Average round-trip time (µs).
+    pub avg: f64,
+    /// Samples, median, 90th, 99th, 99.9th percentiles and the largest (µs).
+    #[serde(flatten)]
+    pub percentiles: Percentiles,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_bar_fits_the_terminal() {
+        // The line as indicatif draws it at the end of the run (pos = len).
+        let drawn = |secs: u64, t: &str| -> usize {
+            let bar = t.split("{bar:").nth(1).map_or(0, |r| {
+                r.split('}').next().unwrap().parse::<usize>().unwrap()
+            });
+            let no_bar = t.replace(&format!("{{bar:{bar}}}"), "");
+            no_bar
+                .replace("{elapsed_precise}", "00:00:05")
+                .replace("{pos}", &secs.to_string())
+                .replace("{len}", &secs.to_string())
+                .chars()
+                .count()
+                + bar
+        };
+        for secs in [5, 60, 3600] {
+            for w in [20u16, 24, 30, 40, 60, 80, 200] {
+                let t = progress_template(secs, Some(w));
+                assert!(
+                    drawn(secs, &t) < usize::from(w),
+                    "{secs} s, {w} columns: {t}"
+                );
+            }
+        }
+        assert_eq!(
+            progress_template(5, Some(80)),
+            "{elapsed_precise} [{bar:40}] {pos}/{len} s"
+        );
+        assert_eq!(
+            progress_template(5, Some(40)),
+            "{elapsed_precise} [{bar:22}] {pos}/{len} s"
+        );
+        assert_eq!(
+            progress_template(5, Some(20)),
+            "{elapsed_precise} {pos}/{len} s"
+        );
+        assert_eq!(
+            progress_template(5, None),
+            "{elapsed_precise} [{wide_bar}] {pos}/{len} s"
+        );
+    }
 
     #[test]
     fn exact_formats() {

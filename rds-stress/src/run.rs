@@ -659,7 +659,9 @@ fn run_loopback(r: &Resolved, p: &Printer, soak: Option<&Soakers>) -> Result<i32
     let active = start_tasks(env_for(r, &w, a, b, true, Some(node_a.clone())))?;
     warm_up(Some(&node_a), a, b);
     p.out(&format!(
-        "loopback: active side on {a}, passive side on {b}, over {}\n",
+        "loopback: active side on {a} (node {}), passive side on {b} (node {}), over {}\n",
+        node_a.name(),
+        node_b.name(),
         if node_a.ib_running() {
             "RDS/IB"
         } else {
@@ -794,10 +796,14 @@ fn release_and_wait(
         p.out(&output::header());
     }
     if end.is_some() && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(r.run_time.as_secs_f64().ceil() as u64);
+        let secs = r.run_time.as_secs_f64().ceil() as u64;
+        let bar = ProgressBar::new(secs);
         bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} s")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(&output::progress_template(
+                secs,
+                rds_cli::table::terminal_width(),
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         *p.bar.lock().unwrap_or_else(|x| x.into_inner()) = Some(bar);
     }
@@ -850,7 +856,7 @@ fn release_and_wait(
             tx: disp[Stat::ReqTx as usize].nr,
             rx: disp[Stat::ReqRx as usize].nr,
             tx_rx_kib_per_sec: scale * stats::throughput(&disp) / 1024.0,
-            rtt_usecs: disp[Stat::RttUsecs as usize].avg(),
+            rtt_us: disp[Stat::RttUsecs as usize].avg(),
         });
         stats::accumulate(&mut summary, &disp);
         cpu_total += cpu;
@@ -920,9 +926,11 @@ fn release_and_wait(
             rdma_out_kib_per_sec: scale * summary[Stat::MbusOut as usize].sum as f64 / 1024.0,
             requests_sent: tot[Stat::ReqTx as usize].nr,
             requests_received: tot[Stat::ReqRx as usize].nr,
-            tx_usecs_per_call: summary[Stat::SendmsgUsecs as usize].avg(),
-            rtt_usecs_avg: summary[Stat::RttUsecs as usize].avg(),
-            rtt_usecs: pct,
+            tx_us_per_call: summary[Stat::SendmsgUsecs as usize].avg(),
+            rtt_us: output::JsonRtt {
+                avg: summary[Stat::RttUsecs as usize].avg(),
+                percentiles: pct,
+            },
             cpu_percent: soak.map(|_| scale * cpu_total),
             intervals,
             stopped: stop_signal().map(|_| "interrupted"),

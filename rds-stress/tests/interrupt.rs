@@ -151,9 +151,11 @@ fn sigint_prints_the_summary_and_exits_130() {
     let (out, err, code) = interrupted("127.50.36.1", "127.50.36.2", &[], Signal::SIGINT);
     assert_eq!(code, Some(130), "stdout:\n{out}\nstderr:\n{err}");
     assert_eq!(err, "");
-    assert!(out.starts_with(
-        "loopback: active side on 127.50.36.1, passive side on 127.50.36.2, over RDS/TCP\n"
-    ));
+    assert!(
+        loopback_line_re("127.50.36.1", "127.50.36.2")
+            .is_match(out.lines().next().unwrap_or_default()),
+        "{out}"
+    );
     check_summary(&out);
 }
 
@@ -180,8 +182,8 @@ fn sigterm_with_json_prints_the_document_and_exits_143() {
     assert!(v["rx_per_sec"].as_f64().unwrap() > 0.0);
     assert!(v["requests_sent"].as_u64().unwrap() > 0);
     assert!(v["requests_received"].as_u64().unwrap() > 0);
-    assert!(v["rtt_usecs_avg"].as_f64().unwrap() > 0.0);
-    let p = &v["rtt_usecs"];
+    let p = &v["rtt_us"];
+    assert!(p["avg"].as_f64().unwrap() > 0.0);
     assert!(p["count"].as_u64().unwrap() > 0);
     assert!(p["p50"].as_u64().unwrap() <= p["max"].as_u64().unwrap());
     assert!(v["cpu_percent"].is_null());

@@ -1,9 +1,12 @@
 //! `rds-trace -w FILE`: capture from a running node.
 //!
-//! 1. Pick the node and say hello on its control socket ([`CtlClient::connect_node`]):
-//!    `--node NAME`, else the daemon if it runs, else the only running node (several nodes
-//!    and no daemon: an error listing them). Nodes are found in the runtime directories of
-//!    [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides them).
+//! 1. Pick the node ([`choose_node`]) and say hello on its control socket: `--node
+//!    NAME|ADDRESS|PID`, else the daemon if it runs, else the only running node, else the only
+//!    node this user may trace, else the first node of the one process that runs them all
+//!    (both nodes of `rds-stress --loopback`: the traffic between them), else every node the
+//!    user may trace, in one RDS/TCP capture (`capture/many.rs`; for IB, an error listing them). Nodes
+//!    are found in the runtime directories of [`rds_core::ctl`] (`RDS_RUNTIME_DIR` overrides
+//!    them).
 //! 2. Send [`Request::TraceStart`] with the snap length
 //!    and filters. The node refuses with `EPERM` unless we are root or its owner, and with
 //!    `EBUSY` while another trace session runs on it (one per node).
@@ -47,12 +50,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use nix::sys::signal::{SigSet, Signal};
 use rds_core::ctl::client::{CtlClient, CtlError};
-use rds_core::ctl::{write_frame, write_frame_with_fd, Reply, Request, TraceOutput};
+use rds_core::ctl::select::{self, RunningNode};
+use rds_core::ctl::{write_frame, write_frame_with_fd, NodeEndpoint, Reply, Request, TraceOutput};
 use rds_core::socket::{HEADER_LEN, MAX_MSG_SIZE};
 use rds_core::trace::{
     open_capture_file, Capture, CaptureFile, CaptureLink, CaptureTally, TcpCaptureConfig,
     TraceError,
 };
+
+mod many;
 
 /// How long the node has to end the session after the stop request.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -177,9 +183,9 @@ fn signal_thread(tx: mpsc::Sender<Signal>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Watches signals, the duration and the stop deadline.
+/// Watches signals, the duration and the stop deadline, for the sessions of `stoppers`.
 fn controller(
-    stopper: Arc<Stopper>,
+    stoppers: Vec<Arc<Stopper>>,
     signals: mpsc::Receiver<Signal>,
     deadline: Option<Instant>,
     done: Arc<AtomicBool>,
@@ -189,10 +195,12 @@ fn controller(
         match signals.recv_timeout(Duration::from_millis(50)) {
             Ok(_) => {
                 signalled += 1;
-                if signalled == 1 {
-                    stopper.stop();
-                } else {
-                    stopper.abort();
+                for s in &stoppers {
+                    if signalled == 1 {
+                        s.stop();
+                    } else {
+                        s.abort();
+                    }
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -200,16 +208,88 @@ fn controller(
                 std::thread::sleep(Duration::from_millis(50))
             }
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            stopper.stop();
-        }
-        if stopper
-            .stop_sent_at()
-            .is_some_and(|t| t.elapsed() >= STOP_GRACE)
-        {
-            stopper.abort();
+        for s in &stoppers {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                s.stop();
+            }
+            if s.stop_sent_at().is_some_and(|t| t.elapsed() >= STOP_GRACE) {
+                s.abort();
+            }
         }
     }
+}
+
+/// The nodes a capture traces.
+#[derive(Debug)]
+pub enum Choice {
+    /// One node, and a note saying why when rds-trace chose it among several.
+    One(NodeEndpoint, Option<String>),
+    /// Every node this user may trace, in several processes: one capture of them all.
+    All(Vec<RunningNode>),
+}
+
+/// The nodes to trace.
+///
+/// With `sel` (`--node`), the node it selects ([`select::choose`]). Without: the daemon if it
+/// runs, else the only node; else, among the nodes this user may trace (root, or the node's
+/// owner), the only one or, when they all run in one process (the two nodes of
+/// `rds-stress --loopback`), the first: the traffic between them passes through each; else
+/// all of them, when the capture is of RDS/TCP (`all_tcp`).
+///
+/// # Errors
+/// No node runs, none matches `sel`, or several processes run nodes and the capture is of IB
+/// (the message lists them).
+pub fn choose_node(sel: Option<&str>, all_tcp: bool) -> Result<Choice, CtlError> {
+    if sel.is_some() {
+        return select::choose(sel).map(|e| Choice::One(e, None));
+    }
+    match select::choose(None) {
+        Err(CtlError::NoNode(_)) => {}
+        r => return r.map(|e| Choice::One(e, None)),
+    }
+    let nodes = select::running_nodes();
+    let uid = nix::unistd::geteuid().as_raw();
+    let ours: Vec<&RunningNode> = nodes
+        .iter()
+        .filter(|n| {
+            n.hello
+                .as_ref()
+                .is_some_and(|h| uid == 0 || h.owner_uid == uid)
+        })
+        .collect();
+    match obvious_node(&ours) {
+        Some((n, note)) => Ok(Choice::One(n.endpoint.clone(), note)),
+        None if all_tcp && ours.len() > 1 => Ok(Choice::All(ours.into_iter().cloned().collect())),
+        None => select::pick(None, &nodes).map(|e| Choice::One(e, None)),
+    }
+}
+
+/// The node to trace among several traceable ones (see [`choose_node`]), with a note naming
+/// the others when there are.
+fn obvious_node<'a>(ours: &[&'a RunningNode]) -> Option<(&'a RunningNode, Option<String>)> {
+    let first = *ours.first()?;
+    if ours.len() == 1 {
+        return Some((first, None));
+    }
+    let pid = first.pid()?;
+    if ours.iter().any(|n| n.pid() != Some(pid)) {
+        return None;
+    }
+    let others: Vec<&str> = ours[1..].iter().map(|n| n.name()).collect();
+    let program = first
+        .program
+        .as_deref()
+        .map_or_else(String::new, |p| format!(" ({p})"));
+    Some((
+        first,
+        Some(format!(
+            "the nodes of process {pid}{program} are {} and {}: tracing {}, which sees the \
+             traffic between them (choose another with --node NAME|ADDRESS)",
+            first.name(),
+            others.join(", "),
+            first.name()
+        )),
+    ))
 }
 
 /// Where the capture goes.
@@ -393,7 +473,15 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let (sig_tx, sig_rx) = mpsc::channel();
     signal_thread(sig_tx)?;
 
-    let mut client = CtlClient::connect_node(opts.node.as_deref())?;
+    let all_tcp = opts.transport != Some(CaptureTransport::Ib);
+    let (endpoint, note) = match choose_node(opts.node.as_deref(), all_tcp)? {
+        Choice::One(e, note) => (e, note),
+        Choice::All(nodes) => return many::run(opts, target, &nodes, sig_rx),
+    };
+    let mut client = CtlClient::connect(&endpoint.path)?;
+    if let Some(n) = note {
+        eprintln!("rds-trace: {n}");
+    }
     // The node's name as `--node` takes it: its control socket's stem.
     let name = client
         .path()
@@ -422,19 +510,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         }
         Target::Stream { .. } => client.send_only(&start)?,
     }
-    let (node_transports, link) = match client.read_reply() {
-        Ok((Reply::TraceStarted { transports, link }, _)) => (transports, link),
-        Ok((other, _)) => bail!("node '{name}': unexpected reply {other:?}"),
-        Err(CtlError::Node { errno, message }) if errno == libc::EPERM => bail!(
-            "cannot trace node '{name}': permission denied: tracing needs root or the node's \
-             owner (uid {owner_uid}) ({message})"
-        ),
-        Err(CtlError::Node { errno, .. }) if errno == libc::EBUSY => bail!(
-            "cannot trace node '{name}': another trace session is running on it (one per node)"
-        ),
-        Err(CtlError::Node { message, .. }) => bail!("cannot trace node '{name}': {message}"),
-        Err(e) => return Err(e.into()),
-    };
+    let (node_transports, link) = started(&mut client, &name, owner_uid)?;
     let started_link = link;
     let link = link.unwrap_or_else(|| {
         opts.transport
@@ -507,7 +583,7 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         let deadline = opts.duration.map(|d| started + d);
         std::thread::Builder::new()
             .name("controller".into())
-            .spawn(move || controller(s, sig_rx, deadline, d))
+            .spawn(move || controller(vec![s], sig_rx, deadline, d))
             .context("starting the controller thread")?;
     }
 
@@ -610,6 +686,28 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
         }
         Ok(()) => Ok(0),
         Err(e) => Err(e.context("the trace ended early; the capture holds the frames written")),
+    }
+}
+
+/// The node's answer to [`Request::TraceStart`]: its transports and the link type it writes
+/// (none when it streams), or why it refused.
+fn started(
+    client: &mut CtlClient,
+    name: &str,
+    owner_uid: u32,
+) -> anyhow::Result<(Vec<String>, Option<CaptureLink>)> {
+    match client.read_reply() {
+        Ok((Reply::TraceStarted { transports, link }, _)) => Ok((transports, link)),
+        Ok((other, _)) => bail!("node '{name}': unexpected reply {other:?}"),
+        Err(CtlError::Node { errno, message }) if errno == libc::EPERM => bail!(
+            "cannot trace node '{name}': permission denied: tracing needs root or the node's \
+             owner (uid {owner_uid}) ({message})"
+        ),
+        Err(CtlError::Node { errno, .. }) if errno == libc::EBUSY => bail!(
+            "cannot trace node '{name}': another trace session is running on it (one per node)"
+        ),
+        Err(CtlError::Node { message, .. }) => bail!("cannot trace node '{name}': {message}"),
+        Err(e) => Err(e.into()),
     }
 }
 

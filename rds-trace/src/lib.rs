@@ -8,8 +8,8 @@
 //!   or with `--transport ib` every RDS/IB fragment as a classic pcap file of ERF InfiniBand
 //!   records. `-w -` streams the capture to stdout, flushed after each batch of frames, for
 //!   `rds-trace -w - | wireshark -k -i -`.
-//! - `-r FILE` ([`report`]): one line per RDS frame of a capture (ours or tcpdump's), or one
-//!   JSON object per line with `--json`. The line format is documented in [`report`] and in
+//! - `-r FILE` ([`report`]): one line per RDS frame of a capture (ours or tcpdump's), one
+//!   JSON document with `--json`, or one JSON object per line with `--jsonl`. The line format is documented in [`report`] and in
 //!   the man page `rds-trace(1)`.
 //! - `--install-wireshark-plugin` ([`plugin`]): copies the dissector `wireshark/rds.lua`
 //!   (embedded in the binary) into Wireshark's personal Lua plugin folder.
@@ -41,8 +41,8 @@ pub const DEFAULT_SNAPLEN: u32 = 262_144;
     long_about = "Capture the RDS frames a running node (an embedded node or the rds-ctrl daemon) \
 sends and receives, through its control socket, into a pcap file that Wireshark decodes with the \
 dissector this tool installs; print captures as text or JSON.\n\n\
-  rds-trace -w FILE [-s SNAPLEN] [-c COUNT] [-G SECONDS] [--node NAME] [--peer ADDR] [--port PORT] [--transport tcp|ib]\n\
-  rds-trace -r FILE [--json] [--peer ADDR] [--port PORT]\n\
+  rds-trace -w FILE [-s SNAPLEN] [-c COUNT] [-G SECONDS] [--node NAME|ADDRESS|PID] [--peer ADDR] [--port PORT] [--transport tcp|ib]\n\
+  rds-trace -r FILE [--json | --jsonl] [--peer ADDR] [--port PORT]\n\
   rds-trace --install-wireshark-plugin [--plugin-dir DIR]\n\n\
 A capture runs until COUNT frames, SECONDS, or SIGINT/SIGTERM (Ctrl-C), then closes the file and \
 prints \"N frames captured, M dropped\" to stderr. Tracing needs root or the node's owner.",
@@ -79,8 +79,9 @@ pub struct Cli {
     #[arg(short = 'G', value_name = "SECONDS", conflicts_with_all = ["read", "install_wireshark_plugin"], value_parser = parse_seconds)]
     pub seconds: Option<Duration>,
 
-    /// Node to trace (default: the daemon if it runs, else the only running node)
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["read", "install_wireshark_plugin"])]
+    /// Node to trace: its name, an address it owns or its pid (default: the daemon, else the
+    /// only node, else the nodes of the one process running them all)
+    #[arg(long, value_name = "NAME|ADDRESS|PID", conflicts_with_all = ["read", "install_wireshark_plugin"])]
     pub node: Option<String>,
 
     /// Only frames to or from this peer address
@@ -96,9 +97,13 @@ pub struct Cli {
     #[arg(long, value_name = "TRANSPORT", value_enum, conflicts_with_all = ["read", "install_wireshark_plugin"])]
     pub transport: Option<capture::CaptureTransport>,
 
-    /// With -r: one JSON object per frame and line instead of text
-    #[arg(long, conflicts_with_all = ["write", "install_wireshark_plugin"])]
+    /// With -r: one JSON document ({"frames": [...]}) instead of text
+    #[arg(long, conflicts_with_all = ["write", "install_wireshark_plugin", "jsonl"])]
     pub json: bool,
+
+    /// With -r: JSON Lines, one JSON object per frame and line
+    #[arg(long, conflicts_with_all = ["write", "install_wireshark_plugin"])]
+    pub jsonl: bool,
 
     /// With --install-wireshark-plugin: install into DIR instead
     #[arg(long, value_name = "DIR", conflicts_with_all = ["write", "read"])]
@@ -128,7 +133,14 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             peer: cli.peer,
             port: cli.port,
         };
-        return report::run(&file, cli.json, &filter);
+        let format = if cli.json {
+            report::Format::Json
+        } else if cli.jsonl {
+            report::Format::JsonLines
+        } else {
+            report::Format::Text
+        };
+        return report::run(&file, format, &filter);
     }
     if cli.install_wireshark_plugin {
         let stdout = std::io::stdout();
@@ -177,13 +189,17 @@ mod tests {
         assert_eq!(c.node.as_deref(), Some("n"));
         assert_eq!(c.snaplen, DEFAULT_SNAPLEN);
         let c = Cli::try_parse_from(["rds-trace", "-r", "x", "--json", "--port", "4000"]).unwrap();
-        assert!(c.json && c.port == Some(4000));
+        assert!(c.json && !c.jsonl && c.port == Some(4000));
+        let c = Cli::try_parse_from(["rds-trace", "-r", "x", "--jsonl"]).unwrap();
+        assert!(c.jsonl && !c.json);
         assert!(Cli::try_parse_from(["rds-trace", "--install-wireshark-plugin"]).is_ok());
         for bad in [
             vec!["rds-trace"],
             vec!["rds-trace", "-w", "a", "-r", "b"],
             vec!["rds-trace", "-r", "a", "-c", "3"],
             vec!["rds-trace", "-w", "a", "--json"],
+            vec!["rds-trace", "-w", "a", "--jsonl"],
+            vec!["rds-trace", "-r", "a", "--json", "--jsonl"],
             vec!["rds-trace", "-w", "a", "-c", "0"],
             vec!["rds-trace", "-w", "a", "-G", "0"],
             vec!["rds-trace", "-w", "a", "-G", "x"],

@@ -42,7 +42,8 @@
 //! reading goes on; an unreadable file ends the run with status 2.
 //!
 //! # JSON
-//! With `--json`, one object per frame and line (JSON Lines), keys in this order: `frame`
+//! With `--json`, one JSON document `{"frames": [...]}`; with `--jsonl`, JSON Lines: one
+//! object per frame and line. A frame's object has these keys in this order: `frame`
 //! (packet number), `ts_ns`, `time`, `dir` (`"tx"`, `"rx"` or null), `link` (`"tcp"` or
 //! `"ib"`), `src`, `dst` (TCP endpoints, else null), `ib` (`{slid, dlid, qp, psn,
 //! solicited}` or null), `lane`, `kind`, `seq`, `ack`, `len`, `sport`, `dport`, `flags`
@@ -98,11 +99,22 @@ fn not_a_capture(e: &ReadError) -> bool {
     }
 }
 
-/// `rds-trace -r FILE [--json]`.
+/// How `-r` prints the frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One line of text per frame.
+    Text,
+    /// One JSON document, `{"frames": [...]}` (`--json`).
+    Json,
+    /// One JSON object per frame and line (`--jsonl`).
+    JsonLines,
+}
+
+/// `rds-trace -r FILE [--json | --jsonl]`.
 ///
 /// # Errors
 /// The file cannot be opened or is not a readable capture; output errors.
-pub fn run(file: &Path, json: bool, filter: &Filter) -> anyhow::Result<u8> {
+pub fn run(file: &Path, format: Format, filter: &Filter) -> anyhow::Result<u8> {
     let input = std::fs::File::open(file).with_context(|| format!("{}", file.display()))?;
     let frames = match PcapFrames::new(io::BufReader::with_capacity(1 << 20, input)) {
         Ok(f) => f,
@@ -112,6 +124,10 @@ pub fn run(file: &Path, json: bool, filter: &Filter) -> anyhow::Result<u8> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut ib = IbOffsets::default();
+    let mut written = 0u64;
+    if format == Format::Json {
+        out.write_all(b"{\"frames\": [")?;
+    }
     for item in frames {
         let f = match item {
             Ok(f) => f,
@@ -129,12 +145,21 @@ pub fn run(file: &Path, json: bool, filter: &Filter) -> anyhow::Result<u8> {
         if !filter.accepts(&f, line.hdr.as_ref()) {
             continue;
         }
-        if json {
-            serde_json::to_writer(&mut out, &line.json())?;
-            out.write_all(b"\n")?;
-        } else {
-            writeln!(out, "{}", line.text())?;
+        match format {
+            Format::Text => writeln!(out, "{}", line.text())?,
+            Format::JsonLines => {
+                serde_json::to_writer(&mut out, &line.json())?;
+                out.write_all(b"\n")?;
+            }
+            Format::Json => {
+                out.write_all(if written == 0 { b"\n" } else { b",\n" })?;
+                serde_json::to_writer(&mut out, &line.json())?;
+            }
         }
+        written += 1;
+    }
+    if format == Format::Json {
+        out.write_all(if written == 0 { b"]}\n" } else { b"\n]}\n" })?;
     }
     out.flush()?;
     Ok(0)

@@ -213,12 +213,27 @@ fn report_format_byte_for_byte() {
     }
     assert_eq!(got, SAMPLE_REPORT);
 
-    // JSON: the same frames, one object per line, keys in the documented order.
-    let out = rds_trace(run.path(), &["-r", file.to_str().unwrap(), "--json"]);
+    // JSON Lines: the same frames, one object per line, keys in the documented order.
+    let out = rds_trace(run.path(), &["-r", file.to_str().unwrap(), "--jsonl"]);
     assert_eq!(out.status.code(), Some(0));
     let json = text(&out.stdout);
     let lines: Vec<&str> = json.lines().collect();
     assert_eq!(lines.len(), 11);
+    // --json: one document holding the same objects.
+    let out = rds_trace(run.path(), &["-r", file.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let doc = text(&out.stdout);
+    assert_eq!(
+        doc,
+        format!("{{\"frames\": [\n{}\n]}}\n", lines.join(",\n"))
+    );
+    let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(
+        v.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["frames"]
+    );
+    assert_eq!(v["frames"].as_array().unwrap().len(), 11);
+    assert_eq!(v["frames"][2]["kind"], "cong-map");
     assert_eq!(
         lines[2],
         r#"{"frame":8,"ts_ns":1700000000000003000,"time":"22:13:20.000003000","dir":"rx","link":"tcp","src":"192.0.2.2:16385","dst":"192.0.2.1:40001","ib":null,"lane":1,"kind":"cong-map","seq":0,"ack":0,"len":8192,"sport":0,"dport":0,"flags":1,"flag_names":["CONG_BITMAP"],"credit":0,"csum":0,"csum_good":null,"ext":[],"congested":[0,4000,4001,4002,65535],"captured":8240,"wire_len":8240}"#
@@ -354,6 +369,16 @@ fn fake_node(dir: &Path, name: &str, how: Behaviour) -> Arc<Mutex<Vec<Request>>>
     log
 }
 
+/// The pid a fake node reports: above the kernel's largest pid (2^22), so that no process
+/// has it and the nodes of different names run in different processes.
+fn fake_pid(name: &str) -> u32 {
+    match name {
+        "alpha" => 4_194_401,
+        "beta" => 4_194_402,
+        _ => 4_194_400,
+    }
+}
+
 fn reply(s: &mut UnixStream, r: &Reply, data: &[u8]) -> bool {
     write_frame(s, &serde_json::to_vec(r).unwrap(), data).is_ok()
 }
@@ -370,7 +395,7 @@ fn serve_fake(mut s: UnixStream, name: &str, how: Behaviour, log: &Mutex<Vec<Req
                     node: name.into(),
                     version: "0".into(),
                     rds_protocol: "3.1".into(),
-                    pid: 1,
+                    pid: fake_pid(name),
                     owner_uid: 4242,
                     addrs: vec!["192.0.2.1".parse::<IpAddr>().unwrap()],
                 };
@@ -517,24 +542,41 @@ fn capture_client_against_a_fake_node() {
     // Frames 1 and 2 share a TCP segment (the writer holds a partial segment up to 1 ms), so
     // both complete in the packet stamped with frame 2's time.
 
-    // Two nodes and no daemon: --node is needed.
+    // Two nodes of two processes and no daemon: an IB capture (one node's) needs --node. (A
+    // TCP capture traces every node this user may trace: tests/tests/trace_loopback.rs.)
     let _beta = fake_node(run.path(), "beta", Behaviour::Frames { n: 3, dropped: 5 });
-    let out = rds_trace(run.path(), &["-w", f]);
+    let out = rds_trace(run.path(), &["-w", f, "--transport", "ib"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
-        "rds-trace: several RDS nodes are running; choose one with --node NAME: alpha, beta\n"
+        "rds-trace: several RDS nodes are running; choose one with --node NAME|ADDRESS|PID: \
+         alpha (pid 4194401, 192.0.2.1), beta (pid 4194402, 192.0.2.1)\n"
     );
     let out = rds_trace(run.path(), &["-w", f, "--node", "gamma"]);
     assert_eq!(
         text(&out.stderr),
-        "rds-trace: no node named 'gamma'; running nodes: alpha, beta\n"
+        "rds-trace: no RDS node is named 'gamma'; running nodes: alpha (pid 4194401, \
+         192.0.2.1), beta (pid 4194402, 192.0.2.1)\n"
+    );
+    let out = rds_trace(run.path(), &["-w", f, "--node", "192.0.2.1"]);
+    assert_eq!(
+        text(&out.stderr),
+        "rds-trace: several RDS nodes match '192.0.2.1'; choose one with --node \
+         NAME|ADDRESS|PID: alpha (pid 4194401, 192.0.2.1), beta (pid 4194402, 192.0.2.1)\n"
+    );
+    let out = rds_trace(run.path(), &["-w", f, "--node", "192.0.2.9"]);
+    assert!(
+        text(&out.stderr)
+            .starts_with("rds-trace: no RDS node owns the address 192.0.2.9; running nodes: alpha"),
+        "{}",
+        text(&out.stderr)
     );
 
-    // -c 2 against beta: two frames written, the stop sent, the node's counters reported.
+    // -c 2 against beta, chosen by its pid: two frames written, the stop sent, the node's
+    // counters reported.
     let out = rds_trace(
         run.path(),
-        &["-w", f, "-c", "2", "--node", "beta", "-s", "0"],
+        &["-w", f, "-c", "2", "--node", "4194402", "-s", "0"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(

@@ -366,11 +366,13 @@ fn captures_every_kind_of_traffic_and_tshark_decodes_it_exactly() {
     }
 
     // The JSON report has the same frames.
-    let json = report(&file, &["--json"]);
+    let json = report(&file, &["--jsonl"]);
     let rows: Vec<serde_json::Value> = json
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    let doc: serde_json::Value = serde_json::from_str(&report(&file, &["--json"])).unwrap();
+    assert_eq!(doc["frames"].as_array(), Some(&rows));
     assert_eq!(rows.len(), tsf.len());
     for (row, f) in rows.iter().zip(&tsf) {
         assert_eq!(row["frame"], f.frame_no);
@@ -691,7 +693,7 @@ fn one_session_per_node_and_node_errors() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.starts_with("rds-trace: no node named 'no-such-node'; running nodes: ")
+        err.starts_with("rds-trace: no RDS node is named 'no-such-node'; running nodes: ")
             && err.contains("trace-a4"),
         "{err}"
     );

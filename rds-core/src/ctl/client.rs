@@ -7,8 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use super::{
-    discover, read_frame, write_frame, FrameError, InfoSnapshot, NodeEndpoint, Reply, Request,
-    DAEMON_NAME, PROTO_VERSION,
+    read_frame, write_frame, FrameError, InfoSnapshot, Reply, Request, DAEMON_NAME, PROTO_VERSION,
 };
 
 /// An error a node answered, or a failure to reach it.
@@ -152,47 +151,6 @@ impl CtlClient {
                 Ok(c)
             }
             other => Err(CtlError::Protocol(format!("{other:?}"))),
-        }
-    }
-
-    /// Connects to the node named `name`, or, without a name, to the daemon if it runs, else
-    /// to the only running node.
-    ///
-    /// # Errors
-    /// [`CtlError::NoNode`] when no node runs, none has that name, or several run and none is
-    /// the daemon (the message lists them).
-    pub fn connect_node(name: Option<&str>) -> Result<Self, CtlError> {
-        let nodes = discover();
-        let pick: Option<&NodeEndpoint> = match name {
-            Some(n) => nodes.iter().find(|e| e.name == n),
-            None => nodes
-                .iter()
-                .find(|e| e.name == DAEMON_NAME)
-                .or(if nodes.len() == 1 {
-                    nodes.first()
-                } else {
-                    None
-                }),
-        };
-        match pick {
-            Some(e) => Self::connect(&e.path),
-            None if nodes.is_empty() => Err(CtlError::NoNode(
-                "no RDS node is running (start one with 'rds-ctrl load', or run a tool that \
-                 embeds one, such as rds-stress)"
-                    .into(),
-            )),
-            None => Err(CtlError::NoNode(format!(
-                "{}: {}",
-                match name {
-                    Some(n) => format!("no node named '{n}'; running nodes"),
-                    None => "several RDS nodes are running; choose one with --node NAME".into(),
-                },
-                nodes
-                    .iter()
-                    .map(|e| e.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
         }
     }
 

@@ -44,7 +44,8 @@
 //! `CAP_NET_BIND_SERVICE`.
 //!
 //! ## Who serves what
-//! This module is the protocol and its client ([`client`]). Every node serves it: the server
+//! This module is the protocol, its client ([`client`]) and the one way tools choose a node
+//! ([`select`]). Every node serves it: the server
 //! and its limits are `crate::node::admin`. Client sockets ([`Request::SockOpen`] and the
 //! other `Sock*` requests) are served only by a node that was given the daemon's
 //! client-socket service (`crate::socket::host`); any other node refuses
@@ -52,6 +53,7 @@
 
 pub mod client;
 pub mod owner;
+pub mod select;
 
 pub use owner::describe_addr_conflict;
 

@@ -14,7 +14,7 @@ use super::discover;
 use crate::wire::RDS_TCP_PORT;
 
 /// The program name of process `pid` (`/proc/PID/comm`), if readable.
-fn comm(pid: u32) -> Option<String> {
+pub(crate) fn comm(pid: u32) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_string())

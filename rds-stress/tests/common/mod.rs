@@ -79,6 +79,17 @@ pub fn interval_re() -> Regex {
     .unwrap()
 }
 
+/// The first line of a `--loopback` run over RDS/TCP between `a` and `b`, naming both
+/// embedded nodes (`embedded-PID`, `embedded-PID-N`).
+pub fn loopback_line_re(a: &str, b: &str) -> Regex {
+    Regex::new(&format!(
+        r"^loopback: active side on {} \(node embedded-\d+(-\d+)?\), passive side on {} \(node embedded-\d+(-\d+)?\), over RDS/TCP$",
+        regex::escape(a),
+        regex::escape(b)
+    ))
+    .unwrap()
+}
+
 /// The average line.
 pub fn average_re() -> Regex {
     Regex::new(
