@@ -51,6 +51,8 @@ struct Cli {
     /// Print the result as one JSON object instead of lines and a summary
     #[arg(long)]
     json: bool,
+    #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP)]
+    stack: Option<String>,
     /// Destination host or address
     #[arg(value_name = "DESTINATION")]
     dest: Vec<String>,
@@ -79,6 +81,8 @@ pub struct Opts {
     pub dest_name: String,
     /// The destination's address.
     pub dest: IpAddr,
+    /// Which RDS serves the sockets (`--stack`).
+    pub stack: rds_cli::Stack,
 }
 
 /// Why the command line was refused.
@@ -105,7 +109,8 @@ pub fn usage_text(complaint: &str) -> String {
          -Q tos        type of service\n \
          -w deadline   stop after this many seconds\n \
          -W timeout    seconds to wait for each reply\n \
-         --json        print the result as JSON\n",
+         --json        print the result as JSON\n \
+         --stack S     kernel, user or auto: which RDS to use\n",
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -190,6 +195,10 @@ where
             None => Ok(None),
         }
     };
+    let stack = match &cli.stack {
+        Some(v) => rds_cli::stack_arg(v).map_err(|m| fatal(format!("--stack: {m}")))?,
+        None => rds_cli::Stack::Auto,
+    };
     let deadline = secs(&cli.deadline, "deadline")?;
     let timeout = secs(&cli.timeout, "timeout")?.unwrap_or(DEFAULT_TIMEOUT);
     match cli.dest.as_slice() {
@@ -222,6 +231,7 @@ where
         json: cli.json,
         dest_name,
         dest,
+        stack,
     })
 }
 

@@ -49,6 +49,7 @@ Options:
  -w deadline   stop after this many seconds
  -W timeout    seconds to wait for each reply
  --json        print the result as JSON
+ --stack S     kernel, user or auto: which RDS to use
 ";
 
 #[test]
