@@ -79,6 +79,17 @@ fn kernel_loaded() -> bool {
     *LOADED.get_or_init(crate::kernel::loaded)
 }
 
+/// Whether sockets made with [`Socket::new`] go to the kernel's RDS (unless, for `auto`, the
+/// daemon owns their address): `kernel`, or `auto` on a host whose kernel has RDS loaded. A
+/// tool then starts no embedded node of its own.
+pub fn kernel_preferred() -> bool {
+    match stack() {
+        Stack::Kernel => true,
+        Stack::Auto => kernel_loaded(),
+        Stack::User => false,
+    }
+}
+
 /// Binds `s` ahead of the daemon and embedded paths when the chosen stack says so:
 /// `Some(bound)` when the kernel (or, for `auto`, the daemon owning the address) took it,
 /// `None` to go on with the daemon and embedded node.

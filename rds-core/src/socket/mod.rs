@@ -34,7 +34,7 @@ pub mod host;
 mod kern;
 mod remote;
 
-pub use kern::{set_stack, stack, Stack};
+pub use kern::{kernel_preferred, set_stack, stack, Stack};
 
 use crate::ctl::SockOpt;
 use crate::errno::err;
