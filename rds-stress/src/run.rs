@@ -369,8 +369,14 @@ fn env_for(
 /// bound to `ip:port` (exit 1 with "RDMA not supported by this kernel" on RDS/TCP).
 fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Option<Node>, Fatal> {
     let want_ib = r.transport_ib.unwrap_or(w.rdma_size != 0);
-    // On the kernel's RDS the kernel picks the transport (IB on an RDMA device).
-    let node = if want_ib && !rds_core::socket::kernel_preferred() {
+    // On the kernel's RDS the kernel picks the transport (IB on an RDMA device). RDMA mode
+    // needs a node of ours: `auto` keeps it off the kernel.
+    let on_kernel = match rds_core::socket::stack() {
+        rds_core::socket::Stack::Kernel => true,
+        rds_core::socket::Stack::Auto => rds_core::socket::kernel_preferred() && w.rdma_size == 0,
+        rds_core::socket::Stack::User => false,
+    };
+    let node = if want_ib && !on_kernel {
         match rdma::not_on_rdma_device(ip) {
             None => Some(rdma::start_ib_node(ip, name)?),
             Some(why) if r.transport_ib == Some(true) => {

@@ -134,7 +134,9 @@ pub struct Socket {
 static DEFAULT_NODE: Mutex<Option<Node>> = Mutex::new(None);
 
 /// The process's default embedded node (started on first use, with no addresses; sockets
-/// add theirs at bind).
+/// add theirs at bind). It runs RDS/TCP and, where rdma-core and an RDMA device are present,
+/// RDS/IB: as in the kernel, a socket bound to an address an RDMA device holds gets IB, any
+/// other TCP (`SO_RDS_TRANSPORT`, [`Socket::set_transport`], overrides).
 ///
 /// # Errors
 /// The node's I/O thread or epoll could not be created.
@@ -143,7 +145,9 @@ pub fn default_node() -> io::Result<Node> {
     if let Some(n) = g.as_ref().filter(|n| n.is_running()) {
         return Ok(n.clone());
     }
-    let n = Node::start(NodeConfig::new([]))?;
+    let mut cfg = NodeConfig::new([]);
+    cfg.transports.ib = true;
+    let n = Node::start(cfg)?;
     *g = Some(n.clone());
     Ok(n)
 }
