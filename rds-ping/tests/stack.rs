@@ -61,19 +61,14 @@ fn stack_kernel_without_kernel_rds_and_fallbacks() {
             "127.23.1.2",
         ]);
         assert_eq!(code, 0, "--stack {stack}: {out}{err}");
-        assert_eq!(
-            out.lines().filter(|l| is_reply(l)).count(),
-            2,
-            "{out}"
-        );
+        assert_eq!(out.lines().filter(|l| is_reply(l)).count(), 2, "{out}");
     }
 }
 
 /// A reply line of rds-ping: `%4u: %u usec`.
 fn is_reply(l: &str) -> bool {
     l.ends_with(" usec")
-        && l
-            .trim_start()
+        && l.trim_start()
             .split(':')
             .next()
             .is_some_and(|n| n.parse::<u64>().is_ok())

@@ -203,14 +203,17 @@ fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
         .exec(1, &format!("{ENV} {} -a -n -k", t.info), T)?
         .check("rds-info -a -n -k")?;
     ensure!(
-        a.stdout.contains(&format!("{:>37} {:>37}", "LocalAddr", "RemoteAddr"))
+        a.stdout
+            .contains(&format!("{:>37} {:>37}", "LocalAddr", "RemoteAddr"))
             && a.stdout.contains(&format!("{:>37}", g2.to_string())),
         "rds-info -a:\n{}",
         a.stdout
     );
     recv.kill();
     let _ = recv.wait();
-    println!("rds-info g1: every table from the kernel, connections and counters as rdstool reads them");
+    println!(
+        "rds-info g1: every table from the kernel, connections and counters as rdstool reads them"
+    );
 
     // rds-ctrl stats with no flags: the kernel's counters, in its order.
     let st = lab
@@ -245,7 +248,10 @@ fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
     passive.wait_for_output("waiting for incoming connection", Duration::from_secs(30))?;
     let a = lab.exec(
         1,
-        &format!("{ENV} {} -r {g1} -s {g2} -p 4400 -t 1 -d 2 -q 1024 -a 64 -T 3", t.stress[0]),
+        &format!(
+            "{ENV} {} -r {g1} -s {g2} -p 4400 -t 1 -d 2 -q 1024 -a 64 -T 3",
+            t.stress[0]
+        ),
         T,
     )?;
     let p = passive.wait()?;
@@ -299,7 +305,10 @@ fn ib_auto(lab: &Lab, t: &Tools) -> Result<()> {
     .context("removing the kernel's RDS modules from g1")?;
     let out = lab.exec(
         1,
-        &format!("{ENV} RDS_NO_DAEMON=1 {} -I {g1} -c 4 -i 1 -w 60 {g2}", t.ping),
+        &format!(
+            "{ENV} RDS_NO_DAEMON=1 {} -I {g1} -c 4 -i 1 -w 60 {g2}",
+            t.ping
+        ),
         T,
     )?;
     let replies = out.stdout.lines().filter(|l| is_reply(l)).count();
@@ -340,8 +349,7 @@ fn tools_on_a_kernel_rds_host() {
 /// A reply line of rds-ping: `%4u: %u usec`.
 fn is_reply(l: &str) -> bool {
     l.ends_with(" usec")
-        && l
-            .trim_start()
+        && l.trim_start()
             .split(':')
             .next()
             .is_some_and(|n| n.parse::<u64>().is_ok())

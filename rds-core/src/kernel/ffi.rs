@@ -241,8 +241,9 @@ pub fn send(
     mh.msg_iov = &mut iov;
     mh.msg_iovlen = 1;
     // SAFETY: every pointer in `mh` (name, one iovec over `data`) is valid for the call; the
-    // kernel only reads the payload.
-    let r = unsafe { libc::sendmsg(fd, &mh, flags | libc::MSG_NOSIGNAL) };
+    // kernel only reads the payload. (RDS refuses any flag but MSG_DONTWAIT with EOPNOTSUPP,
+    // MSG_NOSIGNAL included; it raises no SIGPIPE.)
+    let r = unsafe { libc::sendmsg(fd, &mh, flags) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
