@@ -360,6 +360,13 @@ fn env_for(
         node,
         rtt_threshold: r.rtt_threshold,
         cancel_sent_to: r.cancel_sent_to,
+        transport: r.transport_ib.map(|ib| {
+            if ib {
+                rds_core::info::TransportKind::Ib
+            } else {
+                rds_core::info::TransportKind::Tcp
+            }
+        }),
     }
 }
 
