@@ -3,6 +3,7 @@
 //! - [`num`]: sizes and counts with a k/m/g suffix ([`parse_size`]) and seconds with an
 //!   s/m/ms/us suffix ([`parse_seconds`]), as the rds-tools command lines take them;
 //! - [`exit`]: the exit status of an error ([`error_status`], [`Negative`]);
+//! - [`stack`]: the `--stack kernel|user|auto` option ([`stack_arg`], [`apply_stack`]);
 //! - [`table`]: the tables the tools print ([`table()`]), the terminal's width and word
 //!   wrapping for help text.
 //!
@@ -15,8 +16,10 @@
 
 pub mod exit;
 pub mod num;
+pub mod stack;
 pub mod table;
 
 pub use exit::{error_status, usage_message, Negative, USAGE_STATUS};
 pub use num::{duration_arg, parse_seconds, parse_size, size_arg, SecondsError, DURATION_SYNTAX};
+pub use stack::{apply_stack, info_stack, stack_arg, Stack, STACK_HELP};
 pub use table::table;

@@ -16,6 +16,8 @@
 //! - [`ctl`]: the control protocol every node serves on a Unix socket (info, counters,
 //!   tunables, connection restart/kill, trace streaming, client sockets for the daemon) and
 //!   its client; the server is [`node::admin`], the daemon's client sockets [`socket::host`].
+//! - [`kernel`]: the running kernel's `AF_RDS` sockets and `RDS_INFO_*` tables, the backend
+//!   of sockets on a host whose kernel has RDS.
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 //! - [`ras`]: the node's bounded event ring (connections up and down, resets, drops, errors).
 #![warn(missing_docs)]
@@ -25,6 +27,7 @@ pub mod ctl;
 pub mod errno;
 pub mod ib;
 pub mod info;
+pub mod kernel;
 pub mod message;
 pub mod node;
 pub mod proto;

@@ -58,6 +58,10 @@ pub struct Cli {
     /// the only running node)
     #[arg(long, global = true, value_name = "NAME|ADDRESS|PID")]
     pub node: Option<String>,
+    /// Which RDS `stats` reads: the kernel's counters or a node of ours.
+    #[arg(long, global = true, value_name = "STACK", help = rds_cli::STACK_HELP,
+          value_parser = rds_cli::stack_arg, default_value = "auto")]
+    pub stack: rds_cli::Stack,
     /// The command.
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -344,6 +348,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             TraceAction::Report { file } => trace::report(&file),
         },
         Cmd::Version => version(out, node),
+        Cmd::Stats { action, json } if node.is_none() && kernel_stats(cli.stack)? => {
+            stats_kernel(out, action, json)
+        }
         Cmd::Stats { action, json } => stats(out, node, action, json),
         Cmd::ExecDetached { program, args } => {
             let e = util::exec_detached(&program, &args);
@@ -742,6 +749,51 @@ fn version(out: &mut dyn Write, node: Option<&str>) -> anyhow::Result<u8> {
             c.hello.node, c.hello.version, c.hello.rds_protocol, c.hello.pid
         )?;
     }
+    Ok(0)
+}
+
+/// Whether `stats` reads the kernel's counters: `--stack kernel`, or `auto` on a host whose
+/// kernel has RDS loaded.
+fn kernel_stats(stack: rds_cli::Stack) -> anyhow::Result<bool> {
+    if rds_cli::info_stack(stack) != rds_cli::Stack::Kernel {
+        return Ok(false);
+    }
+    if let Some(why) = rds_core::kernel::unavailable_reason() {
+        return Err(anyhow!("--stack kernel: {why}"));
+    }
+    Ok(true)
+}
+
+/// `stats` on the kernel's RDS: `RDS_INFO_COUNTERS`, in the kernel's order (core, then each
+/// loaded transport's), printed as rds-info prints them.
+fn stats_kernel(
+    out: &mut dyn Write,
+    action: Option<StatsAction>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    if action == Some(StatsAction::Reset) {
+        return Err(anyhow!(
+            "the kernel's RDS counters cannot be reset (the kernel has no call for it; they              restart from zero when the rds module is reloaded); use --stack user for a node              of ours"
+        ));
+    }
+    let counters = rds_core::kernel::info::KernelInfo::open()
+        .and_then(|k| k.counters())
+        .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = counters
+            .into_iter()
+            .map(|(n, v)| (n, serde_json::Value::from(v)))
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Object(map))?;
+        return Ok(0);
+    }
+    let snap = rds_core::ctl::InfoSnapshot {
+        counters,
+        ..Default::default()
+    };
+    let mut s = String::new();
+    rds_info::format::counters(&mut s, &snap, rds_info::format::Layout::default());
+    out.write_all(s.as_bytes())?;
     Ok(0)
 }
 

@@ -1,7 +1,10 @@
 //! `rds-info`: shows the state of an RDS node with the tables of the original C `rds-info`.
 //!
-//! The node is reached over its control socket ([`rds_core::ctl`]): the one named with
-//! `--node`, else the host daemon, else the only running node. One [`InfoSnapshot`] is taken
+//! With `--stack kernel` (or `auto`, the default, on a host whose kernel has RDS loaded and no
+//! `--node`), the tables are the kernel's, read with its `RDS_INFO_*` getsockopts as the
+//! original does ([`kernel`]). Otherwise the node is reached over its control socket
+//! ([`rds_core::ctl`]): the one named with `--node`, else the host daemon, else the only
+//! running node. One [`InfoSnapshot`] is taken
 //! and the selected categories are printed in the ASCII order of their option letters (the
 //! original's order, whatever the command line says). Formats are in [`format`].
 //!
@@ -12,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod format;
+pub mod kernel;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -80,6 +84,10 @@ pub struct Args {
     /// List the running nodes and exit (as a JSON document with --json)
     #[arg(long)]
     pub list_nodes: bool,
+    /// Which RDS to read: the kernel's tables or a node of ours.
+    #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP,
+          value_parser = rds_cli::stack_arg, default_value = "auto")]
+    pub stack: rds_cli::Stack,
 }
 
 impl Args {
@@ -194,6 +202,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     if args.list_nodes {
         return list_nodes(out, args.json);
     }
+    if args.node.is_none() && rds_cli::info_stack(args.stack) == rds_cli::Stack::Kernel {
+        return run_kernel(args, out);
+    }
     let mut client = match CtlClient::connect_node(args.node.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -236,6 +247,42 @@ pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
         if let Some((n, what)) = omitted(&snap.omitted, c).filter(|&(n, _)| n > 0) {
             out.flush()?;
             eprintln!("rds-info: {n} more {what} not listed (a node's reply holds the first ones)");
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// `run` on the kernel's RDS.
+fn run_kernel(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
+    if let Some(why) = rds_core::kernel::unavailable_reason() {
+        eprintln!("rds-info: --stack kernel: {why}");
+        return Ok(1);
+    }
+    let k = match rds_core::kernel::info::KernelInfo::open() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("rds-info: Unable to create socket: {e}");
+            return Ok(1);
+        }
+    };
+    if args.json {
+        let v = kernel::json(&k, &args.categories(), args.all_families);
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| "{}".into())
+        )?;
+        return Ok(0);
+    }
+    for c in args.categories() {
+        let mut s = String::new();
+        match kernel::category(&k, &mut s, c, args.all_families, args.verbose) {
+            Ok(()) => out.write_all(s.as_bytes())?,
+            Err(msg) => {
+                out.flush()?;
+                eprintln!("{msg}");
+            }
         }
     }
     out.flush()?;

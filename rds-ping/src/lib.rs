@@ -6,8 +6,9 @@
 //! that never answers is given up on after [`ping::GIVE_UP_AFTER_LOST`] lost pings. The exit
 //! status is 0 only when replies came and no ping failed with an error ([`exit_code`]).
 //!
-//! Sockets come from `rds_core::Socket::new`: through the host daemon when one owns the
-//! source address, else an embedded node started in this process.
+//! Sockets come from `rds_core::Socket::new` with the `--stack` choice: through the host
+//! daemon when one owns the source address, else the kernel's RDS when loaded, else an
+//! embedded node started in this process.
 
 pub mod opts;
 pub mod ping;
@@ -42,6 +43,10 @@ where
             return 1;
         }
     };
+    if let Err(m) = rds_cli::apply_stack("rds-ping", o.stack) {
+        eprintln!("{m}");
+        return 1;
+    }
     let code = run(&o);
     // The embedded node's control socket goes with it, on every path that ends the run.
     rds_core::socket::shutdown_default_node();

@@ -55,6 +55,8 @@ struct Cli {
     /// Name the RDS node the pings go through on standard error (for --node in the other tools)
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
+    #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP)]
+    stack: Option<String>,
     /// Destination host or address
     #[arg(value_name = "DESTINATION")]
     dest: Vec<String>,
@@ -85,6 +87,8 @@ pub struct Opts {
     pub dest_name: String,
     /// The destination's address.
     pub dest: IpAddr,
+    /// Which RDS serves the sockets (`--stack`).
+    pub stack: rds_cli::Stack,
 }
 
 /// Why the command line was refused.
@@ -112,7 +116,8 @@ pub fn usage_text(complaint: &str) -> String {
          -w deadline   stop after this many seconds\n \
          -W timeout    seconds to wait for each reply\n \
          --json        print the result as JSON\n \
-         -v            name the RDS node used, on stderr\n",
+         -v            name the RDS node used, on stderr\n \
+         --stack S     kernel, user or auto: which RDS to use\n",
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -197,6 +202,10 @@ where
             None => Ok(None),
         }
     };
+    let stack = match &cli.stack {
+        Some(v) => rds_cli::stack_arg(v).map_err(|m| fatal(format!("--stack: {m}")))?,
+        None => rds_cli::Stack::Auto,
+    };
     let deadline = secs(&cli.deadline, "deadline")?;
     let timeout = secs(&cli.timeout, "timeout")?.unwrap_or(DEFAULT_TIMEOUT);
     match cli.dest.as_slice() {
@@ -230,6 +239,7 @@ where
         verbose: cli.verbose,
         dest_name,
         dest,
+        stack,
     })
 }
 

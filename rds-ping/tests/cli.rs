@@ -50,6 +50,7 @@ Options:
  -W timeout    seconds to wait for each reply
  --json        print the result as JSON
  -v            name the RDS node used, on stderr
+ --stack S     kernel, user or auto: which RDS to use
 ";
 
 #[test]

@@ -178,6 +178,10 @@ pub struct Args {
     /// address is on an RDMA device, else tcp
     #[arg(long = "transport", value_name = "tcp|ib", help_heading = EXT)]
     pub transport: Option<String>,
+    /// Which RDS the tasks use.
+    #[arg(long = "stack", value_name = "kernel|user|auto", help = rds_cli::STACK_HELP,
+          value_parser = rds_cli::stack_arg, default_value = "auto", help_heading = EXT)]
+    pub stack: rds_cli::Stack,
     /// Print version
     #[arg(long = "version", action = ArgAction::Version, help_heading = EXT)]
     pub version: Option<bool>,

@@ -242,7 +242,9 @@ pub fn check_support(node: Option<&Node>, ip: IpAddr, port: u16) -> Result<(), F
     match s.free_mr(0, false) {
         Ok(()) => Ok(()),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EOPNOTSUPP)) => {
-            let why = if s.via_daemon() {
+            let why = if s.via_kernel() {
+                format!("{ip} is served by the kernel's RDS, and RDMA through kernel sockets is not supported by this rds-stress (use --stack user)")
+            } else if s.via_daemon() {
                 format!("{ip} is served by the rds-ctrl daemon, which cannot do RDMA for another process")
             } else {
                 match not_on_rdma_device(ip) {

@@ -102,6 +102,7 @@ does not have\n";
 /// A fatal error with the original's message.
 pub fn run(args: &Args) -> Result<i32, Fatal> {
     let r = args.resolve()?;
+    rds_cli::apply_stack("rds-stress", args.stack).map_err(|m| Fatal::new(format!("{m}\n")))?;
     watch_signals(args.cancel_sent_to);
     let soak = r.report_cpu.then(|| {
         let s = Soakers::start();
@@ -359,6 +360,13 @@ fn env_for(
         node,
         rtt_threshold: r.rtt_threshold,
         cancel_sent_to: r.cancel_sent_to,
+        transport: r.transport_ib.map(|ib| {
+            if ib {
+                rds_core::info::TransportKind::Ib
+            } else {
+                rds_core::info::TransportKind::Tcp
+            }
+        }),
     }
 }
 
@@ -368,7 +376,14 @@ fn env_for(
 /// bound to `ip:port` (exit 1 with "RDMA not supported by this kernel" on RDS/TCP).
 fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Option<Node>, Fatal> {
     let want_ib = r.transport_ib.unwrap_or(w.rdma_size != 0);
-    let node = if want_ib {
+    // On the kernel's RDS the kernel picks the transport (IB on an RDMA device). RDMA mode
+    // needs a node of ours: `auto` keeps it off the kernel.
+    let on_kernel = match rds_core::socket::stack() {
+        rds_core::socket::Stack::Kernel => true,
+        rds_core::socket::Stack::Auto => rds_core::socket::kernel_preferred() && w.rdma_size == 0,
+        rds_core::socket::Stack::User => false,
+    };
+    let node = if want_ib && !on_kernel {
         match rdma::not_on_rdma_device(ip) {
             None => Some(rdma::start_ib_node(ip, name)?),
             Some(why) if r.transport_ib == Some(true) => {

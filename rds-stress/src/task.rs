@@ -49,6 +49,9 @@ pub struct Env {
     pub rtt_threshold: Option<u64>,
     /// `--cancel-sent-to`.
     pub cancel_sent_to: bool,
+    /// `--transport`, pinned on each socket before bind (`SO_RDS_TRANSPORT`), so that an
+    /// embedded node or the kernel serves an RDMA device's address over TCP when asked.
+    pub transport: Option<rds_core::info::TransportKind>,
 }
 
 impl Env {
@@ -267,6 +270,9 @@ impl Task {
                 .map_err(|e| Fatal::new(format!("socket(21, 5, 0) failed{}", errno_suffix(&e))))?,
         };
         let local = SocketAddr::new(env.local, env.port(id));
+        if let Some(t) = env.transport {
+            let _ = sock.set_transport(t);
+        }
         sock.bind(local)
             .map_err(|e| Fatal::new(format!("bind() failed{}", errno_suffix(&e))))?;
         let bytes = u64::from(w.nr_tasks)

@@ -108,6 +108,28 @@ pub struct Cli {
     /// With --install-wireshark-plugin: install into DIR instead
     #[arg(long, value_name = "DIR", conflicts_with_all = ["write", "read"])]
     pub plugin_dir: Option<PathBuf>,
+
+    /// With -w: which RDS to capture (a node of ours; the kernel's is captured with tcpdump)
+    #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP, value_parser = rds_cli::stack_arg,
+          default_value = "auto", conflicts_with_all = ["read", "install_wireshark_plugin"])]
+    pub stack: rds_cli::Stack,
+}
+
+/// What to do on a host whose RDS is the kernel's: the capture comes from tcpdump, the
+/// decoding from this tool or Wireshark with our dissector.
+pub fn kernel_capture_hint() -> String {
+    let mods = rds_core::kernel::transport_modules();
+    let mods = if mods.is_empty() {
+        "rds".to_string()
+    } else {
+        mods.join(", ")
+    };
+    format!(
+        "RDS on this host is the kernel's ({mods}), and rds-trace -w captures nodes of ours. \
+         Capture the kernel's RDS/TCP with tcpdump: `tcpdump -i any -s 0 -w rds.pcap tcp port \
+         16385`, then decode it with `rds-trace -r rds.pcap` (or in Wireshark after \
+         `rds-trace --install-wireshark-plugin`); --stack user traces a node of ours"
+    )
 }
 
 /// `-G`: a positive number of seconds ([`rds_cli::parse_seconds`]).
@@ -149,6 +171,12 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let Some(file) = cli.write else {
         anyhow::bail!("one of -w, -r, --install-wireshark-plugin is needed");
     };
+    if cli.node.is_none() && rds_cli::info_stack(cli.stack) == rds_cli::Stack::Kernel {
+        if let Some(why) = rds_core::kernel::unavailable_reason() {
+            anyhow::bail!("--stack kernel: {why}");
+        }
+        anyhow::bail!("{}", kernel_capture_hint());
+    }
     capture::run(capture::Options {
         file,
         snaplen: cli.snaplen,

@@ -978,7 +978,7 @@ fn rds_info(h: &mut Host, j: usize, info: &str) -> Result<()> {
     let run = |args: &str| {
         h.exec(
             2,
-            &format!("RDS_RUNTIME_DIR={RUNTIME_DIR} {info} {args}"),
+            &format!("RDS_RUNTIME_DIR={RUNTIME_DIR} {info} --stack user {args}"),
             60,
         )
     };

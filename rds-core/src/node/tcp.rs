@@ -212,6 +212,27 @@ pub(crate) struct Stashed {
 /// How often held connections are offered to the engine again.
 const STASH_RETRY: Duration = Duration::from_millis(2);
 
+/// A listener's bind error: when the port is taken and the kernel's RDS `module` (`rds_tcp`
+/// for 16385, `rds_rdma` for the RDMA CM port) is loaded, one line naming the module and what
+/// to do, of kind `AddrInUse`; any other error as it came.
+pub(crate) fn port_taken(e: io::Error, at: SocketAddr, module: &str) -> io::Error {
+    let held = e.kind() == io::ErrorKind::AddrInUse
+        && std::path::Path::new("/sys/module").join(module).exists();
+    if !held {
+        return e;
+    }
+    io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!(
+            "port {} on {} is held by the kernel's RDS ({module} module is loaded): use the \
+             kernel's RDS (--stack kernel or auto), or unload it (modprobe -r {module}) to run \
+             a node of ours on this address",
+            at.port(),
+            at.ip()
+        ),
+    )
+}
+
 impl Tcp {
     pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<TcpStats>, seed: u64) -> io::Result<Self> {
         Ok(Tcp {
@@ -247,8 +268,10 @@ impl Tcp {
 
     /// Listens on `addr:16385` (never a wildcard).
     pub(crate) fn listen(&mut self, addr: IpAddr) -> io::Result<()> {
-        // The OS error is returned as is: callers print its errno (EADDRINUSE, EADDRNOTAVAIL).
-        let l = TcpListener::bind(SocketAddr::new(addr, RDS_TCP_PORT))?;
+        // The OS error is returned as is (callers print its errno: EADDRINUSE, EADDRNOTAVAIL),
+        // except a port the kernel's rds_tcp holds, which `port_taken` names.
+        let at = SocketAddr::new(addr, RDS_TCP_PORT);
+        let l = TcpListener::bind(at).map_err(|e| port_taken(e, at, "rds_tcp"))?;
         l.set_nonblocking(true)?;
         let _ = sys::tune_rds_tcp(l.as_raw_fd());
         let token = TOKEN_LISTENER | self.listeners.len() as u64;

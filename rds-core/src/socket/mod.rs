@@ -10,7 +10,9 @@
 //! Which node serves a socket is decided once, at bind, and held as the socket's backend:
 //! [`Socket::with_node`] names a node of this process; [`Socket::new`] goes through the host
 //! daemon when one runs and owns the address (`remote`, a client of [`crate::ctl`]), else
-//! uses the process's default embedded node, which takes on the address at bind.
+//! uses the process's default embedded node, which takes on the address at bind. The
+//! process's [`Stack`] choice (`kern`) puts the running kernel's `AF_RDS` first (`auto`, when
+//! the kernel has RDS and no daemon owns the address) or alone (`kernel`).
 //!
 //! Files: this one is the API and the embedded backend; `remote` the daemon backend; [`host`]
 //! the daemon's side, which serves client sockets to other processes.
@@ -29,7 +31,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 pub mod host;
+mod kern;
 mod remote;
+
+pub use kern::{kernel_preferred, set_stack, stack, Stack};
 
 use crate::ctl::SockOpt;
 use crate::errno::err;
@@ -106,6 +111,8 @@ enum Backend {
     Embedded(Bound),
     /// The host daemon's node, reached over its control socket.
     Daemon(remote::Remote),
+    /// The running kernel's RDS (`AF_RDS`).
+    Kernel(crate::kernel::KernelSocket),
 }
 
 /// An RDS socket.
@@ -127,7 +134,9 @@ pub struct Socket {
 static DEFAULT_NODE: Mutex<Option<Node>> = Mutex::new(None);
 
 /// The process's default embedded node (started on first use, with no addresses; sockets
-/// add theirs at bind).
+/// add theirs at bind). It runs RDS/TCP and, where rdma-core and an RDMA device are present,
+/// RDS/IB: as in the kernel, a socket bound to an address an RDMA device holds gets IB, any
+/// other TCP (`SO_RDS_TRANSPORT`, [`Socket::set_transport`], overrides).
 ///
 /// # Errors
 /// The node's I/O thread or epoll could not be created.
@@ -136,7 +145,9 @@ pub fn default_node() -> io::Result<Node> {
     if let Some(n) = g.as_ref().filter(|n| n.is_running()) {
         return Ok(n.clone());
     }
-    let n = Node::start(NodeConfig::new([]))?;
+    let mut cfg = NodeConfig::new([]);
+    cfg.transports.ib = true;
+    let n = Node::start(cfg)?;
     *g = Some(n.clone());
     Ok(n)
 }
@@ -211,6 +222,14 @@ impl Socket {
         }
     }
 
+    /// The kernel backend, once bound to it.
+    fn kernel(&self) -> Option<&crate::kernel::KernelSocket> {
+        match self.backend.get() {
+            Some(Backend::Kernel(k)) => Some(k),
+            _ => None,
+        }
+    }
+
     fn b(&self) -> io::Result<&Bound> {
         self.embedded().ok_or_else(|| err(libc::ENOTCONN))
     }
@@ -229,6 +248,11 @@ impl Socket {
         let ip = canonical(addr.ip());
         if ip.is_unspecified() || ip.is_multicast() || ip == std::net::Ipv4Addr::BROADCAST {
             return Err(err(libc::EINVAL));
+        }
+        if self.node.is_none() {
+            if let Some(r) = kern::bind_first(self, SocketAddr::new(ip, addr.port()))? {
+                return Ok(r);
+            }
         }
         if self.node.is_none() && std::env::var_os("RDS_NO_DAEMON").is_none() {
             if let Some(r) = self.bind_daemon(SocketAddr::new(ip, addr.port()))? {
@@ -317,6 +341,11 @@ impl Socket {
         self.daemon().is_some()
     }
 
+    /// Whether the running kernel's RDS serves this socket.
+    pub fn via_kernel(&self) -> bool {
+        self.kernel().is_some()
+    }
+
     /// The bound address.
     ///
     /// # Errors
@@ -324,6 +353,9 @@ impl Socket {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         if let Some(r) = self.daemon() {
             return r.local_addr();
+        }
+        if let Some(k) = self.kernel() {
+            return k.local_addr();
         }
         let b = self.b()?;
         b.node
@@ -345,6 +377,9 @@ impl Socket {
         }
         if let Some(r) = self.daemon() {
             return r.connect(addr);
+        }
+        if let Some(k) = self.kernel() {
+            return k.connect(addr);
         }
         match self.embedded() {
             Some(b) => {
@@ -369,6 +404,9 @@ impl Socket {
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         if let Some(r) = self.daemon() {
             return r.peer_addr();
+        }
+        if let Some(k) = self.kernel() {
+            return k.peer_addr();
         }
         let p = match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.peer_name(b.id),
@@ -408,6 +446,9 @@ impl Socket {
         let tmo = timeout(self.sndtimeo_ns.load(Ordering::Relaxed));
         if let Some(r) = self.daemon() {
             return r.send(&msg, dest, nonblock, tmo);
+        }
+        if let Some(k) = self.kernel() {
+            return kern::send(k, &msg, dest, nonblock, tmo);
         }
         self.send_local(msg, dest, nonblock, &SendExtras::default())
     }
@@ -529,7 +570,7 @@ impl Socket {
 
     /// The bound socket and its address, if it may use RDMA (embedded node, IB transport).
     fn rdma_socket(&self) -> io::Result<(&Bound, std::net::IpAddr)> {
-        if self.daemon().is_some() {
+        if self.daemon().is_some() || self.kernel().is_some() {
             return Err(err(libc::EOPNOTSUPP));
         }
         let b = self.embedded().ok_or_else(|| err(libc::ENOTCONN))?;
@@ -691,6 +732,9 @@ impl Socket {
             let ts = ts.filter(|_| self.timestamps.load(Ordering::Relaxed));
             return Ok((got, full, trunc, ts));
         }
+        if let Some(k) = self.kernel() {
+            return kern::recv_item(k, max_len, flags, nonblock, tmo);
+        }
         let b = self.b()?;
         let deadline = tmo.map(|t| std::time::Instant::now() + t);
         let inner = &b.node.inner;
@@ -737,11 +781,17 @@ impl Socket {
     /// `SO_RCVTIMEO` (`None` = wait forever).
     pub fn set_read_timeout(&self, t: Option<Duration>) {
         self.rcvtimeo_ns.store(nanos(t), Ordering::Relaxed);
+        if let Some(k) = self.kernel() {
+            let _ = k.set_read_timeout(t);
+        }
     }
 
     /// `SO_SNDTIMEO` (`None` = wait forever).
     pub fn set_write_timeout(&self, t: Option<Duration>) {
         self.sndtimeo_ns.store(nanos(t), Ordering::Relaxed);
+        if let Some(k) = self.kernel() {
+            let _ = k.set_write_timeout(t);
+        }
     }
 
     /// `SO_TIMESTAMP`: report receive times.
@@ -750,6 +800,9 @@ impl Socket {
         if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::Timestamps(on));
         }
+        if let Some(k) = self.kernel() {
+            let _ = k.set_timestamps(on);
+        }
     }
 
     /// `SO_SNDBUF`: the usable send buffer in bytes (the kernel keeps twice this and uses
@@ -757,6 +810,10 @@ impl Socket {
     pub fn set_send_buffer_size(&self, bytes: usize) {
         if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::Sndbuf(bytes));
+            return;
+        }
+        if let Some(k) = self.kernel() {
+            let _ = k.set_sndbuf(bytes);
             return;
         }
         match self.embedded() {
@@ -775,6 +832,10 @@ impl Socket {
             let _ = r.set(SockOpt::Rcvbuf(bytes));
             return;
         }
+        if let Some(k) = self.kernel() {
+            let _ = k.set_rcvbuf(bytes);
+            return;
+        }
         match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.set_rcvbuf(b.id, bytes),
             None => self.pending().rcvbuf = Some(bytes),
@@ -784,6 +845,11 @@ impl Socket {
     fn bufs(&self) -> (usize, usize) {
         if let Some(r) = self.daemon() {
             return r.bufs();
+        }
+        if let Some(k) = self.kernel() {
+            // The kernel reports the doubled values; this reports the usable halves.
+            let (snd, rcv) = k.bufs();
+            return (snd / 2, rcv / 2);
         }
         match self.embedded() {
             Some(b) => b
@@ -838,6 +904,9 @@ impl Socket {
         if let Some(r) = self.daemon() {
             return r.transport();
         }
+        if let Some(k) = self.kernel() {
+            return k.transport();
+        }
         match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.sock_transport(b.id),
             None => self.pending().transport,
@@ -848,6 +917,10 @@ impl Socket {
     pub fn set_cong_monitor(&self, on: bool) {
         if let Some(r) = self.daemon() {
             let _ = r.set(SockOpt::CongMonitor(on));
+            return;
+        }
+        if let Some(k) = self.kernel() {
+            let _ = k.set_cong_monitor(on);
             return;
         }
         match self.embedded() {
@@ -864,6 +937,10 @@ impl Socket {
             let _ = r.set(SockOpt::Recverr(on));
             return;
         }
+        if let Some(k) = self.kernel() {
+            let _ = k.set_recverr(on);
+            return;
+        }
         match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.set_recverr(b.id, on),
             None => self.pending().recverr = on,
@@ -874,6 +951,9 @@ impl Socket {
     pub fn recverr(&self) -> bool {
         if self.daemon().is_some() {
             return self.pending().recverr;
+        }
+        if let Some(k) = self.kernel() {
+            return k.recverr();
         }
         match self.embedded() {
             Some(b) => b.node.inner.lock_core().stack.recverr(b.id),
@@ -890,6 +970,10 @@ impl Socket {
         if let Some(r) = self.daemon() {
             return r.cancel(dest);
         }
+        if let Some(k) = self.kernel() {
+            // The kernel does not say how many it dropped.
+            return k.cancel_sent_to(dest).map(|()| 0);
+        }
         let b = self.b()?;
         let mut core = b.node.inner.lock_core();
         let n = core.stack.cancel_sent_to(b.id, dest);
@@ -904,6 +988,9 @@ impl Socket {
         if let Some(r) = self.daemon() {
             return r.readiness().0;
         }
+        if let Some(k) = self.kernel() {
+            return k.ready().0;
+        }
         self.embedded()
             .is_some_and(|b| b.node.inner.lock_core().stack.readable(b.id))
     }
@@ -912,6 +999,9 @@ impl Socket {
     pub fn writable(&self) -> bool {
         if let Some(r) = self.daemon() {
             return r.readiness().1;
+        }
+        if let Some(k) = self.kernel() {
+            return k.ready().1;
         }
         self.embedded()
             .is_some_and(|b| b.node.inner.lock_core().stack.writable(b.id))
@@ -928,7 +1018,8 @@ impl Socket {
     /// A descriptor readable while [`Socket::writable`] holds (for poll/epoll).
     ///
     /// # Errors
-    /// As [`Socket::fd`].
+    /// As [`Socket::fd`]; `EOPNOTSUPP` on the kernel backend (poll [`Socket::fd`] for
+    /// POLLOUT there).
     pub fn send_fd(&self) -> io::Result<RawFd> {
         self.ready_fd(false)
     }
@@ -936,6 +1027,14 @@ impl Socket {
     fn ready_fd(&self, rx: bool) -> io::Result<RawFd> {
         if let Some(r) = self.daemon() {
             return r.fd(rx);
+        }
+        if let Some(k) = self.kernel() {
+            // The socket itself is readable for POLLIN; POLLOUT has no readable stand-in.
+            return if rx {
+                Ok(k.raw_fd())
+            } else {
+                Err(err(libc::EOPNOTSUPP))
+            };
         }
         let b = self.b()?;
         let core = b.node.inner.lock_core();

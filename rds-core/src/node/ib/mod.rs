@@ -158,7 +158,9 @@ impl Ib {
             return Ok(false);
         }
         let id = self.chan.create_id().map_err(to_io)?;
-        id.bind(SocketAddr::new(ip, cm_port(ip))).map_err(to_io)?;
+        let at = SocketAddr::new(ip, cm_port(ip));
+        id.bind(at)
+            .map_err(|e| crate::node::tcp::port_taken(to_io(e), at, "rds_rdma"))?;
         id.listen(64).map_err(to_io)?;
         self.listeners.push((ip, id));
         Ok(true)

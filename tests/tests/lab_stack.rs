@@ -1,0 +1,356 @@
+//! Our tools on a host whose kernel has RDS, as the original rds-tools run there: in lab guest
+//! g1 (kernel `rds`, `rds_tcp`, `rds_rdma`, soft-RoCE `rxe0`) our `rds-ping`, `rds-info` (every
+//! table), `rds-ctrl stats` and `rds-stress` (against ours in g2, both on kernel sockets) run
+//! with no flags and give the kernel's view, cross-checked against `rdstool`'s raw reading of
+//! the same `RDS_INFO_*` tables; `--stack user` there meets port 16385 held by the kernel and
+//! says so in one line. Then, with the kernel's RDS modules removed from g1, `rds-ping` with no
+//! flags runs an embedded node that picks RDS/IB by itself (the address is on `rxe0`) and pings
+//! the kernel's `rds_rdma` in g2, which lists the connection as `infiniband`.
+//!
+//! One boot of two guests. Needs root and the release binaries (`cargo test --workspace
+//! --release` builds them first); fails, never skips, when the lab cannot boot.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use rds_tests::ib::{diag, release_bin};
+use rds_tests::lab::{guest_addr, Lab, LabOptions};
+
+const T: Duration = Duration::from_secs(120);
+const ENV: &str = "mkdir -p /tmp/rds-stack; RDS_RUNTIME_DIR=/tmp/rds-stack";
+
+/// The tools copied into each guest's share.
+struct Tools {
+    ping: String,
+    info: String,
+    ctrl: String,
+    stress: [String; 2],
+}
+
+fn install(lab: &Lab) -> Result<Tools> {
+    let mut paths = Vec::new();
+    for (g, name) in [
+        (1, "rds-ping"),
+        (1, "rds-info"),
+        (1, "rds-ctrl"),
+        (1, "rds-stress"),
+        (2, "rds-stress"),
+    ] {
+        let bytes = std::fs::read(release_bin(name)?).with_context(|| format!("reading {name}"))?;
+        paths.push(lab.write_share(g, name, &bytes)?);
+    }
+    Ok(Tools {
+        ping: paths[0].clone(),
+        info: paths[1].clone(),
+        ctrl: paths[2].clone(),
+        stress: [paths[3].clone(), paths[4].clone()],
+    })
+}
+
+/// `rdstool info counters` as (name, value) in the kernel's order.
+fn kernel_counters(lab: &Lab, g: usize) -> Result<Vec<(String, u64)>> {
+    let out = lab.exec_ok(g, "rdstool info counters", T)?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let (n, v) = l.split_once(' ')?;
+            Some((n.to_string(), v.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+/// The counter rows of a `Counters:` table (name, value).
+fn table_counters(text: &str) -> Vec<(String, u64)> {
+    let mut rows = Vec::new();
+    let mut inside = false;
+    for l in text.lines() {
+        if l == "Counters:" {
+            inside = true;
+            continue;
+        }
+        if inside {
+            if l.is_empty() {
+                break;
+            }
+            let mut f = l.split_whitespace();
+            if let (Some(n), Some(v)) = (f.next(), f.next()) {
+                if let Ok(v) = v.parse() {
+                    rows.push((n.to_string(), v));
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// The `RDS Connections` rows the original would print for `rdstool info conns` lines
+/// (`LADDR FADDR NEXT_TX NEXT_RX TRANSPORT FLAGS TOS`).
+fn conn_rows(rdstool: &str) -> Vec<String> {
+    rdstool
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 7 {
+                return None;
+            }
+            let flags = u8::from_str_radix(f[5].trim_start_matches("0x"), 16).ok()?;
+            let c = |b: u8, ch: char| if flags & b != 0 { ch } else { '-' };
+            Some(format!(
+                "{:>15} {:>15} {:>4} {:>16} {:>16} {}{}{}-",
+                f[0],
+                f[1],
+                f[6],
+                f[2],
+                f[3],
+                c(1, 's'),
+                c(2, 'c'),
+                c(4, 'C')
+            ))
+        })
+        .collect()
+}
+
+/// The rows of one table of rds-info's output (after its title and header).
+fn table_rows<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
+    let mut lines = text.lines();
+    for l in lines.by_ref() {
+        if l == title {
+            break;
+        }
+    }
+    lines.next(); // header
+    lines.take_while(|l| !l.is_empty()).collect()
+}
+
+fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
+    let (g1, g2) = (guest_addr(1), guest_addr(2));
+    // rds-ping with no flags: kernel sockets (a node of ours could not listen on 16385 here).
+    let out = lab.exec(1, &format!("{ENV} {} -c 3 -i 0.3 {g2}", t.ping), T)?;
+    let out = out.check("rds-ping (no flags) in g1")?;
+    let replies = out.stdout.lines().filter(|l| is_reply(l)).count();
+    ensure!(replies == 3, "rds-ping: {replies} replies:\n{}", out.stdout);
+    println!("rds-ping g1 -> g2, kernel sockets: 3 replies");
+
+    // A bound kernel socket for the sockets table.
+    let recv = lab.spawn(
+        1,
+        &format!("rdstool recv -b {g1}:7300 -t tcp -n 1 --timeout 100"),
+        T,
+    )?;
+    recv.wait_for_output("recv: bound", Duration::from_secs(30))?;
+
+    // rds-info with no flags: every table of the original, from the kernel.
+    let mut tries = 0;
+    let info = loop {
+        tries += 1;
+        let before = lab.exec_ok(1, "rdstool info conns", T)?.stdout;
+        let info = lab
+            .exec(1, &format!("{ENV} {}", t.info), T)?
+            .check("rds-info (no flags) in g1")?;
+        let after = lab.exec_ok(1, "rdstool info conns", T)?.stdout;
+        let got = table_rows(&info.stdout, "RDS Connections:");
+        let want = conn_rows(&after);
+        if before == after && got == want {
+            break info;
+        }
+        ensure!(
+            tries < 3,
+            "rds-info -n rows differ from the kernel's RDS_INFO_CONNECTIONS:\n{}\n--- rdstool ---\n{after}",
+            got.join("\n")
+        );
+    };
+    for title in [
+        "RDS IB Connections:",
+        "TCP Connections:",
+        "Counters:",
+        "RDS Sockets:",
+        "RDS Connections:",
+        "Receive Message Queue:",
+        "Send Message Queue:",
+        "Retransmit Message Queue:",
+    ] {
+        ensure!(
+            info.stdout.lines().any(|l| l == title),
+            "rds-info: no table {title}\n{}",
+            info.stdout
+        );
+    }
+    let ib = table_rows(&info.stdout, "RDS IB Connections:");
+    let ib_row = format!("{g1:>15} {g2:>15}    0");
+    ensure!(
+        ib.iter().any(|r| r.starts_with(&ib_row)
+            && r.ends_with(&format!("::ffff:{g1} {:>32}", format!("::ffff:{g2}")))),
+        "rds-info -I: no IB connection {g1} -> {g2}:\n{}",
+        ib.join("\n")
+    );
+    let socks = table_rows(&info.stdout, "RDS Sockets:");
+    ensure!(
+        socks
+            .iter()
+            .any(|r| r.starts_with(&format!("{g1:>15}  7300 {:>15}     0", "0.0.0.0"))),
+        "rds-info -k: no socket {g1}:7300:\n{}",
+        socks.join("\n")
+    );
+    let kc = kernel_counters(lab, 1)?;
+    let names = |v: &[(String, u64)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    ensure!(
+        kc.len() >= 41 && names(&table_counters(&info.stdout)) == names(&kc),
+        "rds-info -c names differ from RDS_INFO_COUNTERS:\n{}",
+        info.stdout
+    );
+    let a = lab
+        .exec(1, &format!("{ENV} {} -a -n -k", t.info), T)?
+        .check("rds-info -a -n -k")?;
+    ensure!(
+        a.stdout
+            .contains(&format!("{:>37} {:>37}", "LocalAddr", "RemoteAddr"))
+            && a.stdout.contains(&format!("{:>37}", g2.to_string())),
+        "rds-info -a:\n{}",
+        a.stdout
+    );
+    recv.kill();
+    let _ = recv.wait();
+    println!(
+        "rds-info g1: every table from the kernel, connections and counters as rdstool reads them"
+    );
+
+    // rds-ctrl stats with no flags: the kernel's counters, in its order.
+    let st = lab
+        .exec(1, &format!("{ENV} {} stats", t.ctrl), T)?
+        .check("rds-ctrl stats in g1")?;
+    let sc = table_counters(&st.stdout);
+    ensure!(
+        names(&sc) == names(&kc),
+        "rds-ctrl stats names differ from RDS_INFO_COUNTERS:\n{}",
+        st.stdout
+    );
+    let ping_before = kc.iter().find(|c| c.0 == "recv_ping").map_or(0, |c| c.1);
+    ensure!(
+        sc.iter().any(|c| c.0 == "recv_ping" && c.1 >= ping_before),
+        "recv_ping: {}",
+        st.stdout
+    );
+    let r = lab.exec(1, &format!("{ENV} {} stats reset", t.ctrl), T)?;
+    ensure!(
+        r.status == 2 && r.stderr.contains("cannot be reset"),
+        "rds-ctrl stats reset on the kernel: {r:?}"
+    );
+    println!("rds-ctrl stats g1: {} kernel counters", sc.len());
+
+    // rds-stress, ours on kernel sockets in both guests.
+    let delivered = |g| -> Result<u64> {
+        let o = lab.exec_ok(g, "rdstool info counter recv_delivered", T)?;
+        o.stdout.trim().parse().context("recv_delivered")
+    };
+    let d0 = delivered(2)?;
+    let passive = lab.spawn(2, &format!("{ENV} {} -r {g2} -p 4400", t.stress[1]), T)?;
+    passive.wait_for_output("waiting for incoming connection", Duration::from_secs(30))?;
+    let a = lab.exec(
+        1,
+        &format!(
+            "{ENV} {} -r {g1} -s {g2} -p 4400 -t 1 -d 2 -q 1024 -a 64 -T 3",
+            t.stress[0]
+        ),
+        T,
+    )?;
+    let p = passive.wait()?;
+    ensure!(
+        a.status == 0 && p.status == 0,
+        "rds-stress: active exit {} passive exit {}\n--- active ---\n{}{}\n--- passive ---\n{}{}",
+        a.status,
+        p.status,
+        a.stdout,
+        a.stderr,
+        p.stdout,
+        p.stderr
+    );
+    let d1 = delivered(2)?;
+    ensure!(
+        d1 >= d0 + 100,
+        "the kernel in g2 delivered {} messages during rds-stress",
+        d1 - d0
+    );
+    println!(
+        "rds-stress g1 -> g2 on kernel sockets: exit 0 both; g2's kernel delivered {} messages",
+        d1 - d0
+    );
+
+    // --stack user: the embedded node meets the kernel's rds_tcp on 16385, and says so.
+    let u = lab.exec(
+        1,
+        &format!("{ENV} {} --stack user -I {g1} -c 1 {g2}", t.ping),
+        T,
+    )?;
+    ensure!(
+        u.status == 1
+            && u.stderr.contains(&format!(
+                "port 16385 on {g1} is held by the kernel's RDS (rds_tcp module is loaded)"
+            ))
+            && u.stderr.contains("modprobe -r rds_tcp")
+            && !u.stderr.contains("errno: 0"),
+        "rds-ping --stack user next to the kernel's rds_tcp: {u:?}"
+    );
+    println!("rds-ping --stack user g1: {}", u.stderr.trim());
+    Ok(())
+}
+
+fn ib_auto(lab: &Lab, t: &Tools) -> Result<()> {
+    let (g1, g2) = (guest_addr(1), guest_addr(2));
+    lab.exec_ok(
+        1,
+        "rmmod rds_rdma && rmmod rds_tcp && rmmod rds && ! grep -q '^rds' /proc/modules",
+        T,
+    )
+    .context("removing the kernel's RDS modules from g1")?;
+    let out = lab.exec(
+        1,
+        &format!(
+            "{ENV} RDS_NO_DAEMON=1 {} -I {g1} -c 4 -i 1 -w 60 {g2}",
+            t.ping
+        ),
+        T,
+    )?;
+    let replies = out.stdout.lines().filter(|l| is_reply(l)).count();
+    if out.status != 0 || replies == 0 {
+        bail!("rds-ping (embedded node, rxe0) g1 -> g2's kernel: {out:?}");
+    }
+    let conns = lab.exec_ok(2, "rdstool info conns", T)?.stdout;
+    ensure!(
+        conns
+            .lines()
+            .any(|l| l.starts_with(&format!("{g2} {g1} ")) && l.contains(" infiniband ")),
+        "g2's kernel has no infiniband connection to {g1}:\n{conns}"
+    );
+    println!("rds-ping g1 (no kernel RDS) -> g2: {replies} replies over IB, chosen by itself");
+    Ok(())
+}
+
+#[test]
+fn tools_on_a_kernel_rds_host() {
+    let t0 = Instant::now();
+    let lab = Lab::start(2, LabOptions::default()).expect("the kernel lab must boot");
+    let booted = t0.elapsed();
+    let r = install(&lab).and_then(|t| {
+        kernel_view(&lab, &t)?;
+        ib_auto(&lab, &t)
+    });
+    if let Err(e) = r {
+        panic!("{e:#}\n{}", diag(&lab, "lsmod | grep -E 'rds|rdma'"));
+    }
+    lab.stop().unwrap();
+    println!(
+        "lab: boot (incl. setup) {:.1}s, total {:.1}s",
+        booted.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// A reply line of rds-ping: `%4u: %u usec`.
+fn is_reply(l: &str) -> bool {
+    l.ends_with(" usec")
+        && l.trim_start()
+            .split(':')
+            .next()
+            .is_some_and(|n| n.parse::<u64>().is_ok())
+}
