@@ -13,9 +13,10 @@
 //!
 //! Operations that may wait (send, receive, readiness wait) never block the caller: they
 //! answer at once or park the request on the socket's readiness descriptors
-//! ([`Action::Park`]).
+//! ([`Action::Park`]). The connection that opened a socket may move its sends and receives to
+//! a shared-memory ring ([`Request::SockRing`], `socket::ring_host`), which ends with it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -76,6 +77,7 @@ impl ClientSockets for SocketHost {
             caps: self.caps.clone(),
             socks: HashMap::new(),
             next_sock: 1,
+            rings: HashSet::new(),
         })
     }
 
@@ -104,6 +106,8 @@ struct Table {
     caps: Caps,
     socks: HashMap<u64, Slot>,
     next_sock: u64,
+    /// Sockets with a shared-memory ring.
+    rings: HashSet<u64>,
 }
 
 impl Drop for Table {
@@ -154,6 +158,25 @@ impl SockTable for Table {
                 )),
             },
             Request::SockAttach { cap } => self.attach(&cap),
+            Request::SockRing { sock: token } => match self.socks.get(&token) {
+                // Only the connection that opened the socket sets up its ring, once.
+                Some(Slot::Owned(s, _)) if !self.rings.contains(&token) => {
+                    let s = s.clone();
+                    let a = answer(super::ring_host::start(&s));
+                    if matches!(a, Action::Ring { .. }) {
+                        self.rings.insert(token);
+                    }
+                    a
+                }
+                Some(Slot::Owned(..)) => reply(Reply::error(
+                    libc::EBUSY,
+                    format!("client socket {token} already has a ring"),
+                )),
+                _ => reply(Reply::error(
+                    libc::EBADF,
+                    format!("no client socket {token}"),
+                )),
+            },
             other => answer(self.sock_request(other, data)),
         }
     }

@@ -30,6 +30,8 @@ use bytes::Bytes;
 
 pub mod host;
 mod remote;
+pub mod ring;
+mod ring_host;
 
 use crate::ctl::SockOpt;
 use crate::errno::err;
@@ -315,6 +317,12 @@ impl Socket {
     /// Whether the daemon serves this socket.
     pub fn via_daemon(&self) -> bool {
         self.daemon().is_some()
+    }
+
+    /// Whether the daemon serves this socket's sends and receives through a shared-memory
+    /// ring ([`ring`]).
+    pub fn via_ring(&self) -> bool {
+        self.daemon().is_some_and(remote::Remote::has_ring)
     }
 
     /// The bound address.
