@@ -111,8 +111,13 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
     std::env::remove_var("RDS_NO_RING");
 
     let rx = Socket::new().unwrap();
-    rx.bind("127.20.0.2:5000".parse().unwrap()).unwrap();
     let tx = Socket::new().unwrap();
+    // Room for a 1 MiB message (a larger one than the send buffer is EMSGSIZE).
+    for s in [&rx, &tx] {
+        s.set_send_buffer_size(4 << 20);
+        s.set_recv_buffer_size(4 << 20);
+    }
+    rx.bind("127.20.0.2:5000".parse().unwrap()).unwrap();
     tx.bind("127.20.0.1:5001".parse().unwrap()).unwrap();
     assert!(rx.via_daemon() && rx.via_ring(), "the receiver has no ring");
     assert!(tx.via_daemon() && tx.via_ring(), "the sender has no ring");
@@ -128,7 +133,8 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
         (64, &u64::MAX.to_le_bytes()),
         // A published record whose header claims 4 GiB.
         (4096, &[0xff; 64]),
-        // The result ring's consumer position ahead of the producer.
+        // The result ring's consumer position ahead of the producer (seen at the next
+        // request, a well-formed receive).
         (256, &12_345u64.to_le_bytes()),
         // A record with an unknown address family.
         (4096, &{
@@ -140,8 +146,13 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
     ];
     for (n, (off, bytes)) in scribbles.iter().enumerate() {
         let (mut c, seg, mut bell) = raw_ring(&sock, "127.20.0.1:0");
+        if *off == 256 {
+            let mut recv = [0u8; 64];
+            recv[4] = 2;
+            seg.write_all_at(&recv, 4096).unwrap();
+        }
         seg.write_all_at(bytes, *off).unwrap();
-        if *off == 4096 {
+        if *off != 64 {
             // Publish the record (64 bytes).
             seg.write_all_at(&64u64.to_le_bytes(), 64).unwrap();
         }
@@ -165,6 +176,7 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
 
     // The other clients' rings carry on: every size, in order, complete.
     const N: u32 = 240;
+    let sock2 = sock.clone();
     let recv = std::thread::spawn(move || {
         let mut buf = vec![0u8; (1 << 20) + 1];
         let flags = RecvFlags::default();
@@ -174,7 +186,10 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
                 let fd = rx.fd().unwrap();
                 assert!(rds_core::poll_readable(&[fd], Duration::from_secs(20)).unwrap()[0]);
             }
-            let m = rx.recv_msg(&mut buf, flags).unwrap();
+            let m = match rx.recv_msg(&mut buf, flags) {
+                Ok(m) => m,
+                Err(e) => panic!("message {i}: {e}; ring faults {}", ring_faults(&sock2)),
+            };
             let want = message(i);
             assert_eq!(
                 m.from,

@@ -193,9 +193,6 @@ impl RingHost {
         let mut served = Served::default();
         let sock = self.sock.upgrade();
         for _ in 0..TURN {
-            if self.end.room()? < REC_HDR + MAX_MSG_SIZE {
-                return Err(Fault("the client does not take its results"));
-            }
             let Some((rec, payload)) = self.end.pop()? else {
                 if let Some(s) = &sock {
                     self.refresh(s, &mut served);
@@ -207,6 +204,10 @@ impl RingHost {
             };
             if !matches!(rec.op, OP_SEND | OP_RECV) {
                 return Err(Fault("a result record from the client"));
+            }
+            // A client sends its next request only after it took the last result.
+            if self.end.room()? < REC_HDR + MAX_MSG_SIZE {
+                return Err(Fault("the client does not take its results"));
             }
             let (out, data) = self.run(sock.as_ref(), &rec, payload);
             // The descriptors are right before the client sees the result.
