@@ -64,7 +64,7 @@ pub(crate) struct Remote {
     token: u64,
     fds: Arc<FdState>,
     stop: Arc<AtomicBool>,
-    ring: Option<RingClient>,
+    ring: Option<Box<RingClient>>,
 }
 
 /// How long a client that waits for a result spins before it sleeps on its doorbell (only
@@ -387,7 +387,7 @@ impl Remote {
                 )
                 .map_err(io)?;
         }
-        let ring = RingClient::setup(&mut client, token);
+        let ring = RingClient::setup(&mut client, token).map(Box::new);
         Ok((
             Remote {
                 ring,

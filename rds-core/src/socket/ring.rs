@@ -23,8 +23,9 @@ use std::sync::atomic::{fence, Ordering};
 use crate::sys::Shm;
 use crate::wire::MAX_MSG_SIZE;
 
-/// Data bytes of each ring: a largest message and its header always fit.
-pub const RING_CAP: usize = 2 << 20;
+/// Data bytes of each ring: a largest message and its header fit (a client has one request
+/// in flight, so a ring never needs to hold more).
+pub const RING_CAP: usize = MAX_MSG_SIZE + 4096;
 /// The header page.
 const HDR: usize = 4096;
 /// Bytes of the whole segment.
