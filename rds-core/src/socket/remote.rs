@@ -75,11 +75,22 @@ const WAIT_CHUNK: Duration = Duration::from_secs(1);
 /// How often a blocking send to a congested destination tries again.
 const SEND_RETRY: Duration = Duration::from_millis(10);
 
+/// What a ring's requests are serialised under.
+#[derive(Debug)]
+struct RingState {
+    end: RingEnd,
+    /// The last request's sequence number (one request at a time).
+    seq: u64,
+    /// The readiness directions the daemon keeps up to date (`WANT_*`).
+    want: u64,
+    /// A result came since the daemon keeps the receive descriptor: it can be trusted.
+    rx_synced: bool,
+}
+
 /// The client's end of a socket's shared-memory ring.
 #[derive(Debug)]
 struct RingClient {
-    /// The ring and the last request's sequence number (one request at a time).
-    end: Mutex<(RingEnd, u64)>,
+    state: Mutex<RingState>,
     /// The daemon's doorbell.
     bell: OwnedFd,
     /// This side's result doorbell.
@@ -108,7 +119,12 @@ impl RingClient {
         let end = RingEnd::client(sys::Shm::map(seg.as_raw_fd(), SEG_LEN).ok()?)?;
         let ctl = OwnedFd::from(client.stream().try_clone().ok()?);
         Some(RingClient {
-            end: Mutex::new((end, 0)),
+            state: Mutex::new(RingState {
+                end,
+                seq: 0,
+                want: 0,
+                rx_synced: false,
+            }),
             bell: fds.next()?,
             done: fds.next()?,
             rx: fds.next()?,
@@ -119,6 +135,17 @@ impl RingClient {
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, RingState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the receive descriptor, kept by the daemon, says nothing is queued (then a
+    /// receive need not ask the daemon).
+    fn surely_empty(&self) -> bool {
+        self.lock().rx_synced
+            && !sys::poll_readable(&[self.rx.as_raw_fd()], Duration::ZERO).is_ok_and(|r| r[0])
+    }
+
     fn gone(&self) -> io::Error {
         io(CtlError::Gone {
             path: self.path.clone(),
@@ -127,8 +154,10 @@ impl RingClient {
 
     /// Runs one request through the ring and waits for its result.
     fn rpc(&self, mut rec: Rec, payload: &[u8]) -> io::Result<(Rec, Vec<u8>)> {
-        let mut g = self.end.lock().unwrap_or_else(|p| p.into_inner());
-        let (end, seq) = &mut *g;
+        let mut g = self.lock();
+        let st = &mut *g;
+        let (end, seq) = (&mut st.end, &mut st.seq);
+        let rx_wanted = st.want & WANT_RX != 0;
         *seq += 1;
         rec.seq = *seq;
         let bad = |_| io::Error::from_raw_os_error(libc::EIO);
@@ -139,7 +168,10 @@ impl RingClient {
         let spin_until = self.spin.then(|| std::time::Instant::now() + SPIN);
         loop {
             match end.pop().map_err(bad)? {
-                Some((r, data)) if r.op == OP_RESULT && r.seq == *seq => return Ok((r, data)),
+                Some((r, data)) if r.op == OP_RESULT && r.seq == *seq => {
+                    st.rx_synced |= rx_wanted;
+                    return Ok((r, data));
+                }
                 Some(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
                 None => {}
             }
@@ -166,9 +198,13 @@ impl RingClient {
     /// The readiness descriptor of one direction, which the daemon keeps up to date from the
     /// first call on.
     fn watch(&self, rx: bool) -> RawFd {
-        let g = self.end.lock().unwrap_or_else(|p| p.into_inner());
-        if g.0.want(if rx { WANT_RX } else { WANT_TX }) {
-            sys::eventfd_signal(self.bell.as_raw_fd());
+        let mut g = self.lock();
+        let bit = if rx { WANT_RX } else { WANT_TX };
+        if g.want & bit == 0 {
+            g.want |= bit;
+            if g.end.want(bit) {
+                sys::eventfd_signal(self.bell.as_raw_fd());
+            }
         }
         if rx {
             self.rx.as_raw_fd()
@@ -243,6 +279,13 @@ impl RingClient {
     ) -> io::Result<(Received, Option<SystemTime>)> {
         let deadline = deadline_of(timeout);
         loop {
+            if self.surely_empty() {
+                if dontwait {
+                    return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                }
+                self.wait(true, deadline, WAIT_CHUNK)?;
+                continue;
+            }
             let rec = Rec {
                 op: OP_RECV,
                 c: max as u64,
