@@ -13,7 +13,9 @@
 //! uses the process's default embedded node, which takes on the address at bind.
 //!
 //! Files: this one is the API and the embedded backend; `remote` the daemon backend; [`host`]
-//! the daemon's side, which serves client sockets to other processes.
+//! the daemon's side, which serves client sockets to other processes; [`ring`] the
+//! shared-memory rings daemon client sockets send and receive through, and `ring_host` the
+//! daemon's side of them.
 //!
 //! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
 //! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
