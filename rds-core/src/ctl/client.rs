@@ -173,6 +173,36 @@ impl CtlClient {
         self.read_reply()
     }
 
+    /// [`CtlClient::call`], keeping the descriptors that come with the reply
+    /// (`SCM_RIGHTS`, in the order sent).
+    ///
+    /// # Errors
+    /// See [`CtlError`].
+    pub fn call_fds(
+        &mut self,
+        req: &Request,
+    ) -> Result<(Reply, Vec<u8>, Vec<std::os::fd::OwnedFd>), CtlError> {
+        let json = serde_json::to_vec(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        if let Err(e) = write_frame(&mut self.stream, &json, &[]) {
+            return Err(if is_gone(&e) { self.gone() } else { e.into() });
+        }
+        let mut r = super::FdReader::new(&self.stream);
+        let (json, data) = match read_frame(&mut r) {
+            Ok(f) => f,
+            Err(FrameError::Closed) => return Err(self.gone()),
+            Err(FrameError::Io(e)) if is_gone(&e) => return Err(self.gone()),
+            Err(FrameError::Io(e)) => return Err(CtlError::Io(e)),
+            Err(e) => return Err(CtlError::Protocol(e.to_string())),
+        };
+        let fds = std::mem::take(&mut r.fds);
+        let reply: Reply =
+            serde_json::from_slice(&json).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        match reply {
+            Reply::Error { errno, message } => Err(CtlError::Node { errno, message }),
+            r => Ok((r, data, fds)),
+        }
+    }
+
     /// The path of the node's control socket.
     pub fn path(&self) -> &Path {
         &self.path

@@ -245,6 +245,18 @@ pub enum Request {
         /// The capability from [`Reply::SockCap`] (32 hex digits).
         cap: String,
     },
+    /// Move a socket of this connection's sends and receives to shared memory
+    /// (`crate::socket::ring`); replies [`Reply::SockRing`] with, passed along (`SCM_RIGHTS`,
+    /// in this order): the sealed segment, the daemon's doorbell, the client's result
+    /// doorbell, the receive- and the send-readiness descriptors. One ring per socket; it
+    /// ends with the connection.
+    SockRing {
+        /// Socket token.
+        sock: u64,
+    },
+    /// The control server's own counters ([`Reply::Stats`]): connections refused at a cap,
+    /// closed for a stalled request, closed for a fault in their shared-memory ring.
+    CtlStats,
 }
 
 impl Request {
@@ -260,7 +272,8 @@ impl Request {
             | Request::SockCancel { sock, .. }
             | Request::SockWait { sock, .. }
             | Request::SockClose { sock }
-            | Request::SockCap { sock } => Some(sock),
+            | Request::SockCap { sock }
+            | Request::SockRing { sock } => Some(sock),
             _ => None,
         }
     }
@@ -423,6 +436,12 @@ pub enum Reply {
     SockCap {
         /// 128 random bits as 32 hex digits.
         cap: String,
+    },
+    /// A socket's shared-memory ring ([`Request::SockRing`]); its descriptors come with
+    /// the frame.
+    SockRing {
+        /// Bytes of the segment.
+        seg_len: usize,
     },
     /// A client socket was created.
     Sock {

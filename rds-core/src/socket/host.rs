@@ -9,13 +9,15 @@
 //! issued) and it closes when that connection ends. A readiness watcher of the same uid
 //! reaches it through a 128-bit capability ([`Request::SockCap`], [`Request::SockAttach`]).
 //! Binding a port below 1024 needs uid 0 or `CAP_NET_BIND_SERVICE`. Caps: [`SOCKS_PER_UID`]
-//! sockets per unprivileged uid, [`SOCKS_PER_NODE`] in all.
+//! sockets per unprivileged uid, [`SOCKS_PER_NODE`] in all; [`RINGS_PER_UID`] and
+//! [`RINGS_PER_NODE`] shared-memory rings (a socket without one uses the control socket).
 //!
 //! Operations that may wait (send, receive, readiness wait) never block the caller: they
 //! answer at once or park the request on the socket's readiness descriptors
-//! ([`Action::Park`]).
+//! ([`Action::Park`]). The connection that opened a socket may move its sends and receives to
+//! a shared-memory ring ([`Request::SockRing`], `socket::ring_host`), which ends with it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -33,6 +35,11 @@ use crate::node::Node;
 pub const SOCKS_PER_UID: usize = 256;
 /// Client sockets all uids together may have open through a node.
 pub const SOCKS_PER_NODE: usize = 4096;
+/// Shared-memory rings ([`Request::SockRing`], about 2 MiB each) one unprivileged uid may
+/// have; its further sockets use the control socket.
+pub const RINGS_PER_UID: usize = 64;
+/// Shared-memory rings all uids together may have.
+pub const RINGS_PER_NODE: usize = 512;
 /// How often a blocking send that found no room (or a congested destination) tries again,
 /// besides when its socket's send buffer signals room.
 const SEND_RETRY: Duration = Duration::from_millis(10);
@@ -51,10 +58,14 @@ fn lock(caps: &Caps) -> MutexGuard<'_, HashMap<u128, CapEntry>> {
     caps.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Rings open, by uid.
+type RingCount = Arc<Mutex<HashMap<u32, usize>>>;
+
 /// The client-socket service of one node.
 #[derive(Debug, Default)]
 pub struct SocketHost {
     caps: Caps,
+    rings: RingCount,
 }
 
 impl SocketHost {
@@ -76,6 +87,8 @@ impl ClientSockets for SocketHost {
             caps: self.caps.clone(),
             socks: HashMap::new(),
             next_sock: 1,
+            rings: HashSet::new(),
+            ring_count: self.rings.clone(),
         })
     }
 
@@ -104,10 +117,22 @@ struct Table {
     caps: Caps,
     socks: HashMap<u64, Slot>,
     next_sock: u64,
+    /// Sockets with a shared-memory ring.
+    rings: HashSet<u64>,
+    ring_count: RingCount,
 }
 
 impl Drop for Table {
     fn drop(&mut self) {
+        if !self.rings.is_empty() {
+            let mut rc = self.ring_count.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = rc.get_mut(&self.peer.uid) {
+                *n = n.saturating_sub(self.rings.len());
+                if *n == 0 {
+                    rc.remove(&self.peer.uid);
+                }
+            }
+        }
         let mut caps = lock(&self.caps);
         for slot in self.socks.values() {
             if let Slot::Owned(_, cap) = slot {
@@ -154,6 +179,40 @@ impl SockTable for Table {
                 )),
             },
             Request::SockAttach { cap } => self.attach(&cap),
+            Request::SockRing { sock: token } => match self.socks.get(&token) {
+                // Only the connection that opened the socket sets up its ring, once.
+                Some(Slot::Owned(s, _)) if !self.rings.contains(&token) => {
+                    let s = s.clone();
+                    let mut rc = self.ring_count.lock().unwrap_or_else(|p| p.into_inner());
+                    let uid = self.peer.uid;
+                    let mine = rc.get(&uid).copied().unwrap_or(0);
+                    if rc.values().sum::<usize>() >= RINGS_PER_NODE
+                        || (!self.peer.privileged && mine >= RINGS_PER_UID)
+                    {
+                        return reply(Reply::error(
+                            libc::EMFILE,
+                            format!(
+                                "too many shared-memory rings (cap {RINGS_PER_UID} per uid, \
+                                 {RINGS_PER_NODE} per node)"
+                            ),
+                        ));
+                    }
+                    let a = answer(super::ring_host::start(&s));
+                    if matches!(a, Action::Ring { .. }) {
+                        self.rings.insert(token);
+                        *rc.entry(uid).or_insert(0) += 1;
+                    }
+                    a
+                }
+                Some(Slot::Owned(..)) => reply(Reply::error(
+                    libc::EBUSY,
+                    format!("client socket {token} already has a ring"),
+                )),
+                _ => reply(Reply::error(
+                    libc::EBADF,
+                    format!("no client socket {token}"),
+                )),
+            },
             other => answer(self.sock_request(other, data)),
         }
     }

@@ -15,7 +15,9 @@
 //! the kernel has RDS and no daemon owns the address) or alone (`kernel`).
 //!
 //! Files: this one is the API and the embedded backend; `remote` the daemon backend; [`host`]
-//! the daemon's side, which serves client sockets to other processes.
+//! the daemon's side, which serves client sockets to other processes; [`ring`] the
+//! shared-memory rings daemon client sockets send and receive through, and `ring_host` the
+//! daemon's side of them.
 //!
 //! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
 //! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
@@ -33,6 +35,8 @@ use bytes::Bytes;
 pub mod host;
 mod kern;
 mod remote;
+pub mod ring;
+mod ring_host;
 
 pub use kern::{kernel_preferred, set_stack, stack, Stack};
 
@@ -344,6 +348,12 @@ impl Socket {
     /// Whether the running kernel's RDS serves this socket.
     pub fn via_kernel(&self) -> bool {
         self.kernel().is_some()
+    }
+
+    /// Whether the daemon serves this socket's sends and receives through a shared-memory
+    /// ring ([`ring`]).
+    pub fn via_ring(&self) -> bool {
+        self.daemon().is_some_and(remote::Remote::has_ring)
     }
 
     /// The bound address.

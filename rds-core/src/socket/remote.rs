@@ -5,6 +5,12 @@
 //! belongs to the control connection that opened it; a watcher reaches it through the
 //! socket's capability ([`Request::SockCap`], [`Request::SockAttach`]).
 //!
+//! When the daemon offers it ([`Request::SockRing`]), sends and receives go through the
+//! socket's shared-memory ring instead ([`RingClient`], [`super::ring`]): the payload is
+//! copied into the ring once, nothing is encoded as JSON, the daemon's doorbell is rung only
+//! while it sleeps, and the readiness descriptors are the ones the daemon keeps up to date
+//! (no watcher threads). The control connection keeps setup and the rare operations.
+//!
 //! When the daemon goes away (stopped or crashed), every later call fails with `ECONNRESET`
 //! and the first one also says so on stderr, naming the daemon's socket; the watchers end.
 
@@ -17,6 +23,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+use super::ring::{
+    Rec, RingEnd, F_CONG, F_PEEK, F_TRUNCATED, F_TS, OP_RECV, OP_RESULT, OP_SEND, SEG_LEN, WANT_RX,
+    WANT_TX,
+};
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
 use crate::info::TransportKind;
@@ -54,6 +64,274 @@ pub(crate) struct Remote {
     token: u64,
     fds: Arc<FdState>,
     stop: Arc<AtomicBool>,
+    ring: Option<Box<RingClient>>,
+}
+
+/// How long a client that waits for a result spins before it sleeps on its doorbell (only
+/// with more than one CPU: on one, spinning only delays the daemon).
+const SPIN: Duration = Duration::from_micros(30);
+/// Longest single sleep of a ring wait (it then checks again).
+const WAIT_CHUNK: Duration = Duration::from_secs(1);
+/// How often a blocking send to a congested destination tries again.
+const SEND_RETRY: Duration = Duration::from_millis(10);
+
+/// What a ring's requests are serialised under.
+#[derive(Debug)]
+struct RingState {
+    end: RingEnd,
+    /// The last request's sequence number (one request at a time).
+    seq: u64,
+    /// The readiness directions the daemon keeps up to date (`WANT_*`).
+    want: u64,
+    /// A result came since the daemon keeps the receive descriptor: it can be trusted.
+    rx_synced: bool,
+}
+
+/// The client's end of a socket's shared-memory ring.
+#[derive(Debug)]
+struct RingClient {
+    state: Mutex<RingState>,
+    /// The daemon's doorbell.
+    bell: OwnedFd,
+    /// This side's result doorbell.
+    done: OwnedFd,
+    /// Receive and send readiness, kept by the daemon.
+    rx: OwnedFd,
+    tx: OwnedFd,
+    /// The control connection (its hangup means the daemon went away).
+    ctl: OwnedFd,
+    path: std::path::PathBuf,
+    spin: bool,
+}
+
+impl RingClient {
+    /// Sets up the ring of socket `token`; `None` when the daemon offers none.
+    fn setup(client: &mut CtlClient, token: u64) -> Option<RingClient> {
+        if std::env::var_os("RDS_NO_RING").is_some() {
+            return None;
+        }
+        let (reply, _, fds) = client.call_fds(&Request::SockRing { sock: token }).ok()?;
+        if !matches!(reply, Reply::SockRing { seg_len } if seg_len == SEG_LEN) || fds.len() != 5 {
+            return None;
+        }
+        let mut fds = fds.into_iter();
+        let seg = fds.next()?;
+        let end = RingEnd::client(sys::Shm::map(seg.as_raw_fd(), SEG_LEN).ok()?)?;
+        let ctl = OwnedFd::from(client.stream().try_clone().ok()?);
+        Some(RingClient {
+            state: Mutex::new(RingState {
+                end,
+                seq: 0,
+                want: 0,
+                rx_synced: false,
+            }),
+            bell: fds.next()?,
+            done: fds.next()?,
+            rx: fds.next()?,
+            tx: fds.next()?,
+            ctl,
+            path: client.path().to_path_buf(),
+            spin: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RingState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the receive descriptor, kept by the daemon, says nothing is queued (then a
+    /// receive need not ask the daemon).
+    fn surely_empty(&self) -> bool {
+        self.lock().rx_synced
+            && !sys::poll_readable(&[self.rx.as_raw_fd()], Duration::ZERO).is_ok_and(|r| r[0])
+    }
+
+    fn gone(&self) -> io::Error {
+        io(CtlError::Gone {
+            path: self.path.clone(),
+        })
+    }
+
+    /// Runs one request through the ring and waits for its result.
+    fn rpc(&self, mut rec: Rec, payload: &[u8]) -> io::Result<(Rec, Vec<u8>)> {
+        let mut g = self.lock();
+        let st = &mut *g;
+        let (end, seq) = (&mut st.end, &mut st.seq);
+        let rx_wanted = st.want & WANT_RX != 0;
+        *seq += 1;
+        rec.seq = *seq;
+        let bad = |_| io::Error::from_raw_os_error(libc::EIO);
+        end.push(rec, payload).map_err(bad)?;
+        if end.must_ring() {
+            sys::eventfd_signal(self.bell.as_raw_fd());
+        }
+        let spin_until = self.spin.then(|| std::time::Instant::now() + SPIN);
+        loop {
+            match end.pop().map_err(bad)? {
+                Some((r, data)) if r.op == OP_RESULT && r.seq == *seq => {
+                    st.rx_synced |= rx_wanted;
+                    return Ok((r, data));
+                }
+                Some(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+                None => {}
+            }
+            if spin_until.is_some_and(|t| std::time::Instant::now() < t) {
+                std::hint::spin_loop();
+                continue;
+            }
+            if !end.may_sleep() {
+                continue;
+            }
+            let (_, hup) = sys::wait_readable_or_hangup(
+                self.done.as_raw_fd(),
+                self.ctl.as_raw_fd(),
+                WAIT_CHUNK,
+            )?;
+            sys::eventfd_clear(self.done.as_raw_fd());
+            end.awake();
+            if hup && !end.incoming() {
+                return Err(self.gone());
+            }
+        }
+    }
+
+    /// The readiness descriptor of one direction, which the daemon keeps up to date from the
+    /// first call on.
+    fn watch(&self, rx: bool) -> RawFd {
+        let mut g = self.lock();
+        let bit = if rx { WANT_RX } else { WANT_TX };
+        if g.want & bit == 0 {
+            g.want |= bit;
+            if g.end.want(bit) {
+                sys::eventfd_signal(self.bell.as_raw_fd());
+            }
+        }
+        if rx {
+            self.rx.as_raw_fd()
+        } else {
+            self.tx.as_raw_fd()
+        }
+    }
+
+    /// Waits until one direction is ready, `deadline` passes (`ETIMEDOUT`) or `most` has
+    /// gone by.
+    fn wait(
+        &self,
+        rx: bool,
+        deadline: Option<std::time::Instant>,
+        most: Duration,
+    ) -> io::Result<()> {
+        let fd = self.watch(rx);
+        let left = match deadline {
+            Some(d) => {
+                let now = std::time::Instant::now();
+                if now >= d {
+                    return Err(crate::errno::err(libc::ETIMEDOUT));
+                }
+                (d - now).min(most)
+            }
+            None => most,
+        };
+        let (_, hup) = sys::wait_readable_or_hangup(fd, self.ctl.as_raw_fd(), left)?;
+        if hup {
+            return Err(self.gone());
+        }
+        Ok(())
+    }
+
+    fn send(
+        &self,
+        msg: &[u8],
+        dest: Option<SocketAddr>,
+        dontwait: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let deadline = deadline_of(timeout);
+        loop {
+            let rec = Rec {
+                op: OP_SEND,
+                addr: dest,
+                ..Rec::default()
+            };
+            let (r, _) = self.rpc(rec, msg)?;
+            match r.a as i32 {
+                0 => return Ok(r.c as usize),
+                e @ (libc::EAGAIN | libc::ENOBUFS) if !dontwait => {
+                    // Congestion is not signalled on the descriptor: retry on a timer too.
+                    let most = if e == libc::ENOBUFS {
+                        SEND_RETRY
+                    } else {
+                        WAIT_CHUNK
+                    };
+                    self.wait(false, deadline, most)?;
+                }
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+    }
+
+    fn recv(
+        &self,
+        max: usize,
+        peek: bool,
+        dontwait: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<(Received, Option<SystemTime>)> {
+        let deadline = deadline_of(timeout);
+        loop {
+            if self.surely_empty() {
+                if dontwait {
+                    return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                }
+                self.wait(true, deadline, WAIT_CHUNK)?;
+                continue;
+            }
+            let rec = Rec {
+                op: OP_RECV,
+                c: max as u64,
+                flags: if peek { F_PEEK } else { 0 },
+                ..Rec::default()
+            };
+            let (r, data) = self.rpc(rec, &[])?;
+            match r.a as i32 {
+                0 => {}
+                libc::EAGAIN if !dontwait => {
+                    self.wait(true, deadline, WAIT_CHUNK)?;
+                    continue;
+                }
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+            if r.flags & F_CONG != 0 {
+                return Ok((Received::CongUpdate(r.c), None));
+            }
+            let from = r
+                .addr
+                .ok_or_else(|| io::Error::other("receive result without a sender"))?;
+            let ts = (r.flags & F_TS != 0).then(|| UNIX_EPOCH + Duration::from_nanos(r.d));
+            return Ok((
+                Received::Data {
+                    msg: InMsg {
+                        from,
+                        payload: Bytes::from(data),
+                        seq: 0,
+                        rx_time: Instant::ZERO,
+                        rdma_dest: None,
+                    },
+                    full_len: usize::try_from(r.c).unwrap_or(usize::MAX),
+                    truncated: r.flags & F_TRUNCATED != 0,
+                },
+                ts,
+            ));
+        }
+    }
+}
+
+/// When a blocking call with `timeout` gives up (`None` or zero: never, as for
+/// `SO_RCVTIMEO`).
+fn deadline_of(timeout: Option<Duration>) -> Option<std::time::Instant> {
+    timeout
+        .filter(|t| !t.is_zero())
+        .and_then(|t| std::time::Instant::now().checked_add(t))
 }
 
 /// Whether this process was told that the daemon went away.
@@ -152,8 +430,10 @@ impl Remote {
                 )
                 .map_err(io)?;
         }
+        let ring = RingClient::setup(&mut client, token).map(Box::new);
         Ok((
             Remote {
+                ring,
                 client: Mutex::new(client),
                 endpoint: endpoint.clone(),
                 token,
@@ -162,6 +442,11 @@ impl Remote {
             },
             bound,
         ))
+    }
+
+    /// Whether sends and receives go through the shared-memory ring.
+    pub(crate) fn has_ring(&self) -> bool {
+        self.ring.is_some()
     }
 
     fn call(&self, req: &Request, data: &[u8]) -> io::Result<(Reply, Vec<u8>)> {
@@ -244,6 +529,9 @@ impl Remote {
         dontwait: bool,
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
+        if let Some(r) = &self.ring {
+            return r.send(msg, dest, dontwait, timeout);
+        }
         let (reply, _) = self.call(
             &Request::SockSend {
                 sock: self.token,
@@ -273,6 +561,9 @@ impl Remote {
         dontwait: bool,
         timeout: Option<Duration>,
     ) -> io::Result<(Received, Option<SystemTime>)> {
+        if let Some(r) = &self.ring {
+            return r.recv(max, peek, dontwait, timeout);
+        }
         let r = self.call(
             &Request::SockRecv {
                 sock: self.token,
@@ -346,6 +637,9 @@ impl Remote {
 
     /// A readiness descriptor (POLLIN when `rx`, POLLOUT otherwise).
     pub(crate) fn fd(&self, rx: bool) -> io::Result<RawFd> {
+        if let Some(r) = &self.ring {
+            return Ok(r.watch(rx));
+        }
         let fd = {
             let mut f = self.fds.lock();
             let slot = if rx { &mut f.rx } else { &mut f.tx };

@@ -3,7 +3,8 @@
 //! whose request waits for its socket, and hands the other requests to a bounded pool of
 //! worker threads, within the connection and worker caps of [`super`].
 
-use std::collections::{HashMap, VecDeque};
+use std::any::Any;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -13,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, ACCEPT_BACKOFF, BUSY_PER_UID,
-    CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE, REPLY_TIMEOUT,
-    REQUEST_TIMEOUT, WORKERS,
+    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, RingServe, ACCEPT_BACKOFF,
+    BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE,
+    REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
 };
 use crate::ctl::{write_frame, Reply, Request, MAX_DATA, MAX_JSON};
 use crate::sys;
@@ -34,6 +35,25 @@ const MAX_FRAME: usize = 8 + MAX_JSON + MAX_DATA;
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
 const FD_TOKEN: u64 = 1 << 62;
+/// Epoll tokens of shared-memory rings: a ring's doorbell (`RING_TOKEN | ring id`) and a
+/// socket readiness descriptor a ring watches (`WATCH_TOKEN | fd`).
+const RING_TOKEN: u64 = 1 << 61;
+const WATCH_TOKEN: u64 = 1 << 60;
+
+/// A shared-memory ring of a connection's socket.
+#[derive(Debug)]
+struct RingEntry {
+    /// The connection that set it up (it ends with it).
+    owner: u64,
+    ring: Box<dyn RingServe>,
+}
+
+/// A readiness descriptor a ring watches once.
+struct Watched {
+    ring: u64,
+    rx: bool,
+    _hold: Box<dyn Any + Send>,
+}
 
 /// What a worker runs.
 #[derive(Debug)]
@@ -92,6 +112,13 @@ pub(super) struct EventLoop {
     next_id: u64,
     /// Where requests are read into before they join their connection's buffer.
     scratch: Vec<u8>,
+    /// Shared-memory rings, by id.
+    rings: HashMap<u64, RingEntry>,
+    /// Readiness descriptors rings watch.
+    watched: HashMap<RawFd, Watched>,
+    /// Connections to close as soon as a worker gives them back (a ring of theirs faulted).
+    doomed: HashSet<u64>,
+    next_ring: u64,
 }
 
 fn peer_of(stream: &UnixStream, owner_uid: u32) -> Peer {
@@ -159,6 +186,10 @@ impl EventLoop {
             done_rx,
             next_id: 1,
             scratch: vec![0u8; READ_CHUNK],
+            rings: HashMap::new(),
+            watched: HashMap::new(),
+            doomed: HashSet::new(),
+            next_ring: 1,
         })
     }
 
@@ -177,6 +208,8 @@ impl EventLoop {
                     LISTENER => self.accept(),
                     WAKE => sys::eventfd_clear(self.wake.as_raw_fd()),
                     t if t & FD_TOKEN != 0 => self.fd_ready((t & !FD_TOKEN) as RawFd),
+                    t if t & RING_TOKEN != 0 => self.serve_ring(t & !RING_TOKEN),
+                    t if t & WATCH_TOKEN != 0 => self.watch_fired((t & !WATCH_TOKEN) as RawFd),
                     id => self.conn_event(id, ev),
                 }
             }
@@ -289,6 +322,16 @@ impl EventLoop {
     /// its socket table.
     fn close(&mut self, conn: Conn) {
         let _ = self.ep.delete(conn.stream.as_raw_fd());
+        let ids: Vec<u64> = self
+            .rings
+            .iter()
+            .filter(|(_, r)| r.owner == conn.id)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            self.drop_ring(id);
+        }
+        self.doomed.remove(&conn.id);
         if let Some(n) = self.conns_by_uid.get_mut(&conn.peer.uid) {
             *n -= 1;
             if *n == 0 {
@@ -411,6 +454,9 @@ impl EventLoop {
             (Some(t), Some(d)) => t.resume(req, data, d, expired),
         };
         let (reply, out) = match action {
+            Action::Ring { reply, fds, ring } => {
+                return self.start_ring(conn, &reply, &fds, ring, registered);
+            }
             Action::Park(p) => {
                 if registered {
                     let _ = self.ep.delete(conn.stream.as_raw_fd());
@@ -468,6 +514,130 @@ impl EventLoop {
         Some(conn)
     }
 
+    /// Answers a ring's setup (its descriptors go with the reply) and starts serving it.
+    fn start_ring(
+        &mut self,
+        conn: Conn,
+        reply: &Reply,
+        fds: &[OwnedFd],
+        ring: Box<dyn RingServe>,
+        registered: bool,
+    ) -> Option<Conn> {
+        let mut frame = Vec::new();
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let id = self.next_ring;
+        self.next_ring += 1;
+        let ok = send(&mut frame, reply, &[]).is_ok()
+            && sys::send_with_fds(conn.stream.as_raw_fd(), &frame, &raw).is_ok()
+            && self
+                .ep
+                .add(ring.doorbell(), RING_TOKEN | id, sys::EPOLLIN)
+                .is_ok();
+        if !ok {
+            if registered {
+                let _ = self.ep.delete(conn.stream.as_raw_fd());
+            }
+            self.close(conn);
+            return None;
+        }
+        self.rings.insert(
+            id,
+            RingEntry {
+                owner: conn.id,
+                ring,
+            },
+        );
+        if !registered
+            && self
+                .ep
+                .add(conn.stream.as_raw_fd(), conn.id, sys::EPOLLIN)
+                .is_err()
+        {
+            self.close(conn);
+            return None;
+        }
+        Some(conn)
+    }
+
+    /// Forgets a ring: its doorbell and the descriptors it watches leave epoll.
+    fn drop_ring(&mut self, id: u64) {
+        if let Some(r) = self.rings.remove(&id) {
+            let _ = self.ep.delete(r.ring.doorbell());
+        }
+        let fds: Vec<RawFd> = self
+            .watched
+            .iter()
+            .filter(|(_, w)| w.ring == id)
+            .map(|(&fd, _)| fd)
+            .collect();
+        for fd in fds {
+            let _ = self.ep.delete(fd);
+            self.watched.remove(&fd);
+        }
+    }
+
+    /// The client rang a ring's doorbell (or its turn came again).
+    fn serve_ring(&mut self, id: u64) {
+        let Some(entry) = self.rings.get_mut(&id) else {
+            return;
+        };
+        sys::eventfd_clear(entry.ring.doorbell());
+        match entry.ring.serve() {
+            Ok(served) => {
+                if served.more {
+                    sys::eventfd_signal(entry.ring.doorbell());
+                }
+                for w in served.watch {
+                    if self.watched.contains_key(&w.fd)
+                        || self
+                            .ep
+                            .add(w.fd, WATCH_TOKEN | w.fd as u64, sys::EPOLLIN)
+                            .is_err()
+                    {
+                        continue;
+                    }
+                    self.watched.insert(
+                        w.fd,
+                        Watched {
+                            ring: id,
+                            rx: w.rx,
+                            _hold: w.hold,
+                        },
+                    );
+                }
+            }
+            Err(_) => {
+                let owner = entry.owner;
+                self.ctx.ring_faults.fetch_add(1, Ordering::Relaxed);
+                self.drop_ring(id);
+                self.close_id(owner);
+            }
+        }
+    }
+
+    /// A readiness descriptor a ring watched fired: tell the ring, stop watching.
+    fn watch_fired(&mut self, fd: RawFd) {
+        let _ = self.ep.delete(fd);
+        if let Some(w) = self.watched.remove(&fd) {
+            if let Some(r) = self.rings.get_mut(&w.ring) {
+                r.ring.fired(w.rx);
+            }
+        }
+    }
+
+    /// Closes the connection `id` wherever it is (a worker's: when it comes back).
+    fn close_id(&mut self, id: u64) {
+        if let Some(c) = self.idle.remove(&id) {
+            self.close(c);
+        } else if let Some((c, p)) = self.parked.remove(&id) {
+            self.unwait(id, &p);
+            drop(p);
+            self.close(c);
+        } else {
+            self.doomed.insert(id);
+        }
+    }
+
     fn done(&mut self, d: Done) {
         let peer = match &d {
             Done::Idle(c) | Done::Park(c, _) | Done::Close(c) => c.peer,
@@ -480,6 +650,13 @@ impl EventLoop {
             *n -= 1;
             if *n == 0 {
                 self.busy_by_uid.remove(&peer.uid);
+            }
+        }
+        if let Done::Idle(c) | Done::Park(c, _) = &d {
+            if self.doomed.contains(&c.id) {
+                let (Done::Idle(c) | Done::Park(c, _) | Done::Close(c)) = d;
+                self.close(c);
+                return;
             }
         }
         match d {
@@ -678,6 +855,7 @@ fn inline_ok(req: &Request) -> bool {
             | Request::SockSet { .. }
             | Request::SockConnect { .. }
             | Request::SockCancel { .. }
+            | Request::SockRing { .. }
     )
 }
 
@@ -734,6 +912,8 @@ fn work(ctx: &Ctx, job: Job) -> Done {
         None => Done::Close(conn),
         Some(_) if conn.stream.set_nonblocking(true).is_err() => Done::Close(conn),
         Some(Action::Park(p)) => Done::Park(conn, p),
+        // Rings are set up in the event loop only.
+        Some(Action::Ring { .. }) => Done::Close(conn),
         Some(Action::Reply(..)) => Done::Idle(conn),
     }
 }

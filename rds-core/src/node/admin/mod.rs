@@ -108,6 +108,50 @@ pub enum Action {
     Reply(Reply, Vec<u8>),
     /// Wait: park the connection until the request can go on.
     Park(Park),
+    /// Answer with this reply, pass `fds` along with it (`SCM_RIGHTS`), and serve `ring`
+    /// from now on, for as long as the connection lives.
+    Ring {
+        /// The reply.
+        reply: Reply,
+        /// Descriptors passed with the reply.
+        fds: Vec<OwnedFd>,
+        /// The ring the event loop serves.
+        ring: Box<dyn RingServe>,
+    },
+}
+
+/// A socket's shared-memory ring (`crate::socket::ring`), served by the event loop: when the
+/// client rings [`RingServe::doorbell`], and when a socket readiness descriptor the ring
+/// asked to watch fires.
+pub trait RingServe: Send + fmt::Debug {
+    /// The eventfd the client rings (registered for input; the event loop clears it).
+    fn doorbell(&self) -> RawFd;
+
+    /// Runs what the client queued. `Err`: the client broke the ring's rules (its
+    /// connection is closed and counted).
+    fn serve(&mut self) -> Result<Served, String>;
+
+    /// A descriptor from [`Served::watch`] fired (`rx`: the receive side).
+    fn fired(&mut self, rx: bool);
+}
+
+/// What one [`RingServe::serve`] asks of the event loop.
+#[derive(Default)]
+pub struct Served {
+    /// Socket readiness descriptors to watch once each.
+    pub watch: Vec<Watch>,
+    /// Work is left (served in turns with other connections): serve again soon.
+    pub more: bool,
+}
+
+/// A readiness descriptor a ring waits on once.
+pub struct Watch {
+    /// The descriptor.
+    pub fd: RawFd,
+    /// The receive side (else the send side).
+    pub rx: bool,
+    /// Keeps `fd` open while watched (the socket).
+    pub hold: Box<dyn Any + Send>,
 }
 
 /// A request waiting for its socket: the event loop retries it ([`SockTable::resume`]) when
@@ -230,6 +274,8 @@ struct Ctx {
     refused: AtomicU64,
     /// The RAS event ring (filled by `ras`).
     ras: std::sync::Mutex<crate::ras::Ring>,
+    /// Connections closed for a fault in a shared-memory ring.
+    ring_faults: AtomicU64,
 }
 
 impl Ctx {
@@ -270,6 +316,7 @@ impl CtlServer {
             stalled: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             ras: Default::default(),
+            ring_faults: AtomicU64::new(0),
         });
         ras::spawn(Arc::downgrade(&ctx), name == ctl::DAEMON_NAME)?;
         let wake = Arc::new(sys::eventfd()?);
@@ -299,6 +346,11 @@ impl CtlServer {
     /// Connections refused so far at a connection cap.
     pub fn refused(&self) -> u64 {
         self.ctx.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed so far for a fault in one of their shared-memory rings.
+    pub fn ring_faults(&self) -> u64 {
+        self.ctx.ring_faults.load(Ordering::Relaxed)
     }
 
     /// Stops serving, closes every connection (and the client sockets they own) and removes

@@ -3,6 +3,7 @@
 //! to the connection's socket table.
 
 use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
 
 use super::info::{counters, info};
 use super::{denied, no_client_sockets, send, trace, Action, Conn, Ctx};
@@ -128,6 +129,19 @@ fn handle(ctx: &Ctx, node: &Node, conn: &mut Conn, req: Request, data: Vec<u8>) 
         Request::Info => r(info(ctx, node, conn.peer)),
         Request::Stats => r(Reply::Stats {
             counters: counters(node),
+        }),
+        Request::CtlStats => r(Reply::Stats {
+            counters: vec![
+                ("ctl_refused".into(), ctx.refused.load(Ordering::Relaxed)),
+                (
+                    "ctl_stalled_closed".into(),
+                    ctx.stalled.load(Ordering::Relaxed),
+                ),
+                (
+                    "ctl_ring_faults".into(),
+                    ctx.ring_faults.load(Ordering::Relaxed),
+                ),
+            ],
         }),
         Request::StatsReset => {
             node.reset_stats();

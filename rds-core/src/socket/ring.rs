@@ -1,0 +1,442 @@
+//! The shared-memory data path between a daemon client socket and the daemon: one sealed memfd
+//! ([`crate::sys::memfd_sealed`]) holding a header page and two single-producer,
+//! single-consumer byte rings, client to daemon (requests) and daemon to client (results).
+//! The daemon creates the segment and its eventfds and passes them over the control
+//! connection that owns the socket ([`crate::ctl::Request::SockRing`]).
+//!
+//! Layout: the header page holds, each in its own 64-byte line, the ring positions (`u64`
+//! byte counts that only grow; the offset in a ring is the position modulo [`RING_CAP`]) and
+//! three flags: the daemon is idle (the client rings the daemon's doorbell only then), the
+//! client sleeps on its result doorbell (the daemon rings it only then), and the readiness
+//! directions the client watches ([`WANT_RX`], [`WANT_TX`]; the daemon keeps their
+//! descriptors signalled exactly while the socket is ready). A record is a [`REC_HDR`]-byte
+//! header ([`Rec`]) and its payload, written across the ring's end when it wraps.
+//!
+//! Trust: the daemon treats every byte of the segment as hostile. It keeps its own copy of the
+//! positions it writes, checks every position and length it reads before use, and copies a
+//! record out of the ring before looking at it; anything inconsistent is a [`Fault`], which
+//! ends that client's connection and nothing else.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{fence, Ordering};
+
+use crate::sys::Shm;
+use crate::wire::MAX_MSG_SIZE;
+
+/// Data bytes of each ring: a largest message and its header fit (a client has one request
+/// in flight, so a ring never needs to hold more).
+pub const RING_CAP: usize = MAX_MSG_SIZE + 4096;
+/// The header page.
+const HDR: usize = 4096;
+/// Bytes of the whole segment.
+pub const SEG_LEN: usize = HDR + 2 * RING_CAP;
+/// Bytes of a record header.
+pub const REC_HDR: usize = 64;
+/// The first word of the segment.
+const MAGIC: u64 = u64::from_be_bytes(*b"RDSRING1");
+
+const OFF_MAGIC: usize = 0;
+const OFF_C2D_HEAD: usize = 64;
+const OFF_C2D_TAIL: usize = 128;
+const OFF_D2C_HEAD: usize = 192;
+const OFF_D2C_TAIL: usize = 256;
+const OFF_DAEMON_IDLE: usize = 320;
+const OFF_CLIENT_WAIT: usize = 384;
+const OFF_WANT: usize = 448;
+
+/// The client wants its receive-readiness descriptor signalled when the socket is readable.
+pub const WANT_RX: u64 = 1;
+/// The client wants its send-readiness descriptor signalled when the socket is writable.
+pub const WANT_TX: u64 = 2;
+
+/// Record kinds.
+pub const OP_SEND: u32 = 1;
+/// A receive request.
+pub const OP_RECV: u32 = 2;
+/// The result of a request (daemon to client).
+pub const OP_RESULT: u32 = 3;
+
+/// Result flags.
+pub const F_TRUNCATED: u32 = 1;
+/// The result is a congestion update (`c` is the mask).
+pub const F_CONG: u32 = 2;
+/// The socket is readable after the request.
+pub const F_READABLE: u32 = 4;
+/// The socket is writable after the request.
+pub const F_WRITABLE: u32 = 8;
+/// `d` holds a receive timestamp.
+pub const F_TS: u32 = 16;
+/// Request flag: non-blocking receive peeks.
+pub const F_PEEK: u32 = 32;
+
+/// Something in the segment that a well-behaved peer never writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault(pub &'static str);
+
+/// A record header, decoded. The meaning of `a`, `c`, `d` depends on `op`: a send has the
+/// destination in `addr`; a receive has its buffer size in `c`; a result has the errno in `a`
+/// (0: success), the length sent or the message's full length in `c` (the mask of a
+/// congestion update), the timestamp in `d`, the sender in `addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rec {
+    /// Payload bytes after the header.
+    pub len: u32,
+    /// [`OP_SEND`], [`OP_RECV`] or [`OP_RESULT`].
+    pub op: u32,
+    /// The request's sequence number (a result repeats its request's).
+    pub seq: u64,
+    /// See the type's documentation.
+    pub a: u32,
+    /// Flags (`F_*`).
+    pub flags: u32,
+    /// See the type's documentation.
+    pub c: u64,
+    /// See the type's documentation.
+    pub d: u64,
+    /// An address (destination or sender).
+    pub addr: Option<SocketAddr>,
+}
+
+impl Rec {
+    fn encode(&self) -> [u8; REC_HDR] {
+        let mut b = [0u8; REC_HDR];
+        b[0..4].copy_from_slice(&self.len.to_le_bytes());
+        b[4..8].copy_from_slice(&self.op.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..20].copy_from_slice(&self.a.to_le_bytes());
+        b[20..24].copy_from_slice(&self.flags.to_le_bytes());
+        b[24..32].copy_from_slice(&self.c.to_le_bytes());
+        b[32..40].copy_from_slice(&self.d.to_le_bytes());
+        match self.addr {
+            None => {}
+            Some(SocketAddr::V4(a)) => {
+                b[40] = 4;
+                b[42..44].copy_from_slice(&a.port().to_le_bytes());
+                b[44..48].copy_from_slice(&a.ip().octets());
+            }
+            Some(SocketAddr::V6(a)) => {
+                b[40] = 6;
+                b[42..44].copy_from_slice(&a.port().to_le_bytes());
+                b[44..60].copy_from_slice(&a.ip().octets());
+            }
+        }
+        b
+    }
+
+    fn decode(b: &[u8; REC_HDR]) -> Result<Rec, Fault> {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        let port = u16::from_le_bytes([b[42], b[43]]);
+        let addr = match b[40] {
+            0 => None,
+            4 => Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::new(b[44], b[45], b[46], b[47])),
+                port,
+            )),
+            6 => {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(&b[44..60]);
+                Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(o)), port))
+            }
+            _ => return Err(Fault("bad address family in a ring record")),
+        };
+        let r = Rec {
+            len: u32_at(0),
+            op: u32_at(4),
+            seq: u64_at(8),
+            a: u32_at(16),
+            flags: u32_at(20),
+            c: u64_at(24),
+            d: u64_at(32),
+            addr,
+        };
+        if r.len as usize > MAX_MSG_SIZE {
+            return Err(Fault("ring record longer than a message"));
+        }
+        if !matches!(r.op, OP_SEND | OP_RECV | OP_RESULT) {
+            return Err(Fault("unknown ring record kind"));
+        }
+        Ok(r)
+    }
+}
+
+/// Which end of the segment this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The daemon: consumes requests, produces results.
+    Daemon,
+    /// The client: produces requests, consumes results.
+    Client,
+}
+
+/// One end of a segment. Positions this end writes are kept here and only stored into the
+/// segment, never read back from it.
+#[derive(Debug)]
+pub struct RingEnd {
+    shm: Shm,
+    side: Side,
+    /// Next position this end produces at.
+    head: u64,
+    /// Next position this end consumes at.
+    tail: u64,
+}
+
+/// Byte offsets of one direction: data start, head word, tail word.
+#[derive(Clone, Copy)]
+struct Dir {
+    base: usize,
+    head: usize,
+    tail: usize,
+}
+
+const C2D: Dir = Dir {
+    base: HDR,
+    head: OFF_C2D_HEAD,
+    tail: OFF_C2D_TAIL,
+};
+const D2C: Dir = Dir {
+    base: HDR + RING_CAP,
+    head: OFF_D2C_HEAD,
+    tail: OFF_D2C_TAIL,
+};
+
+impl RingEnd {
+    /// The daemon's end of a fresh segment (`shm` is [`SEG_LEN`] zero bytes).
+    pub fn daemon(shm: Shm) -> Option<RingEnd> {
+        if shm.len() != SEG_LEN {
+            return None;
+        }
+        shm.word(OFF_DAEMON_IDLE)?.store(1, Ordering::Release);
+        shm.word(OFF_MAGIC)?.store(MAGIC, Ordering::Release);
+        Some(RingEnd {
+            shm,
+            side: Side::Daemon,
+            head: 0,
+            tail: 0,
+        })
+    }
+
+    /// The client's end of a segment the daemon set up.
+    pub fn client(shm: Shm) -> Option<RingEnd> {
+        if shm.len() != SEG_LEN || shm.word(OFF_MAGIC)?.load(Ordering::Acquire) != MAGIC {
+            return None;
+        }
+        let d2c_head = shm.word(OFF_D2C_HEAD)?.load(Ordering::Acquire);
+        let c2d_head = shm.word(OFF_C2D_HEAD)?.load(Ordering::Acquire);
+        Some(RingEnd {
+            shm,
+            side: Side::Client,
+            head: c2d_head,
+            tail: d2c_head,
+        })
+    }
+
+    fn word(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        // Every offset used is a constant inside the header page, and the segment is
+        // SEG_LEN bytes (checked at construction).
+        self.shm.word(off).expect("header word inside the segment")
+    }
+
+    fn out_dir(&self) -> Dir {
+        match self.side {
+            Side::Client => C2D,
+            Side::Daemon => D2C,
+        }
+    }
+
+    fn in_dir(&self) -> Dir {
+        match self.side {
+            Side::Client => D2C,
+            Side::Daemon => C2D,
+        }
+    }
+
+    fn copy_in(&self, dir: Dir, pos: u64, data: &[u8]) {
+        let off = (pos % RING_CAP as u64) as usize;
+        let first = data.len().min(RING_CAP - off);
+        self.shm.write(dir.base + off, &data[..first]);
+        self.shm.write(dir.base, &data[first..]);
+    }
+
+    fn copy_out(&self, dir: Dir, pos: u64, out: &mut [u8]) {
+        let off = (pos % RING_CAP as u64) as usize;
+        let first = out.len().min(RING_CAP - off);
+        let (a, b) = out.split_at_mut(first);
+        self.shm.read(dir.base + off, a);
+        self.shm.read(dir.base, b);
+    }
+
+    /// Bytes free in the outgoing ring. A consumer position that is ahead of ours or more
+    /// than a ring behind is a fault.
+    pub fn room(&self) -> Result<usize, Fault> {
+        let dir = self.out_dir();
+        let tail = self.word(dir.tail).load(Ordering::Acquire);
+        let used = self.head.wrapping_sub(tail);
+        if used > RING_CAP as u64 {
+            return Err(Fault("ring consumer position out of range"));
+        }
+        Ok(RING_CAP - used as usize)
+    }
+
+    /// Appends a record and its payload to the outgoing ring (`rec.len` is set here).
+    pub fn push(&mut self, mut rec: Rec, payload: &[u8]) -> Result<(), Fault> {
+        let need = REC_HDR + payload.len();
+        if payload.len() > MAX_MSG_SIZE || self.room()? < need {
+            return Err(Fault("no room in the ring"));
+        }
+        rec.len = payload.len() as u32;
+        let dir = self.out_dir();
+        self.copy_in(dir, self.head, &rec.encode());
+        self.copy_in(dir, self.head + REC_HDR as u64, payload);
+        self.head += need as u64;
+        self.word(dir.head).store(self.head, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes the next record of the incoming ring, its payload copied out; `None` when the
+    /// ring is empty.
+    pub fn pop(&mut self) -> Result<Option<(Rec, Vec<u8>)>, Fault> {
+        let dir = self.in_dir();
+        let head = self.word(dir.head).load(Ordering::Acquire);
+        let avail = head.wrapping_sub(self.tail);
+        if avail == 0 {
+            return Ok(None);
+        }
+        if avail > RING_CAP as u64 || avail < REC_HDR as u64 {
+            return Err(Fault("ring producer position out of range"));
+        }
+        let mut hb = [0u8; REC_HDR];
+        self.copy_out(dir, self.tail, &mut hb);
+        let rec = Rec::decode(&hb)?;
+        let total = REC_HDR as u64 + u64::from(rec.len);
+        if total > avail {
+            return Err(Fault("ring record longer than the bytes published"));
+        }
+        let mut payload = vec![0u8; rec.len as usize];
+        self.copy_out(dir, self.tail + REC_HDR as u64, &mut payload);
+        self.tail += total;
+        self.word(dir.tail).store(self.tail, Ordering::Release);
+        Ok(Some((rec, payload)))
+    }
+
+    /// Whether the incoming ring holds something (or a bad position, which `pop` reports).
+    pub fn incoming(&self) -> bool {
+        self.word(self.in_dir().head).load(Ordering::Acquire) != self.tail
+    }
+
+    /// Producer: after a push, whether the other side sleeps and must be woken by its
+    /// doorbell (clears its sleeping flag).
+    pub fn must_ring(&self) -> bool {
+        fence(Ordering::SeqCst);
+        let off = match self.side {
+            Side::Client => OFF_DAEMON_IDLE,
+            Side::Daemon => OFF_CLIENT_WAIT,
+        };
+        self.word(off).swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// Consumer: about to sleep on its doorbell. Sets this side's sleeping flag and returns
+    /// whether it may sleep (false: something came meanwhile; the flag is cleared again).
+    pub fn may_sleep(&self) -> bool {
+        let off = match self.side {
+            Side::Client => OFF_CLIENT_WAIT,
+            Side::Daemon => OFF_DAEMON_IDLE,
+        };
+        self.word(off).store(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        let busy = self.incoming();
+        if busy {
+            self.word(off).store(0, Ordering::Release);
+        }
+        !busy
+    }
+
+    /// Client: no longer sleeping.
+    pub fn awake(&self) {
+        let off = match self.side {
+            Side::Client => OFF_CLIENT_WAIT,
+            Side::Daemon => OFF_DAEMON_IDLE,
+        };
+        self.word(off).store(0, Ordering::Release);
+    }
+
+    /// Client: from now on, keep the readiness descriptors of `bits` (`WANT_*`) up to date.
+    /// Returns whether they were new (the client then rings the daemon's doorbell).
+    pub fn want(&self, bits: u64) -> bool {
+        self.word(OFF_WANT).fetch_or(bits, Ordering::AcqRel) & bits != bits
+    }
+
+    /// Daemon: the readiness directions the client watches (unknown bits dropped).
+    pub fn take_want(&self) -> u64 {
+        self.word(OFF_WANT).load(Ordering::Acquire) & (WANT_RX | WANT_TX)
+    }
+
+    /// The mapping (tests scribble on it).
+    pub fn shm(&self) -> &Shm {
+        &self.shm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn pair() -> (RingEnd, RingEnd) {
+        let fd = crate::sys::memfd_sealed("t", SEG_LEN).unwrap();
+        let d = RingEnd::daemon(Shm::map(fd.as_raw_fd(), SEG_LEN).unwrap()).unwrap();
+        let c = RingEnd::client(Shm::map(fd.as_raw_fd(), SEG_LEN).unwrap()).unwrap();
+        (d, c)
+    }
+
+    #[test]
+    fn records_round_trip_across_the_wrap() {
+        let (mut d, mut c) = pair();
+        let dest: SocketAddr = "[fe80::1]:7000".parse().unwrap();
+        for i in 0..40u64 {
+            let len = (i as usize * 77_777) % (MAX_MSG_SIZE + 1);
+            let payload: Vec<u8> = (0..len).map(|b| (b as u64 + i) as u8).collect();
+            let rec = Rec {
+                op: OP_SEND,
+                seq: i,
+                addr: Some(dest),
+                c: i * 3,
+                ..Rec::default()
+            };
+            c.push(rec, &payload).unwrap();
+            assert!(c.must_ring(), "the daemon starts idle");
+            let (got, data) = d.pop().unwrap().unwrap();
+            assert_eq!(got.seq, i);
+            assert_eq!(got.addr, Some(dest));
+            assert_eq!(got.c, i * 3);
+            assert_eq!(data, payload);
+            assert!(d.may_sleep());
+        }
+    }
+
+    #[test]
+    fn scribbled_positions_and_headers_are_faults() {
+        let (mut d, c) = pair();
+        c.shm()
+            .word(OFF_C2D_HEAD)
+            .unwrap()
+            .store(u64::MAX, Ordering::Release);
+        assert!(d.pop().is_err());
+        c.shm()
+            .word(OFF_C2D_HEAD)
+            .unwrap()
+            .store(64, Ordering::Release);
+        c.shm().write(HDR, &[0xff; 64]);
+        assert!(d.pop().is_err());
+        c.shm()
+            .word(OFF_D2C_TAIL)
+            .unwrap()
+            .store(12345, Ordering::Release);
+        assert!(d.room().is_err());
+        assert!(d.push(Rec::default(), b"x").is_err());
+    }
+}
