@@ -894,6 +894,29 @@ mod tests {
         assert!(matches!(c.cmd, Cmd::Ping { args } if args.len() == 3));
     }
 
+    #[test]
+    fn json_is_global() {
+        for args in [
+            &["rds-ctrl", "--json", "get"][..],
+            &["rds-ctrl", "get", "--json"],
+            &["rds-ctrl", "get", "-p", "ras_level", "--json"],
+            &["rds-ctrl", "stats", "--json"],
+            &["rds-ctrl", "ras", "extract", "--json"],
+            &["rds-ctrl", "--node", "daemon", "health", "--json"],
+        ] {
+            assert!(Cli::try_parse_from(args).unwrap().json, "{args:?}");
+        }
+        assert!(!Cli::try_parse_from(["rds-ctrl", "get"]).unwrap().json);
+        // Right after `info` or `ping` it is the global flag, which `run` passes on to the
+        // tool; after the tool's first argument it is the tool's own.
+        let c = Cli::try_parse_from(["rds-ctrl", "ping", "--json", "127.0.0.1"]).unwrap();
+        assert!(c.json);
+        assert!(matches!(c.cmd, Cmd::Ping { args } if args == ["127.0.0.1"]));
+        let c = Cli::try_parse_from(["rds-ctrl", "ping", "-c", "1", "--json", "::1"]).unwrap();
+        assert!(!c.json);
+        assert!(matches!(c.cmd, Cmd::Ping { args } if args.len() == 4));
+    }
+
     fn pairs(args: &[&str]) -> anyhow::Result<Vec<(String, String)>> {
         let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         parse_assignments(&v)

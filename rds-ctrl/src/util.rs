@@ -98,12 +98,13 @@ pub fn exec_detached(program: &OsStr, args: &[OsString]) -> io::Error {
     exec(Path::new(program), args)
 }
 
-/// Prints one JSON document on one line; returns exit status 0.
+/// Prints one JSON document, indented as rds-info and rds-ping print theirs; returns exit
+/// status 0.
 ///
 /// # Errors
 /// Write errors.
 pub fn print_json(out: &mut dyn io::Write, doc: &serde_json::Value) -> anyhow::Result<u8> {
-    writeln!(out, "{doc}")?;
+    writeln!(out, "{doc:#}")?;
     Ok(0)
 }
 

@@ -15,12 +15,15 @@ use serde_json::{json, Value};
 const D: &str = "127.26.0.1";
 const REFUSES: &str = "127.26.0.3";
 
-/// Runs `rds-ctrl args…`, checks the status and that stdout is one JSON document on one line.
+/// Runs `rds-ctrl args…`, checks the status and that stdout is one JSON document.
 #[track_caller]
 fn doc(env: &Env, args: &[&str], code: i32) -> Value {
-    let s = status(&env.run(args), code);
-    assert_eq!(s.lines().count(), 1, "{s}");
-    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{e}: {s}"))
+    parse(&status(&env.run(args), code))
+}
+
+#[track_caller]
+fn parse(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
 }
 
 #[test]
@@ -33,23 +36,6 @@ fn documents_of_a_daemon() {
     assert_eq!(all, doc(&env, &["get", "--json"], 0));
     let m = all.as_object().unwrap();
     assert_eq!(m.len(), TUNABLES.len());
-    for t in TUNABLES {
-        assert_eq!(m[t.name], json!(t.default_value()), "{}", t.name);
-    }
-    status(&env.run(&["set", "max_unacked_packets=21"]), 0);
-    assert_eq!(
-        status(&env.run(&["get", "max_unacked_packets", "--json"]), 0),
-        "{\"net.rds.max_unacked_packets\":21}\n"
-    );
-    // Asked by its AIX name, a tunable keeps that name.
-    assert_eq!(
-        doc(&env, &["--json", "get", "rds_sendspace"], 0),
-        json!({"rds_sendspace": TUNABLES.iter().find(|t| t.name == "net.rds.sndbuf_default")
-            .unwrap().default_value()})
-    );
-    // get -p: the persistent set (no config file: the defaults).
-    let p = doc(&env, &["get", "-p", "--json"], 0);
-    assert_eq!(p.as_object().unwrap().len(), TUNABLES.len());
     let def = |n: &str| {
         TUNABLES
             .iter()
@@ -57,6 +43,28 @@ fn documents_of_a_daemon() {
             .unwrap()
             .default_value()
     };
+    // The same values as the text form, as numbers.
+    for line in status(&env.run(&["get"]), 0).lines() {
+        let (n, v) = line.split_once(" = ").unwrap();
+        assert_eq!(m[n], json!(v.parse::<u64>().unwrap()), "{n}");
+    }
+    assert_eq!(
+        m["net.rds.max_unacked_packets"],
+        json!(def("net.rds.max_unacked_packets"))
+    );
+    status(&env.run(&["set", "max_unacked_packets=21"]), 0);
+    assert_eq!(
+        status(&env.run(&["get", "max_unacked_packets", "--json"]), 0),
+        "{\n  \"net.rds.max_unacked_packets\": 21\n}\n"
+    );
+    // Asked by its AIX name, a tunable keeps that name.
+    assert_eq!(
+        doc(&env, &["--json", "get", "rds_sendspace"], 0),
+        json!({"rds_sendspace": def("net.rds.sndbuf_default")})
+    );
+    // get -p: the persistent set (no config file: the defaults).
+    let p = doc(&env, &["get", "-p", "--json"], 0);
+    assert_eq!(p.as_object().unwrap().len(), TUNABLES.len());
     assert_eq!(
         p["net.rds.max_unacked_packets"],
         json!(def("net.rds.max_unacked_packets"))
@@ -118,6 +126,14 @@ fn documents_of_a_daemon() {
     let s = doc(&env, &["stats", "--json"], 0);
     assert_eq!(s["conn_reset"], 0);
     assert_eq!(s, doc(&env, &["--json", "stats"], 0));
+
+    // info: --json passed on to rds-info, before or after `info`.
+    for args in [
+        &["--node", "daemon", "--json", "info", "-c"][..],
+        &["--node", "daemon", "info", "--json", "-c"],
+    ] {
+        assert_eq!(doc(&env, args, 0)["counters"]["conn_reset"], 0, "{args:?}");
+    }
 
     // health: healthy, status 0.
     let h = doc(&env, &["--json", "health"], 0);
@@ -248,20 +264,25 @@ fn get_on_a_kernel_host() {
             .unwrap()
     };
     assert_eq!(
-        status(&run(&["--json", "get"]), 0),
-        "{\"net.rds.ib.max_send_wr\":256,\"net.rds.ib.some_range\":\"4096 65536\",\
-         \"net.rds.max_unacked_packets\":8,\"net.rds.ping_enable\":1,\
-         \"net.rds.some_signed\":-1,\"net.rds.tcp.rds_tcp_sndbuf\":0}\n"
+        parse(&status(&run(&["--json", "get"]), 0)),
+        json!({
+            "net.rds.ib.max_send_wr": 256,
+            "net.rds.ib.some_range": "4096 65536",
+            "net.rds.max_unacked_packets": 8,
+            "net.rds.ping_enable": 1,
+            "net.rds.some_signed": -1,
+            "net.rds.tcp.rds_tcp_sndbuf": 0,
+        })
     );
     assert_eq!(
-        status(&run(&["get", "rds_tcp_sndbuf", "--json"]), 0),
-        "{\"net.rds.tcp.rds_tcp_sndbuf\":0}\n"
+        parse(&status(&run(&["get", "rds_tcp_sndbuf", "--json"]), 0)),
+        json!({"net.rds.tcp.rds_tcp_sndbuf": 0})
     );
     // -p: the sysctl.d file's values over the current ones.
     let dropin = root.join("etc/sysctl.d/90-rds.conf");
     std::fs::create_dir_all(dropin.parent().unwrap()).unwrap();
     std::fs::write(&dropin, "net.rds.max_unacked_packets = 12\n").unwrap();
-    let v: Value = serde_json::from_str(&status(&run(&["get", "-p", "--json"]), 0)).unwrap();
+    let v = parse(&status(&run(&["get", "-p", "--json"]), 0));
     assert_eq!(v["net.rds.max_unacked_packets"], 12);
     assert_eq!(v["net.rds.ping_enable"], 1);
     // The text form is unchanged.
