@@ -293,28 +293,46 @@ pub fn set(
     Ok(0)
 }
 
-/// `get [-p] [name]` on the kernel: the sysctls as `name = value` lines; with `-p`, the
+/// `get [-p] [name]` on the kernel: the sysctls as `name = value` lines (with `json`, one
+/// object `{name: value}`, integers as numbers and other values as strings); with `-p`, the
 /// values the sysctl.d file sets at boot in place of the current ones.
 ///
 /// # Errors
 /// An unknown name, or the directory cannot be read.
-pub fn get(out: &mut dyn Write, persistent: bool, name: Option<&str>) -> anyhow::Result<u8> {
+pub fn get(
+    out: &mut dyn Write,
+    persistent: bool,
+    name: Option<&str>,
+    json: bool,
+) -> anyhow::Result<u8> {
     let want = name.map(resolve).transpose()?.map(|(f, _)| f);
     let file = if persistent {
         Some(SysctlFile::load(&sysctl_file())?)
     } else {
         None
     };
-    for (n, v) in list()? {
-        if want.as_ref().is_none_or(|w| *w == n) {
+    let aix = name.filter(|x| AixTunable::find(x).is_some());
+    let values = list()?
+        .into_iter()
+        .filter(|(n, _)| want.as_ref().is_none_or(|w| w == n))
+        .map(|(n, v)| {
             let v = file.as_ref().and_then(|f| f.get(&n)).unwrap_or(v);
-            match name.filter(|x| AixTunable::find(x).is_some()) {
-                Some(aix) => writeln!(out, "{aix} = {v}")?,
-                None => writeln!(out, "{n} = {v}")?,
-            }
-        }
+            (aix.map_or(n, str::to_string), json_value(v))
+        })
+        .collect();
+    crate::print_tunables(out, values, json)
+}
+
+/// A sysctl's text as JSON: an integer as a number, anything else (several numbers, words)
+/// as the string.
+fn json_value(v: String) -> serde_json::Value {
+    if let Ok(n) = v.parse::<u64>() {
+        return n.into();
     }
-    Ok(0)
+    if let Ok(n) = v.parse::<i64>() {
+        return n.into();
+    }
+    v.into()
 }
 
 /// `default [-p] [name]` on the kernel: writes the kernel's default to the sysctls this tool

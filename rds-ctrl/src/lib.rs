@@ -4,6 +4,10 @@
 //! (`conn restart|kill`), capture (`trace`), counters (`stats`), `version`, and the `info` and
 //! `ping` aliases for `rds-info` and `rds-ping`.
 //!
+//! With `--json`, the commands that print a listing or a report (`get`, `health`, `ras`,
+//! `ras extract`, `version`, `stats`) gather their data once and print it as one JSON
+//! document instead of the text (the schema is in rds-ctrl(8)).
+//!
 //! Commands that act on a node reach it over its control socket ([`rds_core::ctl`]): the node
 //! named with `--node`, else the daemon, else the only running node. Changing state needs
 //! root or the node's owner; the node checks (`EPERM`). On a host whose kernel runs RDS and
@@ -62,6 +66,10 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "STACK", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto")]
     pub stack: rds_cli::Stack,
+    /// Print one JSON document instead of the text (get, health, ras, ras extract, version,
+    /// stats; see JSON SCHEMA in rds-ctrl(8))
+    #[arg(long, global = true)]
+    pub json: bool,
     /// The command.
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -275,9 +283,6 @@ pub enum Cmd {
         /// reset: zero every counter
         #[arg(value_enum)]
         action: Option<StatsAction>,
-        /// Print the counters as JSON
-        #[arg(long)]
-        json: bool,
     },
     /// Start a new session and exec a program (used by load and trace start)
     #[command(name = "__exec-detached", hide = true)]
@@ -301,6 +306,7 @@ pub fn command() -> clap::Command {
 /// Errors exit with status 2, [`util::Negative`] with 1; the caller prints them.
 pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
     let node = cli.node.as_deref();
+    let json = cli.json;
     match cli.cmd {
         Cmd::Help { name } => help(out, name.as_deref()),
         Cmd::Set {
@@ -314,9 +320,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             set(out, node, persistent, &pairs)
         }
         Cmd::Get { persistent, name } if kernel::is_kernel_host(node) => {
-            kernel::get(out, persistent, name.as_deref())
+            kernel::get(out, persistent, name.as_deref(), json)
         }
-        Cmd::Get { persistent, name } => get(out, node, persistent, name.as_deref()),
+        Cmd::Get { persistent, name } => get(out, node, persistent, name.as_deref(), json),
         Cmd::Default { persistent, name } if kernel::is_kernel_host(node) => {
             kernel::default(out, persistent, name.as_deref())
         }
@@ -332,26 +338,34 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             addrs,
             detach,
         } => daemon::run(&addrs, detach, transport),
-        Cmd::Ras { persistent, what } => ras::command(out, node, persistent, what),
-        Cmd::Health => ras::report(out, &mut connect(node)?),
+        Cmd::Ras { persistent, what } => ras::command(out, node, persistent, what, json),
+        Cmd::Health => ras::report(out, &mut connect(node)?, json),
         Cmd::Info { mut args } => {
             if let Some(n) = node {
                 args.splice(0..0, ["--node".into(), n.into()]);
             }
+            if json {
+                args.insert(0, "--json".into());
+            }
             alias("rds-info", &args)
         }
-        Cmd::Ping { args } => alias("rds-ping", &args),
+        Cmd::Ping { mut args } => {
+            if json {
+                args.insert(0, "--json".into());
+            }
+            alias("rds-ping", &args)
+        }
         Cmd::Conn { action } => conn(out, node, action),
         Cmd::Trace { action } => match action {
             TraceAction::Start { file, snaplen } => trace::start(out, &file, snaplen, node),
             TraceAction::Stop => trace::stop(out, Duration::from_secs(10)),
             TraceAction::Report { file } => trace::report(&file),
         },
-        Cmd::Version => version(out, node),
-        Cmd::Stats { action, json } if node.is_none() && kernel_stats(cli.stack)? => {
+        Cmd::Version => version(out, node, json),
+        Cmd::Stats { action } if node.is_none() && kernel_stats(cli.stack)? => {
             stats_kernel(out, action, json)
         }
-        Cmd::Stats { action, json } => stats(out, node, action, json),
+        Cmd::Stats { action } => stats(out, node, action, json),
         Cmd::ExecDetached { program, args } => {
             let e = util::exec_detached(&program, &args);
             Err(anyhow!(e).context(format!("cannot run {}", program.to_string_lossy())))
@@ -655,6 +669,7 @@ fn get(
     node: Option<&str>,
     persistent: bool,
     name: Option<&str>,
+    json: bool,
 ) -> anyhow::Result<u8> {
     let def = name.map(find).transpose()?;
     let values: Vec<(String, u64)> = if persistent {
@@ -668,9 +683,29 @@ fn get(
     };
     // Asked by its AIX name, a tunable is shown under that name.
     let shown = name.filter(|n| AixTunable::find(n).is_some());
+    let values: Vec<(String, serde_json::Value)> = values
+        .into_iter()
+        .filter(|(n, _)| def.is_none_or(|d| d.name == *n))
+        .map(|(n, v)| (shown.map_or(n, str::to_string), v.into()))
+        .collect();
+    print_tunables(out, values, json)
+}
+
+/// Prints `get`'s result: `name = value` lines, or one JSON object `{name: value}` in the
+/// same order.
+pub(crate) fn print_tunables(
+    out: &mut dyn Write,
+    values: Vec<(String, serde_json::Value)>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = values.into_iter().collect();
+        return util::print_json(out, &serde_json::Value::Object(map));
+    }
     for (n, v) in values {
-        if def.is_none_or(|d| d.name == n) {
-            writeln!(out, "{} = {v}", shown.unwrap_or(&n))?;
+        match v {
+            serde_json::Value::String(s) => writeln!(out, "{n} = {s}")?,
+            v => writeln!(out, "{n} = {v}")?,
         }
     }
     Ok(0)
@@ -739,14 +774,31 @@ fn conn(out: &mut dyn Write, node: Option<&str>, action: ConnAction) -> anyhow::
     Ok(0)
 }
 
-fn version(out: &mut dyn Write, node: Option<&str>) -> anyhow::Result<u8> {
+fn version(out: &mut dyn Write, node: Option<&str>, json: bool) -> anyhow::Result<u8> {
+    let hello = CtlClient::connect_node(node).ok().map(|c| c.hello);
+    if json {
+        let mut doc = serde_json::json!({
+            "tool": "rds-ctrl",
+            "version": env!("CARGO_PKG_VERSION"),
+            "rds_protocol": RDS_PROTOCOL_VERSION,
+        });
+        if let Some(h) = hello {
+            doc["node"] = serde_json::json!({
+                "name": h.node,
+                "version": h.version,
+                "rds_protocol": h.rds_protocol,
+                "pid": h.pid,
+            });
+        }
+        return util::print_json(out, &doc);
+    }
     writeln!(out, "rds-ctrl (rds-tools) {}", env!("CARGO_PKG_VERSION"))?;
     writeln!(out, "RDS protocol version {RDS_PROTOCOL_VERSION}")?;
-    if let Ok(c) = CtlClient::connect_node(node) {
+    if let Some(c) = hello {
         writeln!(
             out,
             "node '{}': rds-tools {}, RDS protocol version {}, pid {}",
-            c.hello.node, c.hello.version, c.hello.rds_protocol, c.hello.pid
+            c.node, c.version, c.rds_protocol, c.pid
         )?;
     }
     Ok(0)
@@ -780,12 +832,7 @@ fn stats_kernel(
         .and_then(|k| k.counters())
         .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
     if json {
-        let map: serde_json::Map<String, serde_json::Value> = counters
-            .into_iter()
-            .map(|(n, v)| (n, serde_json::Value::from(v)))
-            .collect();
-        writeln!(out, "{}", serde_json::Value::Object(map))?;
-        return Ok(0);
+        return util::print_json(out, &util::counters_json(counters));
     }
     let snap = rds_core::ctl::InfoSnapshot {
         counters,
@@ -812,12 +859,7 @@ fn stats(
     }
     let counters = c.stats()?;
     if json {
-        let map: serde_json::Map<String, serde_json::Value> = counters
-            .into_iter()
-            .map(|(n, v)| (n, serde_json::Value::from(v)))
-            .collect();
-        writeln!(out, "{}", serde_json::Value::Object(map))?;
-        return Ok(0);
+        return util::print_json(out, &util::counters_json(counters));
     }
     let snap = rds_core::ctl::InfoSnapshot {
         counters,
@@ -850,6 +892,29 @@ mod tests {
         }
         let c = Cli::try_parse_from(["rds-ctrl", "ping", "-c", "3", "127.0.0.1"]).unwrap();
         assert!(matches!(c.cmd, Cmd::Ping { args } if args.len() == 3));
+    }
+
+    #[test]
+    fn json_is_global() {
+        for args in [
+            &["rds-ctrl", "--json", "get"][..],
+            &["rds-ctrl", "get", "--json"],
+            &["rds-ctrl", "get", "-p", "ras_level", "--json"],
+            &["rds-ctrl", "stats", "--json"],
+            &["rds-ctrl", "ras", "extract", "--json"],
+            &["rds-ctrl", "--node", "daemon", "health", "--json"],
+        ] {
+            assert!(Cli::try_parse_from(args).unwrap().json, "{args:?}");
+        }
+        assert!(!Cli::try_parse_from(["rds-ctrl", "get"]).unwrap().json);
+        // Right after `info` or `ping` it is the global flag, which `run` passes on to the
+        // tool; after the tool's first argument it is the tool's own.
+        let c = Cli::try_parse_from(["rds-ctrl", "ping", "--json", "127.0.0.1"]).unwrap();
+        assert!(c.json);
+        assert!(matches!(c.cmd, Cmd::Ping { args } if args == ["127.0.0.1"]));
+        let c = Cli::try_parse_from(["rds-ctrl", "ping", "-c", "1", "--json", "::1"]).unwrap();
+        assert!(!c.json);
+        assert!(matches!(c.cmd, Cmd::Ping { args } if args.len() == 4));
     }
 
     fn pairs(args: &[&str]) -> anyhow::Result<Vec<(String, String)>> {

@@ -31,16 +31,17 @@ pub fn command(
     node: Option<&str>,
     persistent: bool,
     what: Option<RasArg>,
+    json: bool,
 ) -> anyhow::Result<u8> {
     let level = match what {
         Some(RasArg::Extract) if persistent => {
             bail!("ras: -p goes with a level (minimal, normal, detail, maximal), not extract")
         }
-        Some(RasArg::Extract) => return extract(out, &mut crate::connect(node)?),
+        Some(RasArg::Extract) => return extract(out, &mut crate::connect(node)?, json),
         None if persistent => {
             bail!("ras: -p needs a level (minimal, normal, detail, maximal)")
         }
-        None => return show(out, &mut crate::connect(node)?),
+        None => return show(out, &mut crate::connect(node)?, json),
         Some(RasArg::Minimal) => 1,
         Some(RasArg::Normal) => 2,
         Some(RasArg::Detail) => 3,
@@ -74,8 +75,8 @@ pub fn command(
     Ok(0)
 }
 
-/// `ras` alone: the level in force.
-fn show(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
+/// `ras` alone: the level in force (with `json`: `{node, level, ras_level}`).
+fn show(out: &mut dyn Write, c: &mut CtlClient, json: bool) -> anyhow::Result<u8> {
     let level = c
         .tunables()?
         .into_iter()
@@ -85,6 +86,16 @@ fn show(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
         .ok()
         .and_then(level_name)
         .unwrap_or("unknown");
+    if json {
+        return util::print_json(
+            out,
+            &serde_json::json!({
+                "node": c.hello.node,
+                "level": name,
+                "ras_level": level,
+            }),
+        );
+    }
     writeln!(out, "RAS level of node '{}': {name}", c.hello.node)?;
     writeln!(
         out,
@@ -104,11 +115,12 @@ pub fn event_line(e: &RasEvent) -> String {
     )
 }
 
-/// `ras extract`: the ring, oldest event first.
+/// `ras extract`: the ring, oldest event first (with `json`: one document, see
+/// rds-ctrl(8)).
 ///
 /// # Errors
 /// The node cannot be asked.
-pub fn extract(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
+pub fn extract(out: &mut dyn Write, c: &mut CtlClient, json: bool) -> anyhow::Result<u8> {
     let (level, overwritten, events) = match c.call(&Request::RasExtract, &[])?.0 {
         Reply::RasEvents {
             level,
@@ -117,6 +129,29 @@ pub fn extract(out: &mut dyn Write, c: &mut CtlClient) -> anyhow::Result<u8> {
         } => (level, overwritten, events),
         other => bail!("unexpected reply from node '{}': {other:?}", c.hello.node),
     };
+    if json {
+        let events: Vec<serde_json::Value> = events
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "time": rds_core::ras::utc_ms(e.wall_ns),
+                    "wall_ns": e.wall_ns,
+                    "kind": e.kind.name(),
+                    "text": e.text,
+                })
+            })
+            .collect();
+        return util::print_json(
+            out,
+            &serde_json::json!({
+                "node": c.hello.node,
+                "level": level_name(level).unwrap_or("unknown"),
+                "ring_capacity": RING_CAP,
+                "overwritten": overwritten,
+                "events": events,
+            }),
+        );
+    }
     writeln!(
         out,
         "RAS events of node '{}' (level {}, {} event(s), ring of {RING_CAP}, {overwritten} overwritten):",
@@ -220,122 +255,281 @@ pub fn warnings(snap: &InfoSnapshot) -> Vec<String> {
     w
 }
 
-/// `health`: prints the report; returns 0 when healthy, 1 when there are warnings.
+/// One row of the health report's connection table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnRow {
+    /// Local address.
+    pub local: String,
+    /// Peer address.
+    pub peer: String,
+    /// Transport.
+    pub transport: String,
+    /// State of path 0 (`-` when it has no path).
+    pub path0: String,
+    /// Paths up.
+    pub paths_up: usize,
+    /// Paths.
+    pub paths: usize,
+    /// Reconnects over all paths.
+    pub reconnects: u64,
+    /// Messages queued to send.
+    pub send_queued: usize,
+    /// Messages sent and waiting for their acknowledgement.
+    pub retrans_queued: usize,
+    /// Path 0's next sequence number to send.
+    pub next_tx: u64,
+    /// Path 0's next sequence number expected.
+    pub next_rx: u64,
+}
+
+/// The health report's facts, gathered once and printed as text or JSON.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// Who the node is.
+    pub hello: rds_core::ctl::client::NodeHello,
+    /// How long its process has run, when known.
+    pub uptime: Option<std::time::Duration>,
+    /// The node's transports.
+    pub transports: Vec<String>,
+    /// Why IB is not there (`None` when it is, or when the node gave no reason).
+    pub ib_missing: Option<String>,
+    /// Whether the node runs IB.
+    pub has_ib: bool,
+    /// Bound sockets.
+    pub sockets: usize,
+    /// Congested sockets.
+    pub congested: usize,
+    /// Connections whose path 0 is up.
+    pub up: usize,
+    /// The connection table.
+    pub connections: Vec<ConnRow>,
+    /// [`DROP_COUNTERS`] the node has.
+    pub drops: Vec<(String, u64)>,
+    /// [`BOUND_COUNTERS`] the node has.
+    pub bounds: Vec<(String, u64)>,
+    /// [`CONG_COUNTERS`] the node has.
+    pub congestion: Vec<(String, u64)>,
+    /// Problems, one line each.
+    pub warnings: Vec<String>,
+}
+
+impl Health {
+    /// Gathers the report from the node's hello and snapshot.
+    pub fn new(hello: rds_core::ctl::client::NodeHello, snap: &InfoSnapshot) -> Health {
+        let pick = |names: &[&str]| -> Vec<(String, u64)> {
+            names
+                .iter()
+                .filter_map(|n| counter(snap, n).map(|v| (n.to_string(), v)))
+                .collect()
+        };
+        let connections = snap
+            .connections
+            .iter()
+            .map(|c| {
+                let p0 = c.paths.first();
+                ConnRow {
+                    local: rds_info::format::addr(c.laddr),
+                    peer: rds_info::format::addr(c.faddr),
+                    transport: c.kind.name().to_string(),
+                    path0: p0.map_or("-", |p| p.state.name()).to_string(),
+                    paths_up: paths_up(c),
+                    paths: c.paths.len(),
+                    reconnects: c.paths.iter().map(|p| p.ups.saturating_sub(1)).sum(),
+                    send_queued: c.paths.iter().map(|p| p.send_queued).sum(),
+                    retrans_queued: c.paths.iter().map(|p| p.retrans_queued).sum(),
+                    next_tx: p0.map_or(0, |p| p.next_tx_seq),
+                    next_rx: p0.map_or(0, |p| p.next_rx_seq),
+                }
+            })
+            .collect();
+        let has_ib = rds_info::format::has_ib(snap);
+        Health {
+            uptime: util::pid_uptime(hello.pid),
+            hello,
+            transports: snap.transports.clone(),
+            ib_missing: if has_ib {
+                None
+            } else {
+                snap.ib_unavailable.clone()
+            },
+            has_ib,
+            sockets: snap.sockets.len(),
+            congested: snap.sockets.iter().filter(|s| s.congested).count(),
+            up: snap
+                .connections
+                .iter()
+                .filter(|c| c.paths.first().is_some_and(|p| p.state == PathState::Up))
+                .count(),
+            connections,
+            drops: pick(DROP_COUNTERS),
+            bounds: pick(BOUND_COUNTERS),
+            congestion: pick(CONG_COUNTERS),
+            warnings: warnings(snap),
+        }
+    }
+
+    /// The exit status: 0 healthy, 1 with warnings.
+    pub fn status(&self) -> u8 {
+        u8::from(!self.warnings.is_empty())
+    }
+
+    /// The report as one JSON document (see JSON SCHEMA in rds-ctrl(8)).
+    pub fn json(&self) -> serde_json::Value {
+        let h = &self.hello;
+        let connections: Vec<serde_json::Value> = self
+            .connections
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "local": c.local,
+                    "peer": c.peer,
+                    "transport": c.transport,
+                    "path0": c.path0,
+                    "paths_up": c.paths_up,
+                    "paths": c.paths,
+                    "reconnects": c.reconnects,
+                    "send_queued": c.send_queued,
+                    "retrans_queued": c.retrans_queued,
+                    "next_tx": c.next_tx,
+                    "next_rx": c.next_rx,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "node": h.node,
+            "pid": h.pid,
+            "version": h.version,
+            "rds_protocol": h.rds_protocol,
+            "uptime_s": self.uptime.map(|d| d.as_secs()),
+            "addresses": h.addrs.iter().map(|a| rds_info::format::addr(*a)).collect::<Vec<_>>(),
+            "transports": self.transports,
+            "ib_unavailable": self.ib_missing,
+            "sockets": {"bound": self.sockets, "congested": self.congested},
+            "connections": connections,
+            "drops": util::counters_json(self.drops.clone()),
+            "bounds": util::counters_json(self.bounds.clone()),
+            "congestion": util::counters_json(self.congestion.clone()),
+            "warnings": self.warnings,
+            "healthy": self.warnings.is_empty(),
+        })
+    }
+
+    /// Prints the report as text.
+    ///
+    /// # Errors
+    /// Write errors.
+    pub fn text(&self, out: &mut dyn Write) -> anyhow::Result<()> {
+        let h = &self.hello;
+        writeln!(
+            out,
+            "RDS health report for node '{}' (pid {}, rds-tools {}, RDS protocol {})",
+            h.node, h.pid, h.version, h.rds_protocol
+        )?;
+        let uptime = self
+            .uptime
+            .map_or_else(|| "unknown".into(), util::human_duration);
+        writeln!(out, "  uptime:      {uptime}")?;
+        writeln!(
+            out,
+            "  addresses:   {}",
+            h.addrs
+                .iter()
+                .map(|a| rds_info::format::addr(*a))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )?;
+        let ib = if self.has_ib {
+            String::new()
+        } else if let Some(why) = &self.ib_missing {
+            format!(" (IB: unavailable: {why})")
+        } else {
+            " (IB: not available)".to_string()
+        };
+        writeln!(out, "  transports:  {}{ib}", self.transports.join(", "))?;
+        writeln!(
+            out,
+            "  sockets:     {} bound, {} congested",
+            self.sockets, self.congested
+        )?;
+        let n = self.connections.len();
+        writeln!(
+            out,
+            "  connections: {n} ({} up, {} not up)",
+            self.up,
+            n - self.up
+        )?;
+        if n > 0 {
+            let mut t = rds_cli::table(vec![
+                "Local",
+                "Peer",
+                "Trans",
+                "Path 0",
+                "Paths up",
+                "Reconnects",
+                "SendQ",
+                "RetransQ",
+                "NextTX",
+                "NextRX",
+            ]);
+            for c in &self.connections {
+                t.add_row(vec![
+                    c.local.clone(),
+                    c.peer.clone(),
+                    c.transport.clone(),
+                    c.path0.clone(),
+                    format!("{}/{}", c.paths_up, c.paths),
+                    c.reconnects.to_string(),
+                    c.send_queued.to_string(),
+                    c.retrans_queued.to_string(),
+                    c.next_tx.to_string(),
+                    c.next_rx.to_string(),
+                ]);
+            }
+            writeln!(out, "{t}")?;
+        }
+        let list = |v: &[(String, u64)]| -> String {
+            v.iter()
+                .map(|(n, v)| format!("{n} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(out, "  resets and drops: {}", list(&self.drops))?;
+        let hit: Vec<(String, u64)> = self.bounds.iter().filter(|b| b.1 > 0).cloned().collect();
+        if !hit.is_empty() {
+            writeln!(out, "  memory bounds hit: {}", list(&hit))?;
+        }
+        writeln!(
+            out,
+            "  congestion:  {}; {} congested socket(s)",
+            list(&self.congestion),
+            self.congested
+        )?;
+        if self.warnings.is_empty() {
+            writeln!(out, "verdict: healthy")?;
+        } else {
+            writeln!(out, "verdict: {} warning(s)", self.warnings.len())?;
+            for line in &self.warnings {
+                writeln!(out, "  - {line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `health`: prints the report (text, or one JSON document with `json`); returns 0 when
+/// healthy, 1 when there are warnings.
 ///
 /// # Errors
-/// Write errors.
-pub fn report(out: &mut dyn Write, client: &mut CtlClient) -> anyhow::Result<u8> {
+/// The node cannot be asked; write errors.
+pub fn report(out: &mut dyn Write, client: &mut CtlClient, json: bool) -> anyhow::Result<u8> {
     let snap = client.info()?;
-    let h = client.hello.clone();
-    writeln!(
-        out,
-        "RDS health report for node '{}' (pid {}, rds-tools {}, RDS protocol {})",
-        h.node, h.pid, h.version, h.rds_protocol
-    )?;
-    let uptime = util::pid_uptime(h.pid).map_or_else(|| "unknown".into(), util::human_duration);
-    writeln!(out, "  uptime:      {uptime}")?;
-    writeln!(
-        out,
-        "  addresses:   {}",
-        h.addrs
-            .iter()
-            .map(|a| rds_info::format::addr(*a))
-            .collect::<Vec<_>>()
-            .join(" ")
-    )?;
-    let ib = if rds_info::format::has_ib(&snap) {
-        String::new()
-    } else if let Some(why) = &snap.ib_unavailable {
-        format!(" (IB: unavailable: {why})")
+    let h = Health::new(client.hello.clone(), &snap);
+    if json {
+        util::print_json(out, &h.json())?;
     } else {
-        " (IB: not available)".to_string()
-    };
-    writeln!(out, "  transports:  {}{ib}", snap.transports.join(", "))?;
-    let congested = snap.sockets.iter().filter(|s| s.congested).count();
-    writeln!(
-        out,
-        "  sockets:     {} bound, {} congested",
-        snap.sockets.len(),
-        congested
-    )?;
-    let up = snap
-        .connections
-        .iter()
-        .filter(|c| c.paths.first().is_some_and(|p| p.state == PathState::Up))
-        .count();
-    writeln!(
-        out,
-        "  connections: {} ({} up, {} not up)",
-        snap.connections.len(),
-        up,
-        snap.connections.len() - up
-    )?;
-    if !snap.connections.is_empty() {
-        let mut t = rds_cli::table(vec![
-            "Local",
-            "Peer",
-            "Trans",
-            "Path 0",
-            "Paths up",
-            "Reconnects",
-            "SendQ",
-            "RetransQ",
-            "NextTX",
-            "NextRX",
-        ]);
-        for c in &snap.connections {
-            let reconnects: u64 = c.paths.iter().map(|p| p.ups.saturating_sub(1)).sum();
-            let p0 = c.paths.first();
-            t.add_row(vec![
-                rds_info::format::addr(c.laddr),
-                rds_info::format::addr(c.faddr),
-                c.kind.name().to_string(),
-                p0.map_or("-", |p| p.state.name()).to_string(),
-                format!("{}/{}", paths_up(c), c.paths.len()),
-                reconnects.to_string(),
-                c.paths
-                    .iter()
-                    .map(|p| p.send_queued)
-                    .sum::<usize>()
-                    .to_string(),
-                c.paths
-                    .iter()
-                    .map(|p| p.retrans_queued)
-                    .sum::<usize>()
-                    .to_string(),
-                p0.map_or(0, |p| p.next_tx_seq).to_string(),
-                p0.map_or(0, |p| p.next_rx_seq).to_string(),
-            ]);
-        }
-        writeln!(out, "{t}")?;
+        h.text(out)?;
     }
-    let list = |names: &[&str]| -> String {
-        names
-            .iter()
-            .filter_map(|n| counter(&snap, n).map(|v| format!("{n} {v}")))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    writeln!(out, "  resets and drops: {}", list(DROP_COUNTERS))?;
-    if let Some(line) = bounds_line(&snap) {
-        writeln!(out, "{line}")?;
-    }
-    writeln!(
-        out,
-        "  congestion:  {}; {congested} congested socket(s)",
-        list(CONG_COUNTERS)
-    )?;
-    let w = warnings(&snap);
-    if w.is_empty() {
-        writeln!(out, "verdict: healthy")?;
-        Ok(0)
-    } else {
-        writeln!(out, "verdict: {} warning(s)", w.len())?;
-        for line in &w {
-            writeln!(out, "  - {line}")?;
-        }
-        Ok(1)
-    }
+    Ok(h.status())
 }
 
 #[cfg(test)]

@@ -98,6 +98,26 @@ pub fn exec_detached(program: &OsStr, args: &[OsString]) -> io::Error {
     exec(Path::new(program), args)
 }
 
+/// Prints one JSON document, indented as rds-info and rds-ping print theirs; returns exit
+/// status 0.
+///
+/// # Errors
+/// Write errors.
+pub fn print_json(out: &mut dyn io::Write, doc: &serde_json::Value) -> anyhow::Result<u8> {
+    writeln!(out, "{doc:#}")?;
+    Ok(0)
+}
+
+/// Counters as one JSON object `{name: value}`.
+pub fn counters_json<I: IntoIterator<Item = (String, u64)>>(counters: I) -> serde_json::Value {
+    serde_json::Value::Object(
+        counters
+            .into_iter()
+            .map(|(n, v)| (n, serde_json::Value::from(v)))
+            .collect(),
+    )
+}
+
 /// Whether `pid` is a live process (zombies count as gone).
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
