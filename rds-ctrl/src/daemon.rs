@@ -190,9 +190,13 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
         if transport == Transport::Ib {
             return Err(Negative(format!("{IB_UNAVAILABLE}: {why}")).into());
         }
-        log(&format!(
-            "warning: {IB_UNAVAILABLE}: {why}; running TCP only"
-        ));
+        if transport == Transport::Auto {
+            log(&format!("{IB_UNAVAILABLE} ({why}): running TCP"));
+        } else {
+            log(&format!(
+                "warning: {IB_UNAVAILABLE}: {why}; running TCP only"
+            ));
+        }
     }
     let ports = match (node.tcp_running(), node.ib_running()) {
         (true, false) => format!("port {RDS_TCP_PORT}"),

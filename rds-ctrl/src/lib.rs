@@ -78,8 +78,11 @@ pub struct Cli {
 /// Transports `load` and `daemon` accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Transport {
-    /// RDS over TCP.
+    /// As the kernel chooses (the default): TCP, and IB where an RDMA device holds the
+    /// address and rdma-core is present; quietly TCP only where IB is unavailable
     #[default]
+    Auto,
+    /// RDS over TCP only
     Tcp,
     /// RDS over InfiniBand/RoCE verbs only (needs rdma-core and an RDMA device)
     Ib,
@@ -103,6 +106,7 @@ impl Transport {
     /// The name the user gave.
     pub fn name(self) -> &'static str {
         match self {
+            Transport::Auto => "auto",
             Transport::Tcp => "tcp",
             Transport::Ib => "ib",
             Transport::All => "all",
@@ -213,7 +217,7 @@ pub enum Cmd {
     /// the AIX names, load the IB transport)
     Load {
         /// Transport
-        #[arg(value_enum, default_value_t = Transport::Tcp)]
+        #[arg(value_enum, default_value_t = Transport::Auto)]
         transport: Transport,
         /// An address for the daemon (repeatable; default: the host's unicast addresses)
         #[arg(long = "addr", value_name = "A")]
@@ -231,7 +235,7 @@ pub enum Cmd {
     /// Run the host daemon in the foreground (systemd; stops on SIGTERM or SIGINT)
     Daemon {
         /// Transport
-        #[arg(value_enum, default_value_t = Transport::Tcp)]
+        #[arg(value_enum, default_value_t = Transport::Auto)]
         transport: Transport,
         /// An address for the daemon (repeatable; default: the host's unicast addresses)
         #[arg(long = "addr", value_name = "A")]
@@ -953,6 +957,15 @@ mod tests {
         assert_eq!(Transport::Ofed.stack(), Transport::Ib);
         assert_eq!(Transport::Aixib.stack(), Transport::Ib);
         assert_eq!(Transport::All.stack(), Transport::All);
+        assert_eq!(Transport::Auto.stack(), Transport::Auto);
+        let c = Cli::try_parse_from(["rds-ctrl", "load"]).unwrap();
+        assert!(matches!(
+            c.cmd,
+            Cmd::Load {
+                transport: Transport::Auto,
+                ..
+            }
+        ));
         let c = Cli::try_parse_from(["rds-ctrl", "load", "aixib"]).unwrap();
         assert!(matches!(
             c.cmd,

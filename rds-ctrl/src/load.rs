@@ -38,7 +38,10 @@ pub fn load(
     addrs: &[IpAddr],
     timeout: Duration,
 ) -> anyhow::Result<u8> {
-    let asked = transport.name();
+    let asked = match transport {
+        Transport::Auto => "the RDS daemon",
+        t => t.name(),
+    };
     let transport = transport.stack();
     if let Some(ep) = find_daemon() {
         let pid = CtlClient::connect(&ep.path).map_or(0, |c| c.hello.pid);
@@ -120,7 +123,7 @@ pub fn load(
                     sock.display(),
                     log.display()
                 )?;
-                if let Some(e) = ib_missing {
+                if let Some(e) = ib_missing.filter(|_| transport != Transport::Auto) {
                     eprintln!("rds-ctrl: warning: {IB_UNAVAILABLE}: {e}; loaded TCP only");
                 }
                 return Ok(0);

@@ -407,7 +407,10 @@ fn tunables_on_a_kernel_host() {
                 stack's daemon";
     let out = run(&["load", "--addr", "127.24.2.1"]);
     status(&out, 1);
-    assert_eq!(stderr(&out), format!("rds-ctrl: cannot load tcp: {note}\n"));
+    assert_eq!(
+        stderr(&out),
+        format!("rds-ctrl: cannot load the RDS daemon: {note}\n")
+    );
     assert!(!env.sock().exists());
     let out = run(&["unload"]);
     status(&out, 1);
