@@ -599,9 +599,9 @@ impl Socket {
                     let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
                     b.waiter.update_fds(r, w);
                     inner.after_app_call(core);
-                    if matches!(e, SendError::WouldBlock) {
-                        inner.wake_io();
-                    }
+                    // Buffer space and memory come back with TCP's acknowledgements, which
+                    // the I/O thread polls.
+                    inner.wake_io();
                     return Err(e.into());
                 }
             }
