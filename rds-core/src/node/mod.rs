@@ -617,12 +617,19 @@ impl Inner {
     /// kernel's `sendmsg` runs `rds_send_xmit`): the frames are pulled and written with one
     /// `writev`, and the I/O thread is not woken. Everything else (a busy lane or transport, a
     /// partial write, connects, IB) is left to the I/O thread, which batches it.
-    pub(crate) fn after_app_call(&self, mut core: MutexGuard<'_, Core>) {
+    pub(crate) fn after_app_call(&self, core: MutexGuard<'_, Core>) {
+        self.after_app_call_inline(core, true);
+    }
+
+    /// [`Inner::after_app_call`], transmitting in the caller's thread only if `inline` (a
+    /// sender passes whether its message is small: a large one is written by the I/O thread
+    /// while the sender goes on, and does not hold the transport from it).
+    pub(crate) fn after_app_call_inline(&self, mut core: MutexGuard<'_, Core>, inline: bool) {
         if !drain_events(&mut core, self, true) {
             return;
         }
         // An I/O thread that is awake takes the work without a wakeup, and batches it.
-        if self.io_sleeping.load(Ordering::SeqCst) && tcp_transmit_first(&core) {
+        if inline && self.io_sleeping.load(Ordering::SeqCst) && tcp_transmit_first(&core) {
             match self.tcp.try_lock() {
                 Ok(tcp) => return self.transmit_here(tcp, core),
                 Err(std::sync::TryLockError::Poisoned(p)) => {
@@ -642,7 +649,7 @@ impl Inner {
     fn transmit_here<'a>(&'a self, mut tcp: MutexGuard<'_, Tcp>, mut core: MutexGuard<'a, Core>) {
         let now = self.now();
         let mut outs = Vec::new();
-        for _ in 0..4 {
+        for round in 0..4 {
             while tcp_transmit_first(&core) {
                 let Some(&Event::Transmit { conn, path }) = core.io_work.front() else {
                     break;
@@ -661,8 +668,13 @@ impl Inner {
                 break;
             }
             self.apply(&mut tcp, &mut core, &mut outs, now);
-            for (c, p) in refill {
-                tcp.pull(&mut core.stack, c, p, now, &self.tap);
+            for (conn, path) in refill {
+                if round == 3 {
+                    // Lanes still asking for frames after the last round go to the I/O thread.
+                    core.io_work.push_back(Event::Transmit { conn, path });
+                } else {
+                    tcp.pull(&mut core.stack, conn, path, now, &self.tap);
+                }
             }
             drain_events(&mut core, self, true);
         }
@@ -966,6 +978,9 @@ impl Inner {
         }
     }
 }
+
+/// Largest message a sending thread writes itself ([`Inner::after_app_call_inline`]).
+pub(crate) const INLINE_MAX: usize = 64 << 10;
 
 /// Whether the next transport work is a transmit on an RDS/TCP lane (what an application
 /// thread may do itself).

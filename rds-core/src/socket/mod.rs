@@ -569,7 +569,7 @@ impl Socket {
                 Ok(n) => {
                     let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
                     b.waiter.update_fds(r, w);
-                    inner.after_app_call(core);
+                    inner.after_app_call_inline(core, msg.len() <= crate::node::INLINE_MAX);
                     return Ok(n);
                 }
                 Err(SendError::WouldBlock) if !nonblock => {
