@@ -5,7 +5,7 @@
 //! Locking: the I/O thread holds the transport lock while it works and takes the engine lock
 //! inside it; application threads take the engine lock, briefly (to queue or dequeue a
 //! message), and, while the I/O thread sleeps, `try_lock` the TCP transport to write a small
-//! message on an idle lane themselves ([`Inner::after_app_call_inline`]). Blocking socket
+//! message on an idle lane themselves (`Inner::after_app_call_inline`). Blocking socket
 //! calls wait on a per-socket condition variable tied to the engine lock. The I/O thread is
 //! woken through an eventfd only when it sleeps.
 
