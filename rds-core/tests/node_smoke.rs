@@ -65,7 +65,7 @@ fn two_nodes_exchange_messages_and_pings() {
 }
 
 /// Request/response (the sending thread writes an idle lane itself) and then bursts that mix
-/// small messages with ones past the 64 KiB the sending thread writes (the I/O thread writes
+/// small messages with ones past the 16 KiB the sending thread writes (the I/O thread writes
 /// those) on one lane, through a send buffer small enough that the sender blocks: every
 /// message arrives once, in order, with its bytes.
 #[test]

@@ -982,7 +982,7 @@ impl Inner {
 }
 
 /// Largest message a sending thread writes itself ([`Inner::after_app_call_inline`]).
-pub(crate) const INLINE_MAX: usize = 64 << 10;
+pub(crate) const INLINE_MAX: usize = 16 << 10;
 
 /// Whether the next transport work is a transmit on an RDS/TCP lane (what an application
 /// thread may do itself).
