@@ -460,10 +460,6 @@ impl Tcp {
         let mut total = 0;
         let mut closed = false;
         let mut stream_err = None;
-        // On an established lane a short read means the socket is empty for now: the
-        // level-triggered epoll reports it again, so no read is spent on EAGAIN. A draining
-        // lane is read to its end.
-        let stop_short = c.state == State::Up;
         while total < READ_BUDGET {
             // The rest of a large payload is read straight into its message buffer.
             if let Some((buf, rem)) = c.parser.direct_buf(DIRECT_MIN) {
@@ -475,9 +471,6 @@ impl Tcp {
                     Ok(n) => {
                         total += n;
                         c.parser.direct_done(n, &mut frames);
-                        if stop_short && n < rem.min(READ_BUDGET) {
-                            break;
-                        }
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -498,9 +491,6 @@ impl Tcp {
                     let chunk = self.rbuf.split().freeze();
                     if let Err(e) = c.parser.feed(chunk, &mut frames) {
                         stream_err = Some(e);
-                        break;
-                    }
-                    if stop_short && n < READ_CHUNK {
                         break;
                     }
                 }
