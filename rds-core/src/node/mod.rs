@@ -3,9 +3,11 @@
 //! the node's own addresses is handled inside the engine.
 //!
 //! Locking: the I/O thread holds the transport lock while it works and takes the engine lock
-//! inside it; application threads take only the engine lock, briefly (to queue or dequeue a
-//! message). Blocking socket calls wait on a per-socket condition variable tied to the engine
-//! lock. The I/O thread is woken through an eventfd only when it sleeps.
+//! inside it; application threads take the engine lock, briefly (to queue or dequeue a
+//! message), and, while the I/O thread sleeps, `try_lock` the TCP transport to write a small
+//! message on an idle lane themselves (`Inner::after_app_call_inline`). Blocking socket
+//! calls wait on a per-socket condition variable tied to the engine lock. The I/O thread is
+//! woken through an eventfd only when it sleeps.
 
 pub mod admin;
 pub(crate) mod ib;
@@ -16,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -109,6 +111,9 @@ impl NodeConfig {
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
     pub cv: Condvar,
+    /// Threads blocked on `cv` (changed under the engine lock): a wakeup with nobody
+    /// waiting costs no `futex` call.
+    pub waiting: AtomicUsize,
     /// Readable eventfd (POLLIN readiness), created on demand.
     pub rx_fd: Mutex<Option<(OwnedFd, bool)>>,
     /// Writable eventfd (POLLOUT readiness), created on demand.
@@ -608,10 +613,77 @@ impl Inner {
 
     /// Drains engine events after an application call: wakes sockets, hands transport work
     /// to the I/O thread, then releases the lock and wakes the I/O thread if needed.
-    pub(crate) fn after_app_call(&self, mut core: MutexGuard<'_, Core>) {
-        let io = drain_events(&mut core, self, true);
+    ///
+    /// Transmit work for an idle RDS/TCP lane ([`Tcp::lane_idle`]) runs here, in the caller's
+    /// thread, while the I/O thread sleeps and no other thread holds the transport (as the
+    /// kernel's `sendmsg` runs `rds_send_xmit`): the frames are pulled and written with one
+    /// `writev`, and the I/O thread is not woken. Everything else (a busy lane or transport, a
+    /// partial write, connects, IB) is left to the I/O thread, which batches it.
+    pub(crate) fn after_app_call(&self, core: MutexGuard<'_, Core>) {
+        self.after_app_call_inline(core, true);
+    }
+
+    /// [`Inner::after_app_call`], transmitting in the caller's thread only if `inline` (a
+    /// sender passes whether its message is small: a large one is written by the I/O thread
+    /// while the sender goes on, and does not hold the transport from it).
+    pub(crate) fn after_app_call_inline(&self, mut core: MutexGuard<'_, Core>, inline: bool) {
+        if !drain_events(&mut core, self, true) {
+            return;
+        }
+        // An I/O thread that is awake takes the work without a wakeup, and batches it.
+        if inline && self.io_sleeping.load(Ordering::SeqCst) && tcp_transmit_first(&core) {
+            match self.tcp.try_lock() {
+                Ok(tcp) => return self.transmit_here(tcp, core),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    return self.transmit_here(p.into_inner(), core)
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
         drop(core);
-        if io {
+        self.wake_io();
+    }
+
+    /// [`Inner::after_app_call`]'s transmit with the transport lock held: pulls the leading
+    /// TCP transmit work of `io_work`, writes outside the engine lock, applies what the writes
+    /// reported (acknowledgements, closes) and repeats while lanes ask for more frames. Wakes
+    /// the I/O thread for whatever is left.
+    fn transmit_here<'a>(&'a self, mut tcp: MutexGuard<'_, Tcp>, mut core: MutexGuard<'a, Core>) {
+        let now = self.now();
+        let mut outs = Vec::new();
+        for round in 0..4 {
+            while tcp_transmit_first(&core) {
+                let Some(&Event::Transmit { conn, path }) = core.io_work.front() else {
+                    break;
+                };
+                if !tcp.lane_idle(conn, path) {
+                    break;
+                }
+                core.io_work.pop_front();
+                tcp.pull(&mut core.stack, conn, path, now, &self.tap);
+                drain_events(&mut core, self, true);
+            }
+            drop(core);
+            let refill = tcp.flush(now, &mut outs);
+            core = lock(&self.core);
+            if outs.is_empty() && refill.is_empty() {
+                break;
+            }
+            self.apply(&mut tcp, &mut core, &mut outs, now);
+            for (conn, path) in refill {
+                if round == 3 {
+                    // Lanes still asking for frames after the last round go to the I/O thread.
+                    core.io_work.push_back(Event::Transmit { conn, path });
+                } else {
+                    tcp.pull(&mut core.stack, conn, path, now, &self.tap);
+                }
+            }
+            drain_events(&mut core, self, true);
+        }
+        let left = !core.io_work.is_empty() || tcp.has_pending();
+        drop(core);
+        drop(tcp);
+        if left {
             self.wake_io();
         }
     }
@@ -909,6 +981,16 @@ impl Inner {
     }
 }
 
+/// Largest message a sending thread writes itself ([`Inner::after_app_call_inline`]).
+pub(crate) const INLINE_MAX: usize = 16 << 10;
+
+/// Whether the next transport work is a transmit on an RDS/TCP lane (what an application
+/// thread may do itself).
+fn tcp_transmit_first(core: &Core) -> bool {
+    matches!(core.io_work.front(), Some(&Event::Transmit { conn, .. })
+        if core.stack.conn_addrs(conn).2 == TransportKind::Tcp)
+}
+
 /// Handles the engine's events: socket wakeups at once, transport work into `io_work`.
 /// Returns whether transport work was queued.
 fn drain_events(core: &mut Core, inner: &Inner, _from_app: bool) -> bool {
@@ -966,7 +1048,9 @@ impl crate::proto::driver::Io for AppIo<'_> {
 
     fn wake(&mut self, sock: SockId) {
         if let Some(w) = self.core.waiters.get(&sock) {
-            w.cv.notify_all();
+            if w.waiting.load(Ordering::Relaxed) > 0 {
+                w.cv.notify_all();
+            }
             let r = self.core.stack.readable(sock);
             let wr = self.core.stack.writable(sock);
             w.update_fds(r, wr);

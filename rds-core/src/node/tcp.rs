@@ -854,6 +854,17 @@ impl Tcp {
         Some((c.conn, c.path, c.epoch, c.state == State::Connecting))
     }
 
+    /// Whether `(conn, path)` is an established lane with nothing waiting to be written and
+    /// everything written acknowledged, as far as the last poll knows: a request/response
+    /// lane, where writing a message at once from the sending thread saves a wakeup. A lane
+    /// still carrying earlier messages is streaming; the I/O thread batches its frames.
+    pub(crate) fn lane_idle(&self, conn: ConnId, path: usize) -> bool {
+        self.by_path
+            .get(&(conn, path))
+            .and_then(|&idx| self.conns[idx].as_ref())
+            .is_some_and(|c| c.state == State::Up && c.out.is_empty() && c.written == c.acked)
+    }
+
     /// Pulls frames of `(conn, path)` from the engine into the connection's output queue.
     pub(crate) fn pull(
         &mut self,

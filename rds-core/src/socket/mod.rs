@@ -620,12 +620,15 @@ impl Socket {
                 Ok(n) => {
                     let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
                     b.waiter.update_fds(r, w);
-                    inner.after_app_call(core);
+                    inner.after_app_call_inline(core, msg.len() <= crate::node::INLINE_MAX);
                     return Ok(n);
                 }
                 Err(SendError::WouldBlock) if !nonblock => {
                     retry = true;
-                    core = wait(&b.waiter.cv, core, deadline)?;
+                    // Space comes back with TCP's acknowledgements, which the I/O thread
+                    // polls: it must be awake to see them.
+                    inner.wake_io();
+                    core = wait_on(&b.waiter, core, deadline)?;
                 }
                 Err(SendError::CongestedWait) => {
                     retry = true;
@@ -647,6 +650,9 @@ impl Socket {
                     let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
                     b.waiter.update_fds(r, w);
                     inner.after_app_call(core);
+                    // Buffer space and memory come back with TCP's acknowledgements, which
+                    // the I/O thread polls.
+                    inner.wake_io();
                     return Err(e.into());
                 }
             }
@@ -778,7 +784,7 @@ impl Socket {
                     drop(core);
                     return Err(e.into());
                 }
-                Err(_) => core = wait(&b.waiter.cv, core, deadline)?,
+                Err(_) => core = wait_on(&b.waiter, core, deadline)?,
             }
         }
     }
@@ -1086,6 +1092,19 @@ impl Drop for Socket {
             }
         }
     }
+}
+
+/// Waits on a socket's condition variable as one of its counted waiters (see
+/// [`Waiter::waiting`]); as [`wait`].
+fn wait_on<'a, T>(
+    w: &Waiter,
+    guard: std::sync::MutexGuard<'a, T>,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<std::sync::MutexGuard<'a, T>> {
+    w.waiting.fetch_add(1, Ordering::Relaxed);
+    let r = wait(&w.cv, guard, deadline);
+    w.waiting.fetch_sub(1, Ordering::Relaxed);
+    r
 }
 
 /// Waits on `cv` until woken or `deadline`; `ETIMEDOUT` past the deadline.
