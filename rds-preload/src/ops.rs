@@ -211,6 +211,10 @@ fn send_inner(
     if e.sock.local_addr().is_err() {
         return Err(libc::ENOTCONN);
     }
+    if data.len() > rds_core::wire::MAX_MSG_SIZE {
+        // Whatever the backend (the daemon's channel would fail otherwise).
+        return Err(libc::EMSGSIZE);
+    }
     let mut rdma = false;
     let mut cookie = false;
     for c in cmsgs.iter().filter(|c| c.level == SOL_RDS) {
