@@ -221,7 +221,7 @@ fn send_inner(
         match c.ty {
             RDS_CMSG_RDMA_ARGS => {
                 // The kernel checks the arguments before it finds the transport has no RDMA.
-                let nr_local = c.data.get(32..40).map(|b| ne64(b));
+                let nr_local = c.data.get(32..40).map(ne64);
                 match nr_local {
                     None | Some(0) => return Err(libc::EINVAL),
                     Some(n) if n > UIO_MAXIOV => return Err(libc::EMSGSIZE),
