@@ -21,6 +21,18 @@ pub type Res<T> = Result<T, i32>;
 const SIN_LEN: usize = 16;
 const SIN6_LEN: usize = 28;
 
+/// `sizeof(struct rds_atomic_args)`.
+const RDS_ATOMIC_ARGS_LEN: usize = 72;
+/// The kernel's bound on `rds_rdma_args.nr_local` (`UIO_MAXIOV`).
+const UIO_MAXIOV: u64 = 1024;
+
+/// A native-endian u64 from 8 bytes.
+fn ne64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_ne_bytes(a)
+}
+
 fn ne16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -199,12 +211,30 @@ fn send_inner(
     if e.sock.local_addr().is_err() {
         return Err(libc::ENOTCONN);
     }
+    if data.len() > rds_core::wire::MAX_MSG_SIZE {
+        // Whatever the backend (the daemon's channel would fail otherwise).
+        return Err(libc::EMSGSIZE);
+    }
     let mut rdma = false;
     let mut cookie = false;
     for c in cmsgs.iter().filter(|c| c.level == SOL_RDS) {
         match c.ty {
-            RDS_CMSG_RDMA_ARGS | RDS_CMSG_RDMA_DEST | RDS_CMSG_RDMA_MAP => rdma = true,
-            RDS_CMSG_ATOMIC_FADD..=RDS_CMSG_MASKED_ATOMIC_CSWP => rdma = true,
+            RDS_CMSG_RDMA_ARGS => {
+                // The kernel checks the arguments before it finds the transport has no RDMA.
+                let nr_local = c.data.get(32..40).map(ne64);
+                match nr_local {
+                    None | Some(0) => return Err(libc::EINVAL),
+                    Some(n) if n > UIO_MAXIOV => return Err(libc::EMSGSIZE),
+                    Some(_) => rdma = true,
+                }
+            }
+            RDS_CMSG_RDMA_DEST | RDS_CMSG_RDMA_MAP => rdma = true,
+            RDS_CMSG_ATOMIC_FADD..=RDS_CMSG_MASKED_ATOMIC_CSWP => {
+                if c.data.len() < RDS_ATOMIC_ARGS_LEN {
+                    return Err(libc::EINVAL);
+                }
+                rdma = true;
+            }
             RDS_CMSG_ZCOPY_COOKIE => cookie = true,
             _ => return Err(libc::EINVAL),
         }

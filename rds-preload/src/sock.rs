@@ -196,7 +196,10 @@ impl Entry {
         for fd in [rx, tx] {
             sys::epoll_add(p.ep.as_raw_fd(), fd, self.key)?;
         }
-        self.sync();
+        // A daemon's shared ring signals the readiness descriptors a moment after they are
+        // first watched: this once, the socket's own state counts too, so that a socket polls
+        // writable right after bind (as the kernel's does).
+        self.sync_with(self.sock.readable(), self.sock.writable());
         Ok(())
     }
 
@@ -207,12 +210,17 @@ impl Entry {
 
     /// Brings the program's end in step with the socket's readiness.
     pub fn sync(&self) {
+        self.sync_with(false, false);
+    }
+
+    /// [`Entry::sync`], with `readable` and `writable` also counting as ready.
+    fn sync_with(&self, readable: bool, writable: bool) {
         let Some(&[rx, tx]) = self.ev.get() else {
             return;
         };
         let mut m = self.mirror.lock().unwrap_or_else(|p| p.into_inner());
-        let r = sys::poll_in(rx);
-        let w = sys::poll_in(tx);
+        let r = readable || sys::poll_in(rx);
+        let w = writable || sys::poll_in(tx);
         if r != m.readable {
             if r {
                 let _ = sys::send_nb(self.b.as_raw_fd(), &[1]);

@@ -5,7 +5,9 @@
  * by the stack, no times) so that two runs can be diffed line by line.
  *
  * Modes:
- *   calls A B        every socket call, one line each: "name: ok VALUE" or "name: -1 ERRNO"
+ *   calls A B [NOWHERE]  every socket call, one line each: "name: ok VALUE" or "name: -1 ERRNO";
+ *                    NOWHERE (default 127.21.1.50) is an address no RDS node answers on and that
+ *                    is not local (the kernel serves a local one with its loopback transport)
  *   mix A B          one epoll set and one poll() call mixing RDS and ordinary descriptors
  *   fork A B SELF    fork+exec, and a forked child using an inherited RDS socket
  *   exec-child FD    (run by `fork`) reports what the inherited descriptor is after exec
@@ -64,7 +66,12 @@ static const char *ename(int e)
 	case ENOTTY: return "ENOTTY";
 	case EFAULT: return "EFAULT";
 	case EINTR: return "EINTR";
-	default: return "E?";
+	case ENODEV: return "ENODEV";
+	default: {
+		static char num[16];
+		snprintf(num, sizeof(num), "E%d", e);
+		return num;
+	}
 	}
 }
 
@@ -142,7 +149,7 @@ static void on_alarm(int sig)
 	(void)sig;
 }
 
-static int mode_calls(const char *A, const char *B)
+static int mode_calls(const char *A, const char *B, const char *N)
 {
 	char buf[256], big[4096], txt[64];
 	struct sockaddr_in a = sin4(A, 4000), b = sin4(B, 4001), from;
@@ -257,9 +264,13 @@ static int mode_calls(const char *A, const char *B)
 	show("getpeername(connected)", getpeername(s, (struct sockaddr *)&from, &len));
 	printf("getpeername addr: %s\n", addr_str(&from, txt, sizeof(txt)));
 	show("send(connected)", send(s, "abc", 3, 0));
-	show("write(connected)", write(s, "defg", 4));
+	/* The kernel refuses write/writev (they add MSG_EOR): send the same bytes then, so the
+	 * reads below see the same messages on every stack. */
+	if (show("write(connected)", write(s, "defg", 4)) < 0)
+		send(s, "defg", 4, 0);
 	struct iovec wv[2] = { { "hi", 2 }, { "there", 5 } };
-	show("writev(2 iovecs)", writev(s, wv, 2));
+	if (show("writev(2 iovecs)", writev(s, wv, 2)) < 0)
+		send(s, "hithere", 7, 0);
 	polls(t, POLLIN, 10000);
 	show("read", read(t, buf, sizeof(buf)));
 	polls(t, POLLIN, 10000);
@@ -282,7 +293,7 @@ static int mode_calls(const char *A, const char *B)
 
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(struct rds_rdma_args))];
+		char b[CMSG_SPACE(sizeof(struct rds_atomic_args))];
 	} ctl;
 	memset(&ctl, 0, sizeof(ctl));
 	struct iovec siov = { "x", 1 };
@@ -298,8 +309,28 @@ static int mode_calls(const char *A, const char *B)
 	c->cmsg_level = SOL_RDS;
 	c->cmsg_type = RDS_CMSG_RDMA_ARGS;
 	c->cmsg_len = CMSG_LEN(sizeof(struct rds_rdma_args));
+	show("sendmsg(RDS_CMSG_RDMA_ARGS, nr_local 0)", sendmsg(s, &sm, 0));
+	/* Valid arguments: one local iovec over `big`. */
+	static uint64_t word[2];
+	struct rds_iovec lv = { (uintptr_t)big, 64 };
+	struct rds_rdma_args ra;
+	memset(&ra, 0, sizeof(ra));
+	ra.cookie = 0x100000001ULL;
+	ra.remote_vec.bytes = 64;
+	ra.local_vec_addr = (uintptr_t)&lv;
+	ra.nr_local = 1;
+	memcpy(CMSG_DATA(c), &ra, sizeof(ra));
 	show("sendmsg(RDS_CMSG_RDMA_ARGS, tcp)", sendmsg(s, &sm, 0));
 	c->cmsg_type = RDS_CMSG_ATOMIC_FADD;
+	show("sendmsg(RDS_CMSG_ATOMIC_FADD, short)", sendmsg(s, &sm, 0));
+	struct rds_atomic_args aa;
+	memset(&aa, 0, sizeof(aa));
+	aa.cookie = 0x100000001ULL;
+	aa.local_addr = (uintptr_t)word;
+	aa.fadd.add = 1;
+	memcpy(CMSG_DATA(c), &aa, sizeof(aa));
+	c->cmsg_len = CMSG_LEN(sizeof(aa));
+	sm.msg_controllen = CMSG_SPACE(sizeof(aa));
 	show("sendmsg(RDS_CMSG_ATOMIC_FADD, tcp)", sendmsg(s, &sm, 0));
 	c->cmsg_type = 99;
 	show("sendmsg(unknown SOL_RDS cmsg)", sendmsg(s, &sm, 0));
@@ -443,11 +474,15 @@ static int mode_calls(const char *A, const char *B)
 	printf("ioctl(SIOCRDSGETTOS) value: %d (tcp maps every tos to 0)\n", tos);
 	tos = 5;
 	show("ioctl(SIOCRDSSETTOS, after sending)", ioctl(s, SIOCRDSSETTOS, &tos));
-	show("ioctl(unknown)", ioctl(t, 0x89ff, &v));
+	/* A device ioctl (SIOCDEVPRIVATE + 15) names an interface: "" is none. */
+	char ifr[64];
+	memset(ifr, 0, sizeof(ifr));
+	show("ioctl(unknown socket ioctl)", ioctl(t, 0x89ff, ifr));
+	show("ioctl(unknown)", ioctl(t, 0x5401, ifr));
 
 	/* A full send buffer: messages to an address with no node stay queued. */
 	int f = bound(A, 4002);
-	struct sockaddr_in nowhere = sin4("127.21.1.50", 4000);
+	struct sockaddr_in nowhere = sin4(N, 4000);
 	v = 4096;
 	setsockopt(f, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
 	long sent = 0, r;
@@ -684,7 +719,7 @@ static int mode_client(const char *A, int port, const char *peer, int pport, int
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && !strcmp(argv[1], "calls"))
-		return mode_calls(argv[2], argv[3]);
+		return mode_calls(argv[2], argv[3], argc >= 5 ? argv[4] : "127.21.1.50");
 	if (argc >= 4 && !strcmp(argv[1], "mix"))
 		return mode_mix(argv[2], argv[3]);
 	if (argc >= 5 && !strcmp(argv[1], "fork"))

@@ -650,6 +650,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
         Some(Ok(e)) => e,
     };
     let call = || format!("ioctl({fd}, {req:#x})");
+    let socket_class = (req >> 8) & 0xff == 0x89;
+    if socket_class && req != crate::abi::SIOCRDSSETTOS && req != crate::abi::SIOCRDSGETTOS {
+        // The socket ioctls the kernel serves for every socket (interfaces, SIOCGSTAMP, ...):
+        // the descriptor is a socket too, and the kernel answers them the same way for it.
+        return forward!(next_ioctl(fd, req, arg));
+    }
     if arg.is_null() {
         return done(call, Err(libc::EFAULT));
     }
