@@ -129,6 +129,10 @@ pub struct Entry {
     mirror: Mutex<Mirror>,
     /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
     ev: OnceLock<[RawFd; 2]>,
+    /// Threads blocked in [`Entry::wait_rx`]: while there are any, the readiness thread does
+    /// not follow the socket's POLLIN (each receiver brings the pair in step when it
+    /// returns), so that a message handed to a blocked receiver wakes one thread, not two.
+    rx_waiters: Mutex<usize>,
     /// `SIOCRDSSETTOS` value.
     pub tos: Mutex<Option<u8>>,
     /// `SO_RCVTIMEO`, `SO_SNDTIMEO` as set (for getsockopt).
@@ -169,6 +173,7 @@ impl Entry {
                 writable: true,
             }),
             ev: OnceLock::new(),
+            rx_waiters: Mutex::new(0),
             tos: Mutex::new(None),
             timeouts: Mutex::new([None, None]),
             timestamps: Mutex::new(None),
@@ -205,14 +210,47 @@ impl Entry {
         self.ev.get().copied()
     }
 
+    /// Runs `wait` (a blocking wait for the socket's POLLIN) with the readiness thread's watch
+    /// on POLLIN paused, then brings the pair in step.
+    pub fn wait_rx<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let pump = match (self.ev.get(), PUMP.get()) {
+            (Some(&[rx, _]), Some(Ok(p))) => Some((rx, p.ep.as_raw_fd())),
+            _ => None,
+        };
+        if let Some((rx, ep)) = pump {
+            let mut n = self.rx_waiters.lock().unwrap_or_else(|p| p.into_inner());
+            *n += 1;
+            if *n == 1 {
+                sys::epoll_watch(ep, rx, self.key, false);
+            }
+        }
+        let r = wait();
+        if let Some((rx, ep)) = pump {
+            let mut n = self.rx_waiters.lock().unwrap_or_else(|p| p.into_inner());
+            *n -= 1;
+            if *n == 0 {
+                sys::epoll_watch(ep, rx, self.key, true);
+            }
+        }
+        r
+    }
+
     /// Brings the program's end in step with the socket's readiness.
     pub fn sync(&self) {
-        let Some(&[rx, tx]) = self.ev.get() else {
+        self.sync_dirs(true, true);
+    }
+
+    /// Brings the program's end in step with the socket's POLLIN (`rx`) and POLLOUT (`tx`)
+    /// readiness; a receive changes only the first, a send only the second (a socket becoming
+    /// ready is the readiness thread's to follow).
+    pub fn sync_dirs(&self, rx: bool, tx: bool) {
+        let Some(&[rx_fd, tx_fd]) = self.ev.get() else {
             return;
         };
         let mut m = self.mirror.lock().unwrap_or_else(|p| p.into_inner());
-        let r = sys::poll_in(rx);
-        let w = sys::poll_in(tx);
+        let [r, w] = sys::poll_in2([rx.then_some(rx_fd), tx.then_some(tx_fd)]);
+        let r = if rx { r } else { m.readable };
+        let w = if tx { w } else { m.writable };
         if r != m.readable {
             if r {
                 let _ = sys::send_nb(self.b.as_raw_fd(), &[1]);
