@@ -171,7 +171,7 @@ const RDS_CMSG_ZCOPY_COOKIE: i32 = 12;
 /// destination; the socket's send errors (`EAGAIN`, `ENOBUFS`, `EMSGSIZE`, ...).
 pub fn send(e: &Entry, data: Bytes, dest: Option<&[u8]>, flags: i32, cmsgs: &[Cmsg]) -> Res<usize> {
     let r = send_inner(e, data, dest, flags, cmsgs);
-    e.sync_dirs(false, true);
+    e.sync_after(false, true);
     r
 }
 
@@ -278,7 +278,7 @@ pub fn recv(e: &Entry, buf: &mut [u8], flags: i32) -> Res<Recvd> {
             libc::ENOTCONN => libc::EAGAIN,
             n => n,
         });
-        e.sync_dirs(true, false);
+        e.sync_after(true, false);
         r
     };
     let m = match once(buf) {

@@ -237,17 +237,27 @@ impl Entry {
 
     /// Brings the program's end in step with the socket's readiness.
     pub fn sync(&self) {
-        self.sync_dirs(true, true);
+        self.sync_dirs(true, true, false);
     }
 
-    /// Brings the program's end in step with the socket's POLLIN (`rx`) and POLLOUT (`tx`)
-    /// readiness; a receive changes only the first, a send only the second (a socket becoming
-    /// ready is the readiness thread's to follow).
-    pub fn sync_dirs(&self, rx: bool, tx: bool) {
+    /// After a call that can only have made the socket less ready, POLLIN (`rx`, a receive)
+    /// or POLLOUT (`tx`, a send): brings that side of the program's end in step. A side
+    /// that already shows not ready needs nothing (the socket becoming ready is the readiness
+    /// thread's to follow, or a blocked receiver's).
+    pub fn sync_after(&self, rx: bool, tx: bool) {
+        self.sync_dirs(rx, tx, true);
+    }
+
+    fn sync_dirs(&self, rx: bool, tx: bool, only_ready: bool) {
         let Some(&[rx_fd, tx_fd]) = self.ev.get() else {
             return;
         };
         let mut m = self.mirror.lock().unwrap_or_else(|p| p.into_inner());
+        let rx = rx && (m.readable || !only_ready);
+        let tx = tx && (m.writable || !only_ready);
+        if !rx && !tx {
+            return;
+        }
         let [r, w] = sys::poll_in2([rx.then_some(rx_fd), tx.then_some(tx_fd)]);
         let r = if rx { r } else { m.readable };
         let w = if tx { w } else { m.writable };
