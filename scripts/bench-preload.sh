@@ -2,10 +2,10 @@
 # qperf over the preload library: rds_lat and rds_bw between two preloaded qperf processes on
 # loopback (embedded nodes: the server's RDS socket on the address it is reached at, the
 # client's on 127.0.0.1), next to qperf's tcp_lat and tcp_bw in the same run, and the ratios.
-# With --vs OTHER.so (e.g. main's library built into another target directory), the same rds
-# tests through OTHER.so right after, and this library's figures over OTHER's.
+# With --vs OTHER.so (e.g. main's library built into another target directory), also rounds
+# of the rds tests through both libraries, and this library's medians over OTHER's.
 # Not part of the CI test run (tests/tests/preload.rs runs qperf as a test).
-# Usage: scripts/bench-preload.sh [--vs OTHER.so] [seconds per test, default 5]
+# Usage: [ROUNDS=n] scripts/bench-preload.sh [--vs OTHER.so] [seconds per test, default 5]
 #        [server address, default 127.21.9.2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,25 +56,43 @@ rds_lat=$(run "$LIB" rds_lat)
 tcp_lat=$(run "$LIB" tcp_lat)
 rds_bw=$(run "$LIB" rds_bw)
 tcp_bw=$(run "$LIB" tcp_bw)
-vs_lat="0 ?"
-vs_bw="0 ?"
+# --vs: ROUNDS rounds (default 5), each running both libraries' rds tests back to back,
+# alternating which goes first; the medians are compared (the machine's load varies more
+# between runs than the libraries differ).
+vs=()
 if [[ -n $VS ]]; then
-	serve "$VS"
-	vs_lat=$(run "$VS" rds_lat)
-	vs_bw=$(run "$VS" rds_bw)
+	for r in $(seq 1 "${ROUNDS:-5}"); do
+		if ((r % 2)); then order=("$LIB" "$VS"); else order=("$VS" "$LIB"); fi
+		for l in "${order[@]}"; do
+			serve "$l"
+			vs+=("$l=$(run "$l" rds_lat)=$(run "$l" rds_bw)")
+		done
+	done
 fi
-python3 - "$rds_lat" "$tcp_lat" "$rds_bw" "$tcp_bw" "$vs_lat" "$vs_bw" "$VS" <<'PY'
+python3 - "$rds_lat" "$tcp_lat" "$rds_bw" "$tcp_bw" "$LIB" "$VS" "${vs[@]}" <<'PY'
+import statistics
 import sys
 SCALE = {"ns": 1e-3, "us": 1, "ms": 1e3, "sec": 1e6, "bytes/sec": 1, "KB/sec": 1e3,
          "MB/sec": 1e6, "GB/sec": 1e9}
 def value(s):
     n, unit = s.split()
     return float(n) * SCALE.get(unit, float("nan"))
-rl, tl, rb, tb, vl, vb = (value(x) for x in sys.argv[1:7])
+rl, tl, rb, tb = (value(x) for x in sys.argv[1:5])
 print(f"latency    rds_lat {rl:9.1f} us     tcp_lat {tl:9.1f} us     rds/tcp {rl / tl:6.2f}")
 print(f"bandwidth  rds_bw  {rb / 1e6:9.1f} MB/s   tcp_bw  {tb / 1e6:9.1f} MB/s   rds/tcp {rb / tb:6.3f}")
-if sys.argv[7]:
-    print(f"vs {sys.argv[7]}:")
-    print(f"latency    rds_lat {vl:9.1f} us     this/vs {rl / vl if vl else float('nan'):6.2f}")
-    print(f"bandwidth  rds_bw  {vb / 1e6:9.1f} MB/s   this/vs {rb / vb if vb else float('nan'):6.3f}")
+lib, vs = sys.argv[5], sys.argv[6]
+if vs:
+    runs = {lib: ([], []), vs: ([], [])}
+    for r in sys.argv[7:]:
+        l, lat, bw = r.split("=")
+        if value(lat) > 0 and value(bw) > 0:
+            runs[l][0].append(value(lat))
+            runs[l][1].append(value(bw))
+    if not all(runs[l][0] for l in runs):
+        sys.exit("bench-preload: --vs: no complete round")
+    (la, ba), (lb, bb) = ((statistics.median(x) for x in runs[l]) for l in (lib, vs))
+    n = len(runs[lib][0])
+    print(f"medians of {n} alternating rounds, this library / {vs}:")
+    print(f"latency    rds_lat {la:9.1f} us   vs {lb:9.1f} us     this/vs {la / lb:6.2f}")
+    print(f"bandwidth  rds_bw  {ba / 1e6:9.1f} MB/s vs {bb / 1e6:9.1f} MB/s   this/vs {ba / bb:6.2f}")
 PY

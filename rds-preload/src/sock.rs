@@ -2,7 +2,9 @@
 //! socket pair whose first end the program holds, kept readable while a receive would return
 //! something and writable while the send buffer has room; the table maps the program's
 //! descriptors (several after `dup`) to their entry; the readiness thread follows the
-//! socket's readiness eventfds and brings each pair in step.
+//! socket's readiness eventfds and brings each pair in step when the socket becomes ready,
+//! the program's own calls when it becomes not ready (a blocked receiver, which the message
+//! wakes anyway, also when it becomes readable).
 //!
 //! The table answers "is this descriptor ours" with one atomic load, so that the
 //! interposed `read`, `write` and `close` of every other descriptor cost nothing more.
