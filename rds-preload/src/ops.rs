@@ -183,7 +183,7 @@ const RDS_CMSG_ZCOPY_COOKIE: i32 = 12;
 /// destination; the socket's send errors (`EAGAIN`, `ENOBUFS`, `EMSGSIZE`, ...).
 pub fn send(e: &Entry, data: Bytes, dest: Option<&[u8]>, flags: i32, cmsgs: &[Cmsg]) -> Res<usize> {
     let r = send_inner(e, data, dest, flags, cmsgs);
-    e.sync();
+    e.sync_after(false, true);
     r
 }
 
@@ -302,20 +302,25 @@ pub fn recv(e: &Entry, buf: &mut [u8], flags: i32) -> Res<Recvd> {
     };
     let nonblock = flags & libc::MSG_DONTWAIT != 0 || e.nonblock.load(Ordering::Relaxed);
     let end = deadline(e, true);
-    let m = loop {
+    let once = |buf: &mut [u8]| {
         let r = e.sock.recv_msg(buf, f).map_err(|err| match errno(err) {
             // The kernel's unbound socket has an empty queue.
             libc::ENOTCONN => libc::EAGAIN,
             n => n,
         });
-        e.sync();
-        match r {
-            Err(libc::EAGAIN) if !nonblock => {
-                let rx = e.ready_fds().map(|f| f[0]);
-                wait_ready(rx, end)?;
+        e.sync_after(true, false);
+        r
+    };
+    let m = match once(buf) {
+        Err(libc::EAGAIN) if !nonblock => e.wait_rx(|| loop {
+            let rx = e.ready_fds().map(|f| f[0]);
+            wait_ready(rx, end)?;
+            match once(buf) {
+                Err(libc::EAGAIN) => {}
+                r => break r,
             }
-            r => break r?,
-        }
+        })?,
+        r => r?,
     };
     let mut out = Recvd {
         ret: m.len,

@@ -2,7 +2,9 @@
 //! socket pair whose first end the program holds, kept readable while a receive would return
 //! something and writable while the send buffer has room; the table maps the program's
 //! descriptors (several after `dup`) to their entry; the readiness thread follows the
-//! socket's readiness eventfds and brings each pair in step.
+//! socket's readiness eventfds and brings each pair in step when the socket becomes ready,
+//! the program's own calls when it becomes not ready (a blocked receiver, which the message
+//! wakes anyway, also when it becomes readable).
 //!
 //! The table answers "is this descriptor ours" with one atomic load, so that the
 //! interposed `read`, `write` and `close` of every other descriptor cost nothing more.
@@ -129,6 +131,10 @@ pub struct Entry {
     mirror: Mutex<Mirror>,
     /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
     ev: OnceLock<[RawFd; 2]>,
+    /// Threads blocked in [`Entry::wait_rx`]: while there are any, the readiness thread does
+    /// not follow the socket's POLLIN (each receiver brings the pair in step when it
+    /// returns), so that a message handed to a blocked receiver wakes one thread, not two.
+    rx_waiters: Mutex<usize>,
     /// `SIOCRDSSETTOS` value.
     pub tos: Mutex<Option<u8>>,
     /// `SO_RCVTIMEO`, `SO_SNDTIMEO` as set (for getsockopt).
@@ -169,6 +175,7 @@ impl Entry {
                 writable: true,
             }),
             ev: OnceLock::new(),
+            rx_waiters: Mutex::new(0),
             tos: Mutex::new(None),
             timeouts: Mutex::new([None, None]),
             timestamps: Mutex::new(None),
@@ -199,7 +206,12 @@ impl Entry {
         // A daemon's shared ring signals the readiness descriptors a moment after they are
         // first watched: this once, the socket's own state counts too, so that a socket polls
         // writable right after bind (as the kernel's does).
-        self.sync_with(self.sock.readable(), self.sock.writable());
+        self.sync_dirs(
+            true,
+            true,
+            false,
+            [self.sock.readable(), self.sock.writable()],
+        );
         Ok(())
     }
 
@@ -208,19 +220,58 @@ impl Entry {
         self.ev.get().copied()
     }
 
-    /// Brings the program's end in step with the socket's readiness.
-    pub fn sync(&self) {
-        self.sync_with(false, false);
+    /// Runs `wait` (a blocking wait for the socket's POLLIN) with the readiness thread's watch
+    /// on POLLIN paused, then brings the pair in step.
+    pub fn wait_rx<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let pump = match (self.ev.get(), PUMP.get()) {
+            (Some(&[rx, _]), Some(Ok(p))) => Some((rx, p.ep.as_raw_fd())),
+            _ => None,
+        };
+        if let Some((rx, ep)) = pump {
+            let mut n = self.rx_waiters.lock().unwrap_or_else(|p| p.into_inner());
+            *n += 1;
+            if *n == 1 {
+                sys::epoll_watch(ep, rx, self.key, false);
+            }
+        }
+        let r = wait();
+        if let Some((rx, ep)) = pump {
+            let mut n = self.rx_waiters.lock().unwrap_or_else(|p| p.into_inner());
+            *n -= 1;
+            if *n == 0 {
+                sys::epoll_watch(ep, rx, self.key, true);
+            }
+        }
+        r
     }
 
-    /// [`Entry::sync`], with `readable` and `writable` also counting as ready.
-    fn sync_with(&self, readable: bool, writable: bool) {
-        let Some(&[rx, tx]) = self.ev.get() else {
+    /// Brings the program's end in step with the socket's readiness.
+    pub fn sync(&self) {
+        self.sync_dirs(true, true, false, [false; 2]);
+    }
+
+    /// After a call that can only have made the socket less ready, POLLIN (`rx`, a receive)
+    /// or POLLOUT (`tx`, a send): brings that side of the program's end in step. A side
+    /// that already shows not ready needs nothing (the socket becoming ready is the readiness
+    /// thread's to follow, or a blocked receiver's).
+    pub fn sync_after(&self, rx: bool, tx: bool) {
+        self.sync_dirs(rx, tx, true, [false; 2]);
+    }
+
+    /// `ready`: POLLIN and POLLOUT known to hold whatever the descriptors show.
+    fn sync_dirs(&self, rx: bool, tx: bool, only_ready: bool, ready: [bool; 2]) {
+        let Some(&[rx_fd, tx_fd]) = self.ev.get() else {
             return;
         };
         let mut m = self.mirror.lock().unwrap_or_else(|p| p.into_inner());
-        let r = readable || sys::poll_in(rx);
-        let w = writable || sys::poll_in(tx);
+        let rx = rx && (m.readable || !only_ready);
+        let tx = tx && (m.writable || !only_ready);
+        if !rx && !tx {
+            return;
+        }
+        let [r, w] = sys::poll_in2([rx.then_some(rx_fd), tx.then_some(tx_fd)]);
+        let r = if rx { r || ready[0] } else { m.readable };
+        let w = if tx { w || ready[1] } else { m.writable };
         if r != m.readable {
             if r {
                 let _ = sys::send_nb(self.b.as_raw_fd(), &[1]);

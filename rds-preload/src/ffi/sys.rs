@@ -121,15 +121,19 @@ pub fn fill(fd: RawFd) {
     }
 }
 
-/// Whether `fd` is readable now.
-pub fn poll_in(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
+/// Whether each of `fds` is readable now (`None`: not asked, reported `false`), in one call.
+pub fn poll_in2(fds: [Option<RawFd>; 2]) -> [bool; 2] {
+    let mut p = fds.map(|fd| libc::pollfd {
+        fd: fd.unwrap_or(-1),
         events: libc::POLLIN,
         revents: 0,
-    };
-    // SAFETY: one valid pollfd, no waiting.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+    });
+    // SAFETY: two valid pollfds (a negative fd is ignored), no waiting.
+    let n = unsafe { libc::poll(p.as_mut_ptr(), 2, 0) };
+    if n <= 0 {
+        return [false; 2];
+    }
+    p.map(|p| p.revents & libc::POLLIN != 0)
 }
 
 /// Waits up to `ms` milliseconds (-1: for ever) for `fd` to be readable, or only sleeps
@@ -171,6 +175,19 @@ pub fn epoll_add(ep: RawFd, fd: RawFd, key: u64) -> Result<(), i32> {
         return Err(errno());
     }
     Ok(())
+}
+
+/// Pauses (`on` false) or resumes watching `fd`, which [`epoll_add`] added with `key`;
+/// resuming reports `fd` at once if it is readable then.
+pub fn epoll_watch(ep: RawFd, fd: RawFd, key: u64, on: bool) {
+    let events = if on {
+        (libc::EPOLLIN | libc::EPOLLET) as u32
+    } else {
+        0
+    };
+    let mut ev = libc::epoll_event { events, u64: key };
+    // SAFETY: a valid event struct.
+    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, &mut ev) };
 }
 
 /// Stops watching `fd`.
