@@ -60,7 +60,7 @@ stress_loop() {
 	PORT=$((PORT + 1))
 	RDS_NO_DAEMON=1 timeout $((SECS + 30)) "$bin/rds-stress" --loopback -r $E1 -s $E2 -p $PORT \
 		-q "$q" -a "$a" -d "$d" -t "$t" -T "$SECS" -z --json >"$out" 2>/dev/null
-	json_field "$out" '"%.1f %.1f %s" % (d["tx_per_sec"], d["tx_rx_kib_per_sec"], d["rtt_usecs"]["p50"])'
+	json_field "$out" '"%.1f %.1f %s" % (d["tx_per_sec"], d["tx_rx_kib_per_sec"], (d.get("rtt_us") or d["rtt_usecs"])["p50"])'
 }
 
 # rds-stress, two processes through the daemon (it owns both addresses).
@@ -73,7 +73,7 @@ stress_daemon() {
 	timeout $((SECS + 30)) "$bin/rds-stress" -r $D2 -s $D1 -p $PORT --connect-retries 20 \
 		-q "$q" -a "$a" -d "$d" -t "$t" -T "$SECS" -z --json >"$out" 2>/dev/null
 	wait "$pp" || true
-	json_field "$out" '"%.1f %.1f %s" % (d["tx_per_sec"], d["tx_rx_kib_per_sec"], d["rtt_usecs"]["p50"])'
+	json_field "$out" '"%.1f %.1f %s" % (d["tx_per_sec"], d["tx_rx_kib_per_sec"], (d.get("rtt_us") or d["rtt_usecs"])["p50"])'
 }
 
 # Median rds-ping RTT in us (of its reply lines; the median, because a loaded 2-core machine
