@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+/// A libc return value: negative is `errno`.
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -125,13 +126,14 @@ impl Epoll {
     }
 }
 
-enum RawAddr {
+/// A sockaddr of either family, laid out as the kernel reads it.
+pub(crate) enum RawAddr {
     V4(libc::sockaddr_in),
     V6(libc::sockaddr_in6),
 }
 
 impl RawAddr {
-    fn from(addr: SocketAddr) -> Self {
+    pub(crate) fn from(addr: SocketAddr) -> Self {
         match addr {
             SocketAddr::V4(a) => RawAddr::V4(libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
@@ -153,7 +155,8 @@ impl RawAddr {
         }
     }
 
-    fn as_ptr(&self) -> (*const libc::sockaddr, libc::socklen_t) {
+    /// The pointer and length to pass to the kernel (valid while `self` lives).
+    pub(crate) fn as_ptr(&self) -> (*const libc::sockaddr, libc::socklen_t) {
         match self {
             RawAddr::V4(a) => (
                 (a as *const libc::sockaddr_in).cast(),
@@ -356,26 +359,37 @@ fn sockname(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
             libc::getsockname(fd, p, &mut len)
         }
     })?;
+    from_storage(&ss, len)
+        .ok_or_else(|| io::Error::other(format!("unexpected address family {}", ss.ss_family)))
+}
+
+/// Reads the address out of a `sockaddr_storage` the kernel filled with `len` bytes; `None`
+/// for another family or a short length.
+pub(crate) fn from_storage(
+    ss: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
     match ss.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let a: libc::sockaddr_in = unsafe { *(p as *const libc::sockaddr_in) };
-            Ok(SocketAddr::V4(SocketAddrV4::new(
+        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family and length say the storage holds a sockaddr_in; storage is
+            // aligned for every sockaddr type.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
                 std::net::Ipv4Addr::from(a.sin_addr.s_addr.to_ne_bytes()),
                 u16::from_be(a.sin_port),
             )))
         }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let a: libc::sockaddr_in6 = unsafe { *(p as *const libc::sockaddr_in6) };
-            Ok(SocketAddr::V6(SocketAddrV6::new(
+        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
                 std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
                 u16::from_be(a.sin6_port),
                 a.sin6_flowinfo,
                 a.sin6_scope_id,
             )))
         }
-        f => Err(io::Error::other(format!("unexpected address family {f}"))),
+        _ => None,
     }
 }
 

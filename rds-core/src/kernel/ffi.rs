@@ -5,89 +5,16 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+use crate::sys::{cvt, from_storage, RawAddr};
 
 /// `AF_RDS` / `PF_RDS`.
 pub const AF_RDS: libc::c_int = 21;
 /// `SOL_RDS`.
 pub const SOL_RDS: libc::c_int = 276;
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// A sockaddr of either family, laid out as the kernel reads it.
-enum RawAddr {
-    V4(libc::sockaddr_in),
-    V6(libc::sockaddr_in6),
-}
-
-impl RawAddr {
-    fn new(a: SocketAddr) -> RawAddr {
-        match a {
-            SocketAddr::V4(a) => RawAddr::V4(libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            }),
-            SocketAddr::V6(a) => RawAddr::V6(libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            }),
-        }
-    }
-
-    fn ptr(&self) -> (*const libc::sockaddr, libc::socklen_t) {
-        match self {
-            RawAddr::V4(a) => (
-                (a as *const libc::sockaddr_in).cast(),
-                size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            ),
-            RawAddr::V6(a) => (
-                (a as *const libc::sockaddr_in6).cast(),
-                size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-            ),
-        }
-    }
-}
-
-/// Reads the address out of a `sockaddr_storage` the kernel filled.
-fn from_storage(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family and length say the storage holds a sockaddr_in; storage is
-            // aligned for every sockaddr type.
-            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::from(a.sin_addr.s_addr.to_ne_bytes())),
-                u16::from_be(a.sin_port),
-            ))
-        }
-        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::new(
-                IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)),
-                u16::from_be(a.sin6_port),
-            ))
-        }
-        _ => None,
-    }
-}
 
 /// `socket(AF_RDS, SOCK_SEQPACKET, 0)`, close-on-exec.
 pub fn rds_socket() -> io::Result<OwnedFd> {
@@ -99,8 +26,8 @@ pub fn rds_socket() -> io::Result<OwnedFd> {
 
 /// `bind(2)`.
 pub fn bind(fd: RawFd, a: SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::new(a);
-    let (p, len) = raw.ptr();
+    let raw = RawAddr::from(a);
+    let (p, len) = raw.as_ptr();
     // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
     cvt(unsafe { libc::bind(fd, p, len) })?;
     Ok(())
@@ -108,8 +35,8 @@ pub fn bind(fd: RawFd, a: SocketAddr) -> io::Result<()> {
 
 /// `connect(2)` (RDS only records the destination).
 pub fn connect(fd: RawFd, a: SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::new(a);
-    let (p, len) = raw.ptr();
+    let raw = RawAddr::from(a);
+    let (p, len) = raw.as_ptr();
     // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
     cvt(unsafe { libc::connect(fd, p, len) })?;
     Ok(())
@@ -166,8 +93,8 @@ pub fn get_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<li
 
 /// `setsockopt` with a sockaddr value (`RDS_CANCEL_SENT_TO`).
 pub fn set_addr(fd: RawFd, level: libc::c_int, opt: libc::c_int, a: SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::new(a);
-    let (p, len) = raw.ptr();
+    let raw = RawAddr::from(a);
+    let (p, len) = raw.as_ptr();
     // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
     cvt(unsafe { libc::setsockopt(fd, level, opt, p.cast(), len) })?;
     Ok(())
@@ -228,8 +155,8 @@ pub fn send(
     dest: Option<SocketAddr>,
     flags: libc::c_int,
 ) -> io::Result<usize> {
-    let raw = dest.map(RawAddr::new);
-    let (name, namelen) = raw.as_ref().map_or((std::ptr::null(), 0), RawAddr::ptr);
+    let raw = dest.map(RawAddr::from);
+    let (name, namelen) = raw.as_ref().map_or((std::ptr::null(), 0), RawAddr::as_ptr);
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
