@@ -480,30 +480,7 @@ pub fn wait_any_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Option<
 /// Writes all of `data` to the Unix stream socket `sock` with `fd` attached to its first byte
 /// (`SCM_RIGHTS`): the peer receives a duplicate of `fd` with the bytes.
 pub fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let fds = [fd];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let mut sent = loop {
-        match sendmsg::<()>(
-            sock,
-            &[io::IoSlice::new(data)],
-            &cmsg,
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        ) {
-            Ok(n) => break n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    };
-    while sent < data.len() {
-        match nix::sys::socket::send(sock, &data[sent..], MsgFlags::MSG_NOSIGNAL) {
-            Ok(n) => sent += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    send_with_fds(sock, data, &[fd])
 }
 
 /// Writes all of `data` to the Unix stream socket `sock` without blocking longer than the

@@ -502,6 +502,12 @@ impl EventLoop {
             });
             return None;
         }
+        self.watch(conn, registered)
+    }
+
+    /// Watches `conn`'s stream for requests again unless it still is (`registered`); a
+    /// connection that cannot be watched is closed.
+    fn watch(&mut self, conn: Conn, registered: bool) -> Option<Conn> {
         if !registered
             && self
                 .ep
@@ -547,16 +553,7 @@ impl EventLoop {
                 ring,
             },
         );
-        if !registered
-            && self
-                .ep
-                .add(conn.stream.as_raw_fd(), conn.id, sys::EPOLLIN)
-                .is_err()
-        {
-            self.close(conn);
-            return None;
-        }
-        Some(conn)
+        self.watch(conn, registered)
     }
 
     /// Forgets a ring: its doorbell and the descriptors it watches leave epoll.
