@@ -829,12 +829,23 @@ fn stats_kernel(
 ) -> anyhow::Result<u8> {
     if action == Some(StatsAction::Reset) {
         return Err(anyhow!(
-            "the kernel's RDS counters cannot be reset (the kernel has no call for it; they              restart from zero when the rds module is reloaded); use --stack user for a node              of ours"
+            "the kernel's RDS counters cannot be reset (the kernel has no call for it; they \
+             restart from zero when the rds module is reloaded); use --stack user for a node \
+             of ours"
         ));
     }
     let counters = rds_core::kernel::info::KernelInfo::open()
         .and_then(|k| k.counters())
         .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
+    print_counters(out, counters, json)
+}
+
+/// Prints counters as rds-info's counter table, or as one JSON object.
+fn print_counters(
+    out: &mut dyn Write,
+    counters: Vec<(String, u64)>,
+    json: bool,
+) -> anyhow::Result<u8> {
     if json {
         return util::print_json(out, &util::counters_json(counters));
     }
@@ -862,17 +873,7 @@ fn stats(
         return Ok(0);
     }
     let counters = c.stats()?;
-    if json {
-        return util::print_json(out, &util::counters_json(counters));
-    }
-    let snap = rds_core::ctl::InfoSnapshot {
-        counters,
-        ..Default::default()
-    };
-    let mut s = String::new();
-    rds_info::format::counters(&mut s, &snap, rds_info::format::Layout::default());
-    out.write_all(s.as_bytes())?;
-    Ok(0)
+    print_counters(out, counters, json)
 }
 
 /// The exit status for an error: 1 for [`util::Negative`], 0 for a closed pipe, else 2.
