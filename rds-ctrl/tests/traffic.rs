@@ -47,11 +47,18 @@ fn payload(seq: u32) -> Vec<u8> {
     v
 }
 
-/// Receives on the daemon socket until `n` messages came or nothing came for `idle`.
-fn receive(c: &mut CtlClient, tok: u64, n: usize, idle: Duration, got: &AtomicUsize) -> Vec<u32> {
+/// Receives on the daemon socket until `n` messages came, the message numbered `last` came,
+/// or nothing came for `idle`.
+fn receive(
+    c: &mut CtlClient,
+    tok: u64,
+    (n, last): (usize, u32),
+    idle: Duration,
+    got: &AtomicUsize,
+) -> Vec<u32> {
     let mut seqs = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while seqs.len() < n && Instant::now() < deadline {
+    while seqs.len() < n && seqs.last() != Some(&last) && Instant::now() < deadline {
         match c.call(
             &Request::SockRecv {
                 sock: tok,
@@ -76,15 +83,24 @@ fn receive(c: &mut CtlClient, tok: u64, n: usize, idle: Duration, got: &AtomicUs
     seqs
 }
 
-fn sender(s: Arc<Socket>, range: std::ops::Range<u32>, dest: SocketAddr) {
+/// Sends `range`; on a failed send, shows both nodes' connections before failing.
+fn sender(s: Arc<Socket>, range: std::ops::Range<u32>, dest: SocketAddr, env: &Env) {
     for seq in range {
-        s.send_to(&payload(seq), dest).unwrap();
+        if let Err(e) = s.send_to(&payload(seq), dest) {
+            let daemon = env.run(&["info", "-c", "-T"]);
+            panic!(
+                "send of {seq}: {e}\npeer: {:#?}\ndaemon: {}{}",
+                s.node().map(Node::connections),
+                common::text(&daemon.stdout),
+                common::text(&daemon.stderr)
+            );
+        }
     }
 }
 
 #[test]
 fn restart_and_kill_during_traffic() {
-    let env = Env::new();
+    let env = Arc::new(Env::new());
     let mut d = Daemon::load(&env, D);
     let mut cfg = NodeConfig::new([P.parse().unwrap()]);
     cfg.ctl = CtlMode::Off;
@@ -99,12 +115,12 @@ fn restart_and_kill_during_traffic() {
     let got = Arc::new(AtomicUsize::new(0));
     let g = got.clone();
     let recv = std::thread::spawn(move || {
-        let seqs = receive(&mut rc, tok, N as usize, Duration::from_secs(20), &g);
+        let seqs = receive(&mut rc, tok, (N as usize, N - 1), Duration::from_secs(20), &g);
         (rc, seqs)
     });
     let tx = {
-        let s = s.clone();
-        std::thread::spawn(move || sender(s, 0..N, sa(D, 7000)))
+        let (s, env) = (s.clone(), env.clone());
+        std::thread::spawn(move || sender(s, 0..N, sa(D, 7000), &env))
     };
     for at in [300, 1500] {
         wait_until("traffic", Duration::from_secs(60), || {
@@ -129,12 +145,14 @@ fn restart_and_kill_during_traffic() {
     let got = Arc::new(AtomicUsize::new(0));
     let g = got.clone();
     let recv = std::thread::spawn(move || {
-        let seqs = receive(&mut rc, tok, 2 * N as usize, Duration::from_secs(5), &g);
+        // Until the last message after the kill: a reconnect may wait out a drain (5 s).
+        let last = 2 * N + 99;
+        let seqs = receive(&mut rc, tok, (2 * N as usize, last), Duration::from_secs(20), &g);
         (rc, seqs)
     });
     let tx = {
-        let s = s.clone();
-        std::thread::spawn(move || sender(s, N..2 * N, sa(D, 7000)))
+        let (s, env) = (s.clone(), env.clone());
+        std::thread::spawn(move || sender(s, N..2 * N, sa(D, 7000), &env))
     };
     wait_until("traffic", Duration::from_secs(60), || {
         got.load(Ordering::SeqCst) >= 500
@@ -147,7 +165,7 @@ fn restart_and_kill_during_traffic() {
     );
     tx.join().unwrap();
     // Messages sent after the kill finished.
-    sender(s.clone(), 2 * N..2 * N + 100, sa(D, 7000));
+    sender(s.clone(), 2 * N..2 * N + 100, sa(D, 7000), &env);
     let (_rc, seqs) = recv.join().unwrap();
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),
