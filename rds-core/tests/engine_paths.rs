@@ -216,18 +216,33 @@ fn accepted_lane_is_client_port_mod_8_once_sport_idx_is_known() {
         Duration::ZERO,
     );
     assert_eq!(r.map(|(c, path, _)| (c, path)), Ok((cb, 5)));
-    // A connection to a lane that is up replaces the old one.
+    // A connection to a lane that is up replaces the old one, once the old one was read to
+    // its end: the newcomer waits (unread) while the old one drains.
     let _ = p.take_events(B);
-    let r = p.st(B).handle_accept(
-        now,
-        ADDR_B,
-        ADDR_A,
-        TransportKind::Tcp,
-        50002,
-        Duration::ZERO,
-    );
-    assert_eq!(r.map(|(_, path, _)| path), Ok(2));
-    assert_eq!(disconnects(&p.take_events(B)), [(2, DropReason::Replaced)]);
+    let (_, old_epoch) = p.st(B).path_state(cb, 2);
+    let accept = |p: &mut Pair| {
+        p.st(B).handle_accept(
+            now,
+            ADDR_B,
+            ADDR_A,
+            TransportKind::Tcp,
+            50002,
+            Duration::ZERO,
+        )
+    };
+    assert_eq!(accept(&mut p), Err(AcceptError::Wait));
+    let evs = p.take_events(B);
+    assert!(evs.contains(&Event::Disconnect {
+        conn: cb,
+        path: 2,
+        epoch: old_epoch,
+        reason: DropReason::Superseded
+    }));
+    assert!(DropReason::Superseded.drains());
+    assert_eq!(accept(&mut p), Err(AcceptError::Wait));
+    p.st(B).handle_disconnected(now, cb, 2, old_epoch);
+    assert_eq!(accept(&mut p).map(|(_, path, _)| path), Ok(2));
+    assert_eq!(p.st(B).path_state(cb, 2).0, PathState::Up);
 
     // Before the handshake only a lane-0 port is taken at once; another waits, and after a
     // while is taken as path 0 (older kernels use random source ports).

@@ -270,10 +270,25 @@ impl Stack {
                 None => return Err(AcceptError::Wait),
             }
         };
-        if self.conns[ci].paths[slot].is_up() {
-            // The peer owns the connection and opened this lane again, so ours is stale (for
-            // example the peer restarted): replace it. Base kernels reset the newcomer instead
-            // and wait for keepalive to kill the stale connection.
+        if kind == TransportKind::Tcp {
+            let p = &self.conns[ci].paths[slot];
+            if p.is_up() {
+                // The peer owns the connection and opened this lane again, so ours is stale
+                // (the peer dropped it, or restarted). What our TCP acknowledged on it still
+                // waits unread in it (a peer, or a box in between, may deliver it late) and
+                // counts as delivered: the old connection is read to its end first, and the
+                // newcomer waits unread meanwhile (old data before new, or the new
+                // connection's later sequence numbers would make the old ones look like
+                // duplicates). A restarted peer resets the old connection at our FIN. Base
+                // kernels reset the newcomer instead and wait for keepalive to kill the
+                // stale connection.
+                self.reset_path(now, cid, slot, Some(DropReason::Superseded));
+                return Err(AcceptError::Wait);
+            }
+            if p.drain_epoch.is_some() {
+                return Err(AcceptError::Wait);
+            }
+        } else if self.conns[ci].paths[slot].is_up() {
             self.reset_path(now, cid, slot, Some(DropReason::Replaced));
         }
         let epoch = self.path_up(now, cid, slot);
