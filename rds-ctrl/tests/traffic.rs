@@ -115,7 +115,13 @@ fn restart_and_kill_during_traffic() {
     let got = Arc::new(AtomicUsize::new(0));
     let g = got.clone();
     let recv = std::thread::spawn(move || {
-        let seqs = receive(&mut rc, tok, (N as usize, N - 1), Duration::from_secs(20), &g);
+        let seqs = receive(
+            &mut rc,
+            tok,
+            (N as usize, N - 1),
+            Duration::from_secs(20),
+            &g,
+        );
         (rc, seqs)
     });
     let tx = {
@@ -147,7 +153,13 @@ fn restart_and_kill_during_traffic() {
     let recv = std::thread::spawn(move || {
         // Until the last message after the kill: a reconnect may wait out a drain (5 s).
         let last = 2 * N + 99;
-        let seqs = receive(&mut rc, tok, (2 * N as usize, last), Duration::from_secs(20), &g);
+        let seqs = receive(
+            &mut rc,
+            tok,
+            (2 * N as usize, last),
+            Duration::from_secs(20),
+            &g,
+        );
         (rc, seqs)
     });
     let tx = {

@@ -241,9 +241,18 @@ pub fn check_support(node: Option<&Node>, ip: IpAddr, port: u16) -> Result<(), F
         .map_err(|e| Fatal::new(format!("bind() failed{}", errno_suffix(&e))))?;
     match s.free_mr(0, false) {
         Ok(()) => Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EOPNOTSUPP)) => {
+        // The kernel's RDS/TCP answers EINVAL (it has no regions to flush).
+        Err(e)
+            if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EOPNOTSUPP))
+                || (s.via_kernel() && e.raw_os_error() == Some(libc::EINVAL)) =>
+        {
             let why = if s.via_kernel() {
-                format!("{ip} is served by the kernel's RDS, and RDMA through kernel sockets is not supported by this rds-stress (use --stack user)")
+                let hint = if rds_core::kernel::transport_modules().contains(&"rds_rdma") {
+                    "is the address on an RDMA device?"
+                } else {
+                    "modprobe rds_rdma, or use --stack user"
+                };
+                format!("the kernel's RDS serves {ip} over RDS/TCP ({hint})")
             } else if s.via_daemon() {
                 format!("{ip} is served by the rds-ctrl daemon, which cannot do RDMA for another process")
             } else {

@@ -377,10 +377,13 @@ fn env_for(
 fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Option<Node>, Fatal> {
     let want_ib = r.transport_ib.unwrap_or(w.rdma_size != 0);
     // On the kernel's RDS the kernel picks the transport (IB on an RDMA device). RDMA mode
-    // needs a node of ours: `auto` keeps it off the kernel.
+    // needs the kernel's rds_rdma: without it `auto` uses a node of ours with RDS/IB.
+    let kernel_rdma = || rds_core::kernel::transport_modules().contains(&"rds_rdma");
     let on_kernel = match rds_core::socket::stack() {
         rds_core::socket::Stack::Kernel => true,
-        rds_core::socket::Stack::Auto => rds_core::socket::kernel_preferred() && w.rdma_size == 0,
+        rds_core::socket::Stack::Auto => {
+            rds_core::socket::kernel_preferred() && (w.rdma_size == 0 || kernel_rdma())
+        }
         rds_core::socket::Stack::User => false,
     };
     let node = if want_ib && !on_kernel {

@@ -16,6 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod ffi;
 pub mod info;
 
+pub(crate) use ffi::{RdmaOpArgs, RdsIovec, SendRdma};
+
 use crate::info::TransportKind;
 
 /// `RDS_CANCEL_SENT_TO`.
@@ -179,7 +181,42 @@ impl KernelSocket {
     /// The kernel's (`EAGAIN`, `ENOBUFS`, `EMSGSIZE`, `ENOTCONN`, ...).
     pub fn send(&self, data: &[u8], dest: Option<SocketAddr>, nonblock: bool) -> io::Result<usize> {
         let flags = if nonblock { libc::MSG_DONTWAIT } else { 0 };
-        ffi::send(self.raw_fd(), data, dest, flags)
+        ffi::send(self.raw_fd(), data, dest, flags, None).map(|(n, _)| n)
+    }
+
+    /// `sendmsg` with RDMA control data (`RDS_CMSG_RDMA_ARGS`, `_DEST`, `_MAP`). Returns the
+    /// bytes sent and the cookie of a region `RDS_CMSG_RDMA_MAP` registered. The addresses in
+    /// `rdma` must name memory of this process that stays allocated (crate callers pass
+    /// [`crate::rdma::RdmaBuffer`] memory).
+    ///
+    /// # Errors
+    /// The kernel's (`EOPNOTSUPP` on RDS/TCP, `EINVAL`, `EFAULT`, `EAGAIN`, ...).
+    pub(crate) fn send_rdma(
+        &self,
+        data: &[u8],
+        dest: Option<SocketAddr>,
+        nonblock: bool,
+        rdma: &SendRdma,
+    ) -> io::Result<(usize, Option<u64>)> {
+        let flags = if nonblock { libc::MSG_DONTWAIT } else { 0 };
+        ffi::send(self.raw_fd(), data, dest, flags, Some(rdma))
+    }
+
+    /// `RDS_GET_MR` on memory of this process (crate callers pass
+    /// [`crate::rdma::RdmaBuffer`] memory); returns the cookie.
+    ///
+    /// # Errors
+    /// The kernel's (`EOPNOTSUPP` or `EINVAL` on RDS/TCP, `ENOTCONN` unbound, `EFAULT`).
+    pub(crate) fn get_mr(&self, vec: RdsIovec, flags: u64) -> io::Result<u64> {
+        ffi::get_mr(self.raw_fd(), vec, flags)
+    }
+
+    /// `RDS_FREE_MR` (cookie 0: the kernel's flush of unused regions).
+    ///
+    /// # Errors
+    /// The kernel's (`EINVAL` for an unknown cookie or a transport without regions).
+    pub fn free_mr(&self, cookie: u64, flags: u64) -> io::Result<()> {
+        ffi::free_mr(self.raw_fd(), cookie, flags)
     }
 
     /// `recvmsg` into `buf`.

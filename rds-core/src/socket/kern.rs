@@ -14,8 +14,17 @@ use std::time::Duration;
 
 use super::{timeout, Backend, RecvFlags, Socket};
 use crate::errno::err;
-use crate::kernel::{KernelRecv, KernelSocket};
+use crate::kernel::{KernelRecv, KernelSocket, RdmaOpArgs, RdsIovec, SendRdma};
 use crate::message::{InMsg, RdmaNotify, RdmaStatus, Received};
+use crate::rdma::{MrFlags, RdmaBuffer, SendCtl, Sent};
+
+/// `RDS_RDMA_*` flags of `linux/rds.h`.
+const RDS_RDMA_READWRITE: u64 = 0x1;
+const RDS_RDMA_FENCE: u64 = 0x2;
+pub(super) const RDS_RDMA_INVALIDATE: u64 = 0x4;
+const RDS_RDMA_USE_ONCE: u64 = 0x8;
+const RDS_RDMA_NOTIFY_ME: u64 = 0x20;
+const RDS_RDMA_SILENT: u64 = 0x40;
 
 /// Which RDS stack serves the sockets a process makes with [`Socket::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,4 +217,86 @@ pub(super) fn recv_item(
         truncated,
         r.timestamp,
     ))
+}
+
+/// The `struct rds_iovec` of `len` bytes of `buf` at `off` (`EINVAL` for an empty range or one
+/// outside the buffer: the kernel must only ever see memory the buffer owns).
+fn iovec(buf: &RdmaBuffer, off: usize, len: usize) -> io::Result<RdsIovec> {
+    if len == 0 || !buf.contains(off, len) {
+        return Err(err(libc::EINVAL));
+    }
+    Ok(RdsIovec {
+        addr: buf.mem().addr() + off as u64,
+        bytes: len as u64,
+    })
+}
+
+fn mr_flags(f: MrFlags) -> u64 {
+    let mut v = 0;
+    if f.use_once {
+        v |= RDS_RDMA_USE_ONCE;
+    }
+    if f.invalidate {
+        v |= RDS_RDMA_INVALIDATE;
+    }
+    v
+}
+
+/// `get_mr` on the kernel backend: `RDS_GET_MR` on the buffer's memory.
+pub(super) fn get_mr(
+    k: &KernelSocket,
+    buf: &RdmaBuffer,
+    off: usize,
+    len: usize,
+    flags: MrFlags,
+) -> io::Result<u64> {
+    k.get_mr(iovec(buf, off, len)?, mr_flags(flags))
+}
+
+/// `send_ctl` on the kernel backend: one `sendmsg` with the `RDS_CMSG_RDMA_*` control
+/// messages; the kernel performs the operation and reports it as the kernel does.
+pub(super) fn send_ctl(
+    k: &KernelSocket,
+    payload: &[u8],
+    dest: Option<SocketAddr>,
+    (nonblock, tmo): (bool, Option<Duration>),
+    ctl: &SendCtl,
+) -> io::Result<Sent> {
+    let mut r = SendRdma {
+        dest: ctl.rdma_dest,
+        ..SendRdma::default()
+    };
+    if let Some(a) = &ctl.rdma {
+        let local = a
+            .local
+            .iter()
+            .map(|v| iovec(&v.buf, v.off, v.len))
+            .collect::<io::Result<Vec<_>>>()?;
+        let flags = [
+            (a.write, RDS_RDMA_READWRITE),
+            (a.fence, RDS_RDMA_FENCE),
+            (a.notify, RDS_RDMA_NOTIFY_ME),
+            (a.silent, RDS_RDMA_SILENT),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |acc, (_, f)| acc | f);
+        r.args = Some(RdmaOpArgs {
+            cookie: a.cookie,
+            remote: RdsIovec {
+                addr: a.remote_addr,
+                bytes: local.iter().map(|v| v.bytes).sum(),
+            },
+            local,
+            flags,
+            user_token: a.user_token,
+        });
+    }
+    if let Some(m) = &ctl.rdma_map {
+        r.map = Some((iovec(&m.buf, m.off, m.len)?, mr_flags(m.flags)));
+    }
+    let (len, map_cookie) = k
+        .send_rdma(payload, dest, nonblock, &r)
+        .map_err(|e| timed_out(e, nonblock, tmo))?;
+    Ok(Sent { len, map_cookie })
 }

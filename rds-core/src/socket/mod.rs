@@ -468,7 +468,8 @@ impl Socket {
     /// the peer (`RDS_CMSG_RDMA_DEST`, or `RDS_CMSG_RDMA_MAP`, which registers it first).
     ///
     /// # Errors
-    /// As [`Socket::send_to`], and: `EOPNOTSUPP` when the socket is not on the IB transport
+    /// On the kernel backend, the kernel's. Otherwise as [`Socket::send_to`], and:
+    /// `EOPNOTSUPP` when the socket is not on the IB transport
     /// (or is served by the daemon); `EINVAL` for an operation combined with a cookie, an
     /// operation without local memory or with ranges outside their buffers, or an
     /// `RDMA_DEST` cookie that is not one of this socket's regions; `EMSGSIZE` for an
@@ -485,6 +486,11 @@ impl Socket {
                 len,
                 map_cookie: None,
             });
+        }
+        if let Some(k) = self.kernel() {
+            let nonblock = self.nonblocking.load(Ordering::Relaxed);
+            let tmo = timeout(self.sndtimeo_ns.load(Ordering::Relaxed));
+            return kern::send_ctl(k, payload, dest, (nonblock, tmo), ctl);
         }
         let (b, ip) = self.rdma_socket()?;
         let cookies = usize::from(ctl.rdma_dest.is_some()) + usize::from(ctl.rdma_map.is_some());
@@ -538,8 +544,8 @@ impl Socket {
     /// whose RDMA operation used it.
     ///
     /// # Errors
-    /// `ENOTCONN` when unbound; `EOPNOTSUPP` when not on the IB transport (or served by the
-    /// daemon); `EINVAL` for an empty range or one outside the buffer; the registration's
+    /// On the kernel backend, the kernel's. Otherwise `ENOTCONN` when unbound; `EOPNOTSUPP`
+    /// when not on the IB transport (or served by the daemon); `EINVAL` for an empty range or one outside the buffer; the registration's
     /// error.
     pub fn get_mr(
         &self,
@@ -548,6 +554,9 @@ impl Socket {
         len: usize,
         flags: MrFlags,
     ) -> io::Result<u64> {
+        if let Some(k) = self.kernel() {
+            return kern::get_mr(k, buf, off, len, flags);
+        }
         let (b, ip) = self.rdma_socket()?;
         if len == 0 || !buf.contains(off, len) {
             return Err(err(libc::EINVAL));
@@ -561,9 +570,18 @@ impl Socket {
     /// kernel's "flush" form).
     ///
     /// # Errors
-    /// `ENOTCONN` when unbound; `EOPNOTSUPP` when not on the IB transport; `EINVAL` when the
-    /// socket has no such region.
-    pub fn free_mr(&self, cookie: u64, _invalidate: bool) -> io::Result<()> {
+    /// On the kernel backend, the kernel's (`EINVAL` on RDS/TCP, even for cookie 0).
+    /// Otherwise `ENOTCONN` when unbound; `EOPNOTSUPP` when not on the IB transport; `EINVAL`
+    /// when the socket has no such region.
+    pub fn free_mr(&self, cookie: u64, invalidate: bool) -> io::Result<()> {
+        if let Some(k) = self.kernel() {
+            let flags = if invalidate {
+                kern::RDS_RDMA_INVALIDATE
+            } else {
+                0
+            };
+            return k.free_mr(cookie, flags);
+        }
         let (b, _) = self.rdma_socket()?;
         if cookie == 0 {
             return Ok(());
