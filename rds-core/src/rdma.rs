@@ -33,6 +33,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub use crate::ib::mem::foreign_buffer;
 use crate::ib::mem::DmaMem;
 use crate::info::SockId;
 pub use crate::message::{RdmaNotify, RdmaStatus};
@@ -107,6 +108,10 @@ impl RdmaBuffer {
     /// Whether `[off, off+len)` is inside the buffer.
     pub fn contains(&self, off: usize, len: usize) -> bool {
         self.mem.check(off, len).is_ok()
+    }
+
+    pub(crate) fn from_mem(mem: Arc<DmaMem>) -> RdmaBuffer {
+        RdmaBuffer { mem }
     }
 
     pub(crate) fn mem(&self) -> &Arc<DmaMem> {

@@ -165,6 +165,10 @@ counters! {
         /// (This stack) An outgoing connection was refused: nothing listens on the peer's
         /// RDS port.
         TcpConnectRefused = "tcp_connect_refused",
+        /// (This stack) A connection being read to its end (superseded by a newer one for its
+        /// lane, or dropped by the node) neither sent its last data nor closed within 5 s, and
+        /// was closed.
+        TcpDrainExpired = "tcp_drain_expired",
     }
 }
 
@@ -333,7 +337,7 @@ impl<const N: usize> AtomicCounters<N> {
 }
 
 /// The RDS/TCP counters.
-pub type TcpStats = AtomicCounters<13>;
+pub type TcpStats = AtomicCounters<14>;
 /// The RDS/IB counters.
 pub type IbStats = AtomicCounters<39>;
 
@@ -418,7 +422,8 @@ mod tests {
                 "tcp_wait_addr_evicted",
                 "tcp_wait_node_evicted",
                 "tcp_wait_expired",
-                "tcp_connect_refused"
+                "tcp_connect_refused",
+                "tcp_drain_expired"
             ]
         );
         assert_eq!(IB_NAMES.len(), 39);

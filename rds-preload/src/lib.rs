@@ -37,4 +37,5 @@ mod ffi;
 mod info;
 mod log;
 mod ops;
+mod rdma;
 mod sock;

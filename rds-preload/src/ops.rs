@@ -216,6 +216,7 @@ fn send_inner(
         return Err(libc::EMSGSIZE);
     }
     let mut rdma = false;
+    let mut atomic = false;
     let mut cookie = false;
     for c in cmsgs.iter().filter(|c| c.level == SOL_RDS) {
         match c.ty {
@@ -234,6 +235,7 @@ fn send_inner(
                     return Err(libc::EINVAL);
                 }
                 rdma = true;
+                atomic = true;
             }
             RDS_CMSG_ZCOPY_COOKIE => cookie = true,
             _ => return Err(libc::EINVAL),
@@ -247,15 +249,29 @@ fn send_inner(
             libc::EINVAL
         });
     }
+    let mut ctl = None;
     if rdma {
-        // RDS/TCP has no RDMA (the kernel's EOPNOTSUPP); RDMA over IB from a preloaded
-        // program is not offered (its memory would have to be registered in place).
-        return Err(libc::EOPNOTSUPP);
+        // RDS/TCP has no RDMA, and neither do atomics here: the kernel's EOPNOTSUPP.
+        if atomic || e.sock.transport() != Some(TransportKind::Ib) {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut r = crate::rdma::SendRdma::default();
+        for c in cmsgs.iter().filter(|c| c.level == SOL_RDS) {
+            if c.ty != RDS_CMSG_ZCOPY_COOKIE {
+                r.add(c.ty, &c.data)?;
+            }
+        }
+        // Non-blocking per call like every send here; waiting is this loop's.
+        e.sock.set_nonblocking(true);
+        ctl = Some(r);
     }
     let nonblock = flags & libc::MSG_DONTWAIT != 0 || e.nonblock.load(Ordering::Relaxed);
     let end = deadline(e, false);
     loop {
-        let r = e.sock.send_bytes(data.clone(), dest, true).map_err(errno);
+        let r = match &ctl {
+            None => e.sock.send_bytes(data.clone(), dest, true).map_err(errno),
+            Some(c) => send_rdma(e, &data, dest, c),
+        };
         if r.is_ok() {
             e.sent.store(true, Ordering::Relaxed);
         }
@@ -268,6 +284,20 @@ fn send_inner(
             r => return r,
         }
     }
+}
+
+/// One `sendmsg` with RDMA control data; an `RDS_CMSG_RDMA_MAP` cookie goes to the program.
+fn send_rdma(
+    e: &Entry,
+    data: &[u8],
+    dest: Option<SocketAddr>,
+    r: &crate::rdma::SendRdma,
+) -> Res<usize> {
+    let sent = e.sock.send_ctl(data, dest, &r.ctl).map_err(errno)?;
+    if let Some(c) = sent.map_cookie {
+        crate::rdma::put_cookie(r.map_cookie_addr, c)?;
+    }
+    Ok(sent.len)
 }
 
 /// What a receive produced.
@@ -465,13 +495,20 @@ pub fn setsockopt(e: &Entry, level: i32, name: i32, v: &[u8]) -> Res<()> {
             Ok(())
         }
         RDS_GET_MR | RDS_GET_MR_FOR_DEST => {
-            let want = if name == RDS_GET_MR { 32 } else { 160 };
+            let want = if name == RDS_GET_MR {
+                crate::rdma::GET_MR_ARGS_LEN
+            } else {
+                crate::rdma::GET_MR_FOR_DEST_ARGS_LEN
+            };
             if v.len() != want {
                 return Err(libc::EINVAL);
             }
             e.sock.local_addr().map_err(|_| libc::ENOTCONN)?;
-            // No memory registration from a preloaded program (RDS/TCP has none either).
-            Err(libc::EOPNOTSUPP)
+            if e.sock.transport() != Some(TransportKind::Ib) {
+                // RDS/TCP registers no memory.
+                return Err(libc::EOPNOTSUPP);
+            }
+            crate::rdma::get_mr(e, v, name == RDS_GET_MR_FOR_DEST)
         }
         RDS_FREE_MR => {
             if v.len() != 16 {
@@ -479,7 +516,8 @@ pub fn setsockopt(e: &Entry, level: i32, name: i32, v: &[u8]) -> Res<()> {
             }
             let cookie = u64::from_ne_bytes(v[..8].try_into().map_err(|_| libc::EINVAL)?);
             if e.sock.transport() == Some(TransportKind::Ib) && e.sock.local_addr().is_ok() {
-                return e.sock.free_mr(cookie, false).map_err(errno);
+                let invalidate = ne64(&v[8..16]) & crate::rdma::RDS_RDMA_INVALIDATE != 0;
+                return e.sock.free_mr(cookie, invalidate).map_err(errno);
             }
             // RDS/TCP has no regions and no flush: the kernel's EINVAL.
             Err(libc::EINVAL)

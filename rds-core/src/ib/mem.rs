@@ -10,7 +10,9 @@
 use std::alloc::Layout;
 use std::io;
 use std::ptr::{self, NonNull};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::rdma::RdmaBuffer;
 
 const PAGE: usize = 4096;
 
@@ -26,11 +28,12 @@ pub struct OutOfRange {
     pub size: usize,
 }
 
-/// Page-aligned memory for RDMA.
+/// Page-aligned memory for RDMA (or, from [`foreign_buffer`], an application's memory).
 pub struct DmaMem {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// How it was allocated; `None` for memory this value does not own.
+    layout: Option<Layout>,
     /// Serialises copies made by the application (the adapter does not take it).
     copy: Mutex<()>,
 }
@@ -62,7 +65,7 @@ impl DmaMem {
         Ok(DmaMem {
             ptr,
             len,
-            layout,
+            layout: Some(layout),
             copy: Mutex::new(()),
         })
     }
@@ -77,7 +80,7 @@ impl DmaMem {
         self.len == 0
     }
 
-    /// The start address (page-aligned).
+    /// The start address (page-aligned for memory from [`DmaMem::new`]).
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
     }
@@ -130,11 +133,42 @@ impl DmaMem {
     }
 }
 
+/// An [`RdmaBuffer`] over `len` bytes of memory the caller owns at `addr`, not page-aligned
+/// in general and never freed here: what the kernel's RDMA API takes from an application
+/// (`RDS_GET_MR`'s `rds_iovec`, the local vectors of `RDS_CMSG_RDMA_ARGS`). For the preload
+/// library, which hands a C program's buffers to the stack.
+///
+/// # Errors
+/// `InvalidInput` for a null address, an empty range or one that wraps.
+///
+/// # Safety
+/// `[addr, addr+len)` must be memory of this process that stays mapped while the buffer, or
+/// any region or RDMA operation made from it, lives (the contract the kernel's API puts on
+/// the program). The adapter reads and writes it at any time meanwhile, and
+/// [`RdmaBuffer::read_at`] / [`RdmaBuffer::write_at`] copy from and to it, so the caller must
+/// not hold Rust references into it.
+pub unsafe fn foreign_buffer(addr: u64, len: usize) -> io::Result<RdmaBuffer> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, "RDMA buffer range");
+    if len == 0 || addr.checked_add(len as u64).is_none() {
+        return Err(bad());
+    }
+    let ptr = NonNull::new(addr as usize as *mut u8).ok_or_else(bad)?;
+    Ok(RdmaBuffer::from_mem(Arc::new(DmaMem {
+        ptr,
+        len,
+        layout: None,
+        copy: Mutex::new(()),
+    })))
+}
+
 impl Drop for DmaMem {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with `layout`. Registrations hold an `Arc` to this value
-        // and leak it if deregistration fails, so no adapter mapping outlives it.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        // Foreign memory has no layout and is not ours to free.
+        if let Some(layout) = self.layout {
+            // SAFETY: allocated in `new` with `layout`. Registrations hold an `Arc` to this
+            // value and leak it if deregistration fails, so no adapter mapping outlives it.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
     }
 }
 

@@ -823,6 +823,11 @@ impl Tcp {
             return None;
         }
         self.by_path.remove(&(conn, path));
+        if reason == DropReason::Superseded {
+            // A newer connection for the lane came in: this one is stale (it is read to its
+            // end first, so nothing our TCP acknowledged on it is lost).
+            self.stats.inc(TcpCounter::TcpListenClosedStale);
+        }
         if reason.drains() && c.state == State::Up {
             let _ = c.stream.shutdown(Shutdown::Write);
             c.state = State::Draining(now + DRAIN_TIMEOUT);
@@ -1028,6 +1033,7 @@ impl Tcp {
             };
             if let State::Draining(until) = c.state {
                 if now >= until {
+                    self.stats.inc(TcpCounter::TcpDrainExpired);
                     out.push(TcpOut::Closed(idx, c.serial));
                 }
                 continue;

@@ -2,7 +2,7 @@
 //! (`calls`), each passing a descriptor that is not an RDS one to the next definition of the
 //! symbol (the C library's, found with `dlsym(RTLD_NEXT)`: `next`), and copying the C
 //! arguments of an RDS one in and out of the safe calls in `ops`; plus [`sys`], the raw calls
-//! on the readiness pair.
+//! on the readiness pair, and [`user`], the program's memory behind RDMA arguments.
 //!
 //! The pointers a program passes are trusted as the kernel would not trust them: a bad one
 //! faults here where the kernel would return `EFAULT` (null pointers are checked).
@@ -12,3 +12,4 @@
 mod calls;
 mod next;
 pub mod sys;
+pub mod user;
