@@ -1,21 +1,25 @@
 //! Our tools on a host whose kernel has RDS, as the original rds-tools run there: in lab guest
 //! g1 (kernel `rds`, `rds_tcp`, `rds_rdma`, soft-RoCE `rxe0`) our `rds-ping`, `rds-info` (every
-//! table), `rds-ctrl stats` and `rds-stress` (against ours in g2, both on kernel sockets) run
-//! with no flags and give the kernel's view, cross-checked against `rdstool`'s raw reading of
-//! the same `RDS_INFO_*` tables; `rds-stress -D` does RDMA through the kernel's `rds_rdma`
-//! (regions, RDMA operations, notifications; `-v` checks every byte); `--stack user` there meets port 16385 held by the kernel and
-//! says so in one line. Then, with the kernel's RDS modules removed from g1, `rds-ping` with no
-//! flags runs an embedded node that picks RDS/IB by itself (the address is on `rxe0`) and pings
-//! the kernel's `rds_rdma` in g2, which lists the connection as `infiniband`.
+//! table), `rds-ctrl stats` and `rds-stress` (against ours in g2, both on kernel sockets, and
+//! against ours on the host, an embedded node in the lab namespace) run with no flags and give
+//! the kernel's view, cross-checked against `rdstool`'s raw reading of the same `RDS_INFO_*`
+//! tables; `rds-stress -D` does RDMA through the kernel's `rds_rdma` (regions, RDMA
+//! operations, notifications; `-v` checks every byte); `--stack user` there meets port 16385
+//! held by the kernel and says so in one line. Then, with the kernel's RDS modules removed
+//! from g1, `rds-ping` with no flags runs an embedded node that picks RDS/IB by itself (the
+//! address is on `rxe0`) and pings the kernel's `rds_rdma` in g2, which lists the connection
+//! as `infiniband`.
 //!
 //! One boot of two guests. Needs root and the release binaries (`cargo test --workspace
 //! --release` builds them first); fails, never skips, when the lab cannot boot.
 
+use std::io::Read;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::ib::{diag, release_bin};
-use rds_tests::lab::{guest_addr, Lab, LabOptions};
+use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1};
 
 const T: Duration = Duration::from_secs(120);
 const ENV: &str = "mkdir -p /tmp/rds-stack; RDS_RUNTIME_DIR=/tmp/rds-stack";
@@ -277,6 +281,71 @@ fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
         d1 - d0
     );
 
+    // rds-stress on g1's kernel sockets against ours on the host: an embedded node of the
+    // passive rds-stress in the lab namespace (no kernel RDS there), over RDS/TCP. g1's
+    // address is on rxe0, so its kernel would bind IB, which the host does not have:
+    // `--transport tcp` sets SO_RDS_TRANSPORT on the kernel socket, as the original does.
+    let host = HOST_ADDR1;
+    let run = tempfile::tempdir()?;
+    let out_path = run.path().join("passive.out");
+    let p = lab
+        .ns_command(release_bin("rds-stress")?.to_str().context("utf-8 path")?)
+        .args(["-r", &host.to_string(), "-p", "4420"])
+        .env("RDS_RUNTIME_DIR", run.path())
+        .env("RDS_NO_DAEMON", "1")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path)?)
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("our rds-stress on the host")?;
+    let mut p = Some(p);
+    let end = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out_path)?.contains("waiting for incoming connection") {
+        let c = p.as_mut().context("child")?;
+        if c.try_wait()?.is_some() || Instant::now() >= end {
+            let mut c = p.take().context("child")?;
+            let _ = c.kill();
+            let (code, err) = wait_child(c, Duration::from_secs(5))?;
+            bail!(
+                "our passive rds-stress on the host: exit {code:?} before listening\n{}{err}",
+                std::fs::read_to_string(&out_path)?
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let d0 = delivered(1)?;
+    let a = lab.exec(
+        1,
+        &format!(
+            "{ENV} {} -r {g1} -s {host} -p 4420 -t 1 -d 2 -q 1024 -a 64 -T 3 --transport tcp",
+            t.stress[0]
+        ),
+        T,
+    )?;
+    let p = wait_child(p.take().context("child")?, Duration::from_secs(60))?;
+    ensure!(
+        a.status == 0 && p.0 == Some(0),
+        "rds-stress g1 (kernel) -> host (ours): active {a:?}; passive exit {:?}\n{}",
+        p.0,
+        p.1
+    );
+    let d1 = delivered(1)?;
+    ensure!(
+        d1 >= d0 + 100,
+        "g1's kernel delivered {} messages from the host during rds-stress\n{}{}\n--- \
+         passive ---\n{}{}",
+        d1 - d0,
+        a.stdout,
+        a.stderr,
+        std::fs::read_to_string(&out_path)?,
+        p.1
+    );
+    println!(
+        "rds-stress g1 (kernel sockets) -> host (ours, embedded node): exit 0 both; g1's kernel \
+         delivered {} messages",
+        d1 - d0
+    );
+
     // rds-stress -D: RDMA through the kernel's rds_rdma over rxe0 (RDS_GET_MR, RDS_FREE_MR,
     // RDS_CMSG_RDMA_ARGS/_MAP/_DEST, RDS_CMSG_RDMA_STATUS), ours on kernel sockets in both
     // guests; -v checks the pattern of every byte an RDMA moved.
@@ -436,4 +505,24 @@ fn is_reply(l: &str) -> bool {
             .split(':')
             .next()
             .is_some_and(|n| n.parse::<u64>().is_ok())
+}
+
+/// Waits (bounded) for a child; kills it past `limit`. Returns its exit code and stderr.
+fn wait_child(mut c: Child, limit: Duration) -> Result<(Option<i32>, String)> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = c.try_wait()? {
+            let mut err = String::new();
+            if let Some(mut e) = c.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            return Ok((st.code(), err));
+        }
+        if Instant::now() >= end {
+            let _ = c.kill();
+            let _ = c.wait();
+            bail!("our rds-stress on the host did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
