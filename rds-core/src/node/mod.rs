@@ -218,6 +218,7 @@ impl Node {
     /// A listener cannot bind (the address is not configured here, or port 16385 is taken,
     /// for example by the kernel's `rds_tcp`), or a system resource is missing.
     pub fn start(cfg: NodeConfig) -> io::Result<Node> {
+        sys::keep_freed_message_memory();
         let seed = cfg.seed.unwrap_or_else(random_seed);
         let mut stack = Stack::new(resolve_tunables(cfg.tunables.clone()), seed);
         let tcp_stats = Arc::new(TcpStats::new());
