@@ -33,8 +33,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use crate::ib::mem::foreign_buffer;
-use crate::ib::mem::DmaMem;
+pub use crate::ib::mem::DmaMem;
 use crate::info::SockId;
 pub use crate::message::{RdmaNotify, RdmaStatus};
 pub use crate::proto::rdma::{RdmaOp, RdmaOpId, RdmaRef};
@@ -110,8 +109,9 @@ impl RdmaBuffer {
         self.mem.check(off, len).is_ok()
     }
 
-    pub(crate) fn from_mem(mem: Arc<DmaMem>) -> RdmaBuffer {
-        RdmaBuffer { mem }
+    /// A buffer over memory made elsewhere ([`DmaMem::foreign`]: a program's own memory).
+    pub fn from_mem(mem: DmaMem) -> RdmaBuffer {
+        RdmaBuffer { mem: Arc::new(mem) }
     }
 
     pub(crate) fn mem(&self) -> &Arc<DmaMem> {

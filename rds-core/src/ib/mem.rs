@@ -10,9 +10,7 @@
 use std::alloc::Layout;
 use std::io;
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex};
-
-use crate::rdma::RdmaBuffer;
+use std::sync::Mutex;
 
 const PAGE: usize = 4096;
 
@@ -28,7 +26,7 @@ pub struct OutOfRange {
     pub size: usize,
 }
 
-/// Page-aligned memory for RDMA (or, from [`foreign_buffer`], an application's memory).
+/// Page-aligned memory for RDMA (or, from [`DmaMem::foreign`], an application's memory).
 pub struct DmaMem {
     ptr: NonNull<u8>,
     len: usize,
@@ -66,6 +64,35 @@ impl DmaMem {
             ptr,
             len,
             layout: Some(layout),
+            copy: Mutex::new(()),
+        })
+    }
+
+    /// `len` bytes of memory the caller owns at `addr`, not page-aligned in general and never
+    /// freed here: what the kernel's RDMA API takes from an application (`RDS_GET_MR`'s
+    /// `rds_iovec`, the local vectors of `RDS_CMSG_RDMA_ARGS`). For the preload library,
+    /// which hands a C program's buffers to the stack
+    /// (`RdmaBuffer::from_mem` wraps it).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a null address, an empty range or one that wraps.
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must be memory of this process that stays mapped while this value,
+    /// or any region or RDMA operation made from it, lives (the contract the kernel's API puts
+    /// on the program). The adapter reads and writes it at any time meanwhile, and
+    /// [`DmaMem::read_at`] / [`DmaMem::write_at`] copy from and to it, so the caller must not
+    /// hold Rust references into it.
+    pub unsafe fn foreign(addr: u64, len: usize) -> io::Result<DmaMem> {
+        let bad = || io::Error::new(io::ErrorKind::InvalidInput, "RDMA buffer range");
+        if len == 0 || addr.checked_add(len as u64).is_none() {
+            return Err(bad());
+        }
+        let ptr = NonNull::new(addr as usize as *mut u8).ok_or_else(bad)?;
+        Ok(DmaMem {
+            ptr,
+            len,
+            layout: None,
             copy: Mutex::new(()),
         })
     }
@@ -131,34 +158,6 @@ impl DmaMem {
         unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len()) };
         Ok(())
     }
-}
-
-/// An [`RdmaBuffer`] over `len` bytes of memory the caller owns at `addr`, not page-aligned
-/// in general and never freed here: what the kernel's RDMA API takes from an application
-/// (`RDS_GET_MR`'s `rds_iovec`, the local vectors of `RDS_CMSG_RDMA_ARGS`). For the preload
-/// library, which hands a C program's buffers to the stack.
-///
-/// # Errors
-/// `InvalidInput` for a null address, an empty range or one that wraps.
-///
-/// # Safety
-/// `[addr, addr+len)` must be memory of this process that stays mapped while the buffer, or
-/// any region or RDMA operation made from it, lives (the contract the kernel's API puts on
-/// the program). The adapter reads and writes it at any time meanwhile, and
-/// [`RdmaBuffer::read_at`] / [`RdmaBuffer::write_at`] copy from and to it, so the caller must
-/// not hold Rust references into it.
-pub unsafe fn foreign_buffer(addr: u64, len: usize) -> io::Result<RdmaBuffer> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidInput, "RDMA buffer range");
-    if len == 0 || addr.checked_add(len as u64).is_none() {
-        return Err(bad());
-    }
-    let ptr = NonNull::new(addr as usize as *mut u8).ok_or_else(bad)?;
-    Ok(RdmaBuffer::from_mem(Arc::new(DmaMem {
-        ptr,
-        len,
-        layout: None,
-        copy: Mutex::new(()),
-    })))
 }
 
 impl Drop for DmaMem {

@@ -80,7 +80,8 @@ pub fn buffer(addr: u64, len: u64) -> Result<RdmaBuffer, i32> {
     // SAFETY: the kernel's RDMA API makes the program keep memory it registers (RDS_GET_MR,
     // RDS_CMSG_RDMA_MAP) or names in an RDMA operation mapped while the region or operation
     // lives, and lets the adapter access it at any time meanwhile: the same contract
-    // `foreign_buffer` asks for. The library holds no Rust references into it; unmapped
+    // `DmaMem::foreign` asks for. The library holds no Rust references into it; unmapped
     // memory fails the registration (the verbs pin it) with EFAULT.
-    unsafe { rds_core::rdma::foreign_buffer(addr, len) }.map_err(|_| libc::EINVAL)
+    let mem = unsafe { rds_core::rdma::DmaMem::foreign(addr, len) }.map_err(|_| libc::EINVAL)?;
+    Ok(RdmaBuffer::from_mem(mem))
 }
