@@ -326,6 +326,20 @@ impl Lab {
             .check(&format!("guest g{g}: {cmd}"))
     }
 
+    /// Fails unless guest `g`'s kernel lists an RDS connection to guest `peer` over
+    /// InfiniBand (`rdstool info conns`).
+    pub fn expect_kernel_ib_conn(&self, g: usize, peer: usize, timeout: Duration) -> Result<()> {
+        let (me, other) = (self.guest_addr(g), self.guest_addr(peer));
+        let conns = self.exec_ok(g, "rdstool info conns", timeout)?.stdout;
+        if !conns
+            .lines()
+            .any(|l| l.starts_with(&format!("{me} {other} ")) && l.contains(" infiniband "))
+        {
+            bail!("g{g}'s kernel has no infiniband connection to {other}:\n{conns}");
+        }
+        Ok(())
+    }
+
     /// Run `f` on a new thread inside the `rdslab` network namespace and return its result.
     pub fn in_netns<F, T>(&self, f: F) -> Result<T>
     where

@@ -72,6 +72,36 @@ pub fn workspace_bin(name: &str) -> std::path::PathBuf {
     b
 }
 
+/// `tests/preload/NAME.c` built with `cc -O1 -Wall -Werror` into `out_dir`: statically for a
+/// lab guest (which need not have the host's libc) or dynamically for `LD_PRELOAD` (which
+/// needs the dynamic loader).
+///
+/// # Panics
+/// `cc` is missing or fails.
+pub fn build_c_program(
+    name: &str,
+    static_link: bool,
+    out_dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let kind = if static_link { "static" } else { "dynamic" };
+    let out = out_dir.join(format!("{name}-{kind}-{}", std::process::id()));
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("preload")
+        .join(format!("{name}.c"));
+    let mut cc = std::process::Command::new("cc");
+    if static_link {
+        cc.arg("-static");
+    }
+    let st = cc
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc is missing: install gcc and libc6-dev");
+    assert!(st.success(), "cc ({kind}) failed on {}", src.display());
+    out
+}
+
 /// `librds_preload.so` of this build: the newer of `target/<profile>/` (`cargo build -p
 /// rds-preload`) and `target/<profile>/deps/` (where `cargo test --workspace` builds it, for
 /// the crate's doctests).

@@ -62,25 +62,13 @@ fn normalise(text: &str, addr: [&str; 3]) -> String {
         .replace(&format!("{}:", addr[1]), "B:")
 }
 
-/// `rds_calls.c` built with `cc`, statically for the guest (which has no libc of the host's
-/// version) or dynamically for the host (`LD_PRELOAD` needs the dynamic loader).
+/// `rds_calls.c`, statically for the guest or dynamically for the host.
 fn program(static_link: bool) -> PathBuf {
-    let kind = if static_link { "static" } else { "dynamic" };
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("rds_calls-{kind}-{}", std::process::id()));
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("preload/rds_calls.c");
-    let mut cc = Command::new("cc");
-    if static_link {
-        cc.arg("-static");
-    }
-    let st = cc
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc is missing: install gcc and libc6-dev");
-    assert!(st.success(), "cc ({kind}) failed on {}", src.display());
-    out
+    rds_tests::build_c_program(
+        "rds_calls",
+        static_link,
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+    )
 }
 
 /// The transcript of `prog calls A B NOWHERE` (the [`HOST`] addresses) on the host over the

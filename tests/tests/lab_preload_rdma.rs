@@ -15,8 +15,6 @@
 //! `librds_preload.so` (`cargo build --release -p rds-preload`); fails, never skips, when the
 //! lab cannot boot.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
@@ -44,24 +42,14 @@ target: RDS_FREE_MR released the region
 target: a second RDS_FREE_MR: EINVAL
 ";
 
-/// `rds_rdma.c` built with `cc`: dynamically for the preloaded side (`LD_PRELOAD` needs the
+/// `rds_rdma.c`'s bytes: built dynamically for the preloaded side (`LD_PRELOAD` needs the
 /// dynamic loader), statically for the kernel's side.
 fn program(static_link: bool) -> Vec<u8> {
-    let kind = if static_link { "static" } else { "dynamic" };
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("rds_rdma-{kind}-{}", std::process::id()));
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("preload/rds_rdma.c");
-    let mut cc = Command::new("cc");
-    if static_link {
-        cc.arg("-static");
-    }
-    let st = cc
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc is missing: install gcc and libc6-dev");
-    assert!(st.success(), "cc ({kind}) failed on {}", src.display());
+    let out = rds_tests::build_c_program(
+        "rds_rdma",
+        static_link,
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+    );
     let bytes = std::fs::read(&out).unwrap();
     let _ = std::fs::remove_file(&out);
     bytes
@@ -106,7 +94,6 @@ fn exchange(lab: &Lab, ig: usize, role: &str, port: u16) -> Result<()> {
 }
 
 fn run(lab: &Lab) -> Result<()> {
-    let (g1, g2) = (guest_addr(1), guest_addr(2));
     lab.exec_ok(
         1,
         "rmmod rds_rdma && rmmod rds_tcp && rmmod rds && ! grep -q '^rds' /proc/modules",
@@ -128,14 +115,7 @@ fn run(lab: &Lab) -> Result<()> {
         .context("kernel initiator (g2), preloaded RDS_GET_MR target (g1)")?;
     println!("g2 kernel initiator -> g1 preloaded RDS_GET_MR target: RDMA, RDS_FREE_MR checked");
 
-    let conns = lab.exec_ok(2, "rdstool info conns", T)?.stdout;
-    ensure!(
-        conns
-            .lines()
-            .any(|l| l.starts_with(&format!("{g2} {g1} ")) && l.contains(" infiniband ")),
-        "g2's kernel has no infiniband connection to {g1}:\n{conns}"
-    );
-    Ok(())
+    lab.expect_kernel_ib_conn(2, 1, T)
 }
 
 #[test]

@@ -467,13 +467,7 @@ fn ib_auto(lab: &Lab, t: &Tools) -> Result<()> {
     if out.status != 0 || replies == 0 {
         bail!("rds-ping (embedded node, rxe0) g1 -> g2's kernel: {out:?}");
     }
-    let conns = lab.exec_ok(2, "rdstool info conns", T)?.stdout;
-    ensure!(
-        conns
-            .lines()
-            .any(|l| l.starts_with(&format!("{g2} {g1} ")) && l.contains(" infiniband ")),
-        "g2's kernel has no infiniband connection to {g1}:\n{conns}"
-    );
+    lab.expect_kernel_ib_conn(2, 1, T)?;
     println!("rds-ping g1 (no kernel RDS) -> g2: {replies} replies over IB, chosen by itself");
     Ok(())
 }

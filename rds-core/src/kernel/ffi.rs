@@ -155,7 +155,7 @@ const RDS_FREE_MR: libc::c_int = 3;
 /// `RDS_CMSG_RDMA_ARGS`.
 const RDS_CMSG_RDMA_ARGS: libc::c_int = 1;
 /// `RDS_CMSG_RDMA_DEST`.
-const RDS_CMSG_RDMA_DEST: libc::c_int = 2;
+pub(super) const RDS_CMSG_RDMA_DEST: libc::c_int = 2;
 /// `RDS_CMSG_RDMA_MAP`.
 const RDS_CMSG_RDMA_MAP: libc::c_int = 3;
 

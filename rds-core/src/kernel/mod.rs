@@ -28,8 +28,6 @@ const RDS_RECVERR: libc::c_int = 5;
 const RDS_CONG_MONITOR: libc::c_int = 6;
 /// `SO_RDS_TRANSPORT` (upstream numbering).
 const SO_RDS_TRANSPORT: libc::c_int = 8;
-/// `RDS_CMSG_RDMA_DEST`.
-const RDS_CMSG_RDMA_DEST: libc::c_int = 2;
 /// `RDS_CMSG_RDMA_STATUS`.
 const RDS_CMSG_RDMA_STATUS: libc::c_int = 4;
 /// `RDS_CMSG_CONG_UPDATE`.
@@ -254,7 +252,7 @@ impl KernelSocket {
         for (level, ty, data) in &r.cmsgs {
             match (*level, *ty) {
                 (ffi::SOL_RDS, RDS_CMSG_CONG_UPDATE) => out.cong_update = u64_of(data),
-                (ffi::SOL_RDS, RDS_CMSG_RDMA_DEST) => out.rdma_dest = u64_of(data),
+                (ffi::SOL_RDS, ffi::RDS_CMSG_RDMA_DEST) => out.rdma_dest = u64_of(data),
                 (ffi::SOL_RDS, RDS_CMSG_RDMA_STATUS) => {
                     let status = data
                         .get(8..12)
