@@ -5,9 +5,10 @@
 //! Locking: the I/O thread holds the transport lock while it works and takes the engine lock
 //! inside it; application threads take the engine lock, briefly (to queue or dequeue a
 //! message), and, while the I/O thread sleeps, `try_lock` the TCP transport to write a small
-//! message on an idle lane themselves (`Inner::after_app_call_inline`). Blocking socket
-//! calls wait on a per-socket condition variable tied to the engine lock. The I/O thread is
-//! woken through an eventfd only when it sleeps.
+//! message on an idle lane themselves (`Inner::after_app_call_inline`), and post RDS/IB
+//! frames when no other thread holds the IB transport. Blocking socket calls wait on a
+//! per-socket condition variable tied to the engine lock. The I/O thread is woken through an
+//! eventfd only when it sleeps.
 
 pub mod admin;
 pub(crate) mod ib;
@@ -618,8 +619,10 @@ impl Inner {
     /// Transmit work for an idle RDS/TCP lane ([`Tcp::lane_idle`]) runs here, in the caller's
     /// thread, while the I/O thread sleeps and no other thread holds the transport (as the
     /// kernel's `sendmsg` runs `rds_send_xmit`): the frames are pulled and written with one
-    /// `writev`, and the I/O thread is not woken. Everything else (a busy lane or transport, a
-    /// partial write, connects, IB) is left to the I/O thread, which batches it.
+    /// `writev`, and the I/O thread is not woken. An RDS/IB connection's frames are posted
+    /// here whenever the IB transport is free (posting never blocks). Everything else (a busy
+    /// lane or transport, a partial write, connects) is left to the I/O thread, which
+    /// batches it.
     pub(crate) fn after_app_call(&self, core: MutexGuard<'_, Core>) {
         self.after_app_call_inline(core, true);
     }
@@ -630,6 +633,22 @@ impl Inner {
     pub(crate) fn after_app_call_inline(&self, mut core: MutexGuard<'_, Core>, inline: bool) {
         if !drain_events(&mut core, self, true) {
             return;
+        }
+        // Posting to an IB queue pair never blocks: a sender posts its frames itself whenever
+        // no other thread holds the IB transport, as the kernel's `sendmsg` posts them.
+        if ib_transmit_first(&core) {
+            let ib = match self.ib.try_lock() {
+                Ok(ib) => Some(ib),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut ib) = ib {
+                self.post_here(&mut ib, &mut core);
+                drop(ib);
+                if core.io_work.is_empty() {
+                    return;
+                }
+            }
         }
         // An I/O thread that is awake takes the work without a wakeup, and batches it.
         if inline && self.io_sleeping.load(Ordering::SeqCst) && tcp_transmit_first(&core) {
@@ -686,6 +705,22 @@ impl Inner {
         drop(tcp);
         if left {
             self.wake_io();
+        }
+    }
+
+    /// [`Inner::after_app_call`]'s IB transmit with the IB transport lock held: posts the
+    /// frames of the leading IB transmit work of `io_work` (RDS/IB connections only).
+    fn post_here(&self, ib: &mut Option<Ib>, core: &mut Core) {
+        let Some(t) = ib.as_mut() else {
+            return;
+        };
+        let now = self.now();
+        while ib_transmit_first(core) {
+            let Some(Event::Transmit { conn, path }) = core.io_work.pop_front() else {
+                break;
+            };
+            t.pull(&mut core.stack, now, conn, path);
+            drain_events(core, self, true);
         }
     }
 
@@ -988,8 +1023,17 @@ pub(crate) const INLINE_MAX: usize = 16 << 10;
 /// Whether the next transport work is a transmit on an RDS/TCP lane (what an application
 /// thread may do itself).
 fn tcp_transmit_first(core: &Core) -> bool {
+    transmit_first(core, TransportKind::Tcp)
+}
+
+/// Whether the next transport work is a transmit on an RDS/IB connection.
+fn ib_transmit_first(core: &Core) -> bool {
+    transmit_first(core, TransportKind::Ib)
+}
+
+fn transmit_first(core: &Core, kind: TransportKind) -> bool {
     matches!(core.io_work.front(), Some(&Event::Transmit { conn, .. })
-        if core.stack.conn_addrs(conn).2 == TransportKind::Tcp)
+        if core.stack.conn_addrs(conn).2 == kind)
 }
 
 /// Handles the engine's events: socket wakeups at once, transport work into `io_work`.

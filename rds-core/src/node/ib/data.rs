@@ -2,6 +2,7 @@
 //! receive ring, send slots, the ACK buffer), posting the engine's frames as SENDs with any
 //! RDMA operation ahead of its message, and draining completions into the engine.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::ib::{
@@ -25,6 +26,11 @@ pub(super) const SLOT: usize = HEADER_LEN + FRAG_SIZE;
 const RECV_WRS: usize = 256;
 /// Send work requests per connection (plus one for the ACK-only frame).
 const SEND_WRS: usize = 128;
+/// Data SENDs posted unsignaled between two signaled ones (the kernel's
+/// `rds_ib_sysctl_max_unsig_wrs`): a completion, and the completion event that wakes the I/O
+/// thread, per 17 SENDs instead of per SEND. The send queue completes in order, so a signaled
+/// SEND's completion frees the slots of the unsignaled ones posted before it.
+const UNSIGNALED_MAX: usize = 16;
 const ACK_WR_ID: u64 = u64::MAX;
 const RECV_WR_BIT: u64 = 1 << 32;
 /// Work request ids of RDMA operations (`| slot`).
@@ -54,6 +60,10 @@ pub(super) struct Res {
     send: Mr,
     ack: Mr,
     free: Vec<usize>,
+    /// Send slots posted and not yet known complete, in posting order.
+    posted: VecDeque<usize>,
+    /// Data SENDs still to post unsignaled before the next signaled one.
+    unsig: usize,
     ack_busy: bool,
     /// RDMA operations in flight, by slot.
     rdma: Vec<Option<Inflight>>,
@@ -102,14 +112,7 @@ impl Ib {
         let recv = pd.reg_mr(RECV_WRS * SLOT, Access::LOCAL_WRITE)?;
         let send = pd.reg_mr(SEND_WRS * SLOT, Access::LOCAL_WRITE)?;
         let ack = pd.reg_mr(HEADER_LEN, Access::LOCAL_WRITE)?;
-        for s in 0..RECV_WRS {
-            let sge = [recv.sge(s * SLOT, SLOT).map_err(out_of_range)?];
-            qp.post_recv(&[RecvWr {
-                wr_id: RECV_WR_BIT | s as u64,
-                sges: &sge,
-            }])
-            .map_err(|e| e.source)?;
-        }
+        post_recvs(&qp, &recv, &(0..RECV_WRS).collect::<Vec<_>>())?;
         cq.req_notify(false)?;
         if let Some(fd) = cq.fd() {
             epoll
@@ -123,6 +126,8 @@ impl Ib {
             send,
             ack,
             free: (0..SEND_WRS).rev().collect(),
+            posted: VecDeque::with_capacity(SEND_WRS),
+            unsig: UNSIGNALED_MAX,
             ack_busy: false,
             rdma: (0..RDMA_SLOTS).map(|_| None).collect(),
             rdma_wrs: 0,
@@ -215,6 +220,8 @@ impl Ib {
                     self.stats.inc(IbCounter::IbAckSendPiggybacked);
                 }
                 let slot = r.free.pop().expect("checked");
+                // The last free slot is always signaled, so that a full ring frees itself.
+                let signaled = r.unsig == 0 || r.free.is_empty();
                 let off = slot * SLOT;
                 let _ = r.send.write_at(off, &t.hdr);
                 let _ = r.send.write_at(off + HEADER_LEN, &t.payload);
@@ -222,14 +229,23 @@ impl Ib {
                     failed = true;
                     break;
                 };
-                r.qp.post_send(&[SendWr {
+                let posted = r.qp.post_send(&[SendWr {
                     wr_id: slot as u64,
                     op: SendOp::Send,
                     sges: &[s],
-                    signaled: true,
+                    signaled,
                     solicited: t.solicited,
                     fence,
-                }])
+                }]);
+                if posted.is_ok() {
+                    r.posted.push_back(slot);
+                    r.unsig = if signaled {
+                        UNSIGNALED_MAX
+                    } else {
+                        r.unsig - 1
+                    };
+                }
+                posted
             };
             if let Err(e) = posted {
                 if t.kind == FrameKind::AckOnly {
@@ -276,7 +292,17 @@ impl Ib {
         let mut engine_dropped = false;
         let mut want_pull = false;
         let (mut tx_seen, mut rx_seen) = (false, false);
+        // Receive buffers consumed by this poll, reposted together after it.
+        let mut refill: Vec<usize> = Vec::new();
         'outer: while !dead {
+            if !refill.is_empty() {
+                if post_recvs(&r.qp, &r.recv, &refill).is_err() {
+                    dead = true;
+                    break;
+                }
+                self.stats.add(IbCounter::IbRxRefillFromCq, refill.len() as u64);
+                refill.clear();
+            }
             let n = match r.cq.poll(&mut self.wcs) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -346,26 +372,15 @@ impl Ib {
                         engine_dropped = true;
                         break 'outer;
                     }
-                    let Ok(sge) = r.recv.sge(slot * SLOT, SLOT) else {
-                        dead = true;
-                        break 'outer;
-                    };
-                    if r.qp
-                        .post_recv(&[RecvWr {
-                            wr_id: id,
-                            sges: &[sge],
-                        }])
-                        .is_err()
-                    {
-                        dead = true;
-                        break 'outer;
-                    }
-                    self.stats.inc(IbCounter::IbRxRefillFromCq);
+                    refill.push(slot);
                 } else if id & RDMA_WR_BIT != 0 {
                     // handled above
                 } else if (id as usize) < SEND_WRS {
                     tx_seen = true;
-                    r.free.push(id as usize);
+                    // This SEND and every unsignaled one posted before it are done.
+                    if let Some(k) = r.posted.iter().position(|&s| s == id as usize) {
+                        r.free.extend(r.posted.drain(..=k));
+                    }
                     want_pull = true;
                 }
             }
@@ -389,6 +404,24 @@ impl Ib {
             self.pull(stack, now, conn, path);
         }
     }
+}
+
+/// Posts the receive buffers `slots` again, as one chain of work requests.
+fn post_recvs(qp: &Qp, recv: &Mr, slots: &[usize]) -> Result<(), VerbsError> {
+    let sges = slots
+        .iter()
+        .map(|&s| recv.sge(s * SLOT, SLOT))
+        .collect::<Result<Vec<Sge<'_>>, _>>()
+        .map_err(out_of_range)?;
+    let wrs: Vec<RecvWr<'_>> = slots
+        .iter()
+        .zip(&sges)
+        .map(|(&s, sge)| RecvWr {
+            wr_id: RECV_WR_BIT | s as u64,
+            sges: std::slice::from_ref(sge),
+        })
+        .collect();
+    qp.post_recv(&wrs).map_err(|e| e.source)
 }
 
 /// The queue pairs of a connection as traces show them (RoCE has no LIDs).
