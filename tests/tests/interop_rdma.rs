@@ -61,7 +61,7 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(120);
+const T: Duration = Duration::from_secs(60);
 /// Guest-side limit for one case.
 const CASE_LIMIT: Duration = Duration::from_secs(90);
 
@@ -774,11 +774,21 @@ fn guest_target(node: &Node, ours: Ipv4Addr, peer: Ipv4Addr, cases: &[Case]) -> 
         );
         s.send_to(reply.as_bytes(), to).context("send CHECKED")?;
         out(i, &format!("rdma-target: sent {reply}"));
-        wait_until("CHECKED to leave our send queue", T, || {
+        // Half the host's limit, so that the host sees this report.
+        wait_until("CHECKED to leave our send queue", T / 2, || {
             !node
                 .send_queue()
                 .iter()
                 .any(|q| q.lport == c.t_port && q.laddr == me.ip())
+        })
+        .with_context(|| {
+            format!(
+                "send queue {:?}, retransmit queue {:?}, conns {:?}, stats {}",
+                node.send_queue(),
+                node.retrans_queue(),
+                node.connections(),
+                nonzero_stats(node)
+            )
         })?;
         let free = match s.free_mr(cookie, false) {
             Ok(()) => "ok".to_string(),
@@ -894,7 +904,12 @@ fn ours_to_ours_rdma(lab: &Lab, p1: &str, p2: &str, report: &mut Vec<String>) ->
         let t0 = Instant::now();
         jobs.0[0].wait_for_output(&format!("RDMA{i} rdma-initiator: bound"), T)?;
         lab.write_share(1, &format!("rdma-go-{}", c.t_port), b"go")?;
-        let t_out = case_done(&jobs.0[1], i, "rdma-target")?;
+        let t_out = case_done(&jobs.0[1], i, "rdma-target").map_err(|e| {
+            e.context(format!(
+                "our initiator so far:\n{}",
+                jobs.0[0].stdout_so_far()
+            ))
+        })?;
         let cookie = case_cookie(c, &t_out)?;
         same_lines(
             "our target",

@@ -286,7 +286,9 @@ impl Ib {
         let Some(r) = c.res.as_mut() else {
             return;
         };
-        while let Ok(true) = r.cq.get_event() {}
+        // One event per arming; a second one pending keeps the fd readable (epoll is
+        // level-triggered), so one read (no second read for EAGAIN) is enough.
+        let _ = r.cq.get_event();
         self.stats.inc(IbCounter::IbTaskletCall);
         let mut dead = r.cq.req_notify(false).is_err();
         let mut engine_dropped = false;
@@ -300,7 +302,8 @@ impl Ib {
                     dead = true;
                     break;
                 }
-                self.stats.add(IbCounter::IbRxRefillFromCq, refill.len() as u64);
+                self.stats
+                    .add(IbCounter::IbRxRefillFromCq, refill.len() as u64);
                 refill.clear();
             }
             let n = match r.cq.poll(&mut self.wcs) {
