@@ -9,6 +9,7 @@ pub mod manpage;
 pub mod peer;
 pub mod proc;
 pub mod raw;
+pub mod stress;
 
 /// The project's dissector, `wireshark/rds.lua`.
 pub fn lua_script() -> std::path::PathBuf {

@@ -13,9 +13,10 @@
 //! interop_stress -- --ignored --nocapture`. It fails, never skips, when the lab cannot run.
 
 use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1};
+use rds_tests::stress::{c_rds_stress, our_rds_stress, parse_row, HEADER};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// The control port and first data port (C default 4000).
@@ -32,30 +33,11 @@ const RUN_LIMIT: Duration = Duration::from_secs(40);
 /// One side's output, parsed.
 #[derive(Debug)]
 struct Stress {
-    /// Per-second lines: (tasks, tx/s, rx/s, tx+rx K/s, mbi K/s, mbo K/s).
-    seconds: Vec<[f64; 6]>,
+    /// Per-second lines: tasks, tx/s, rx/s, tx+rx K/s, mbi K/s, mbo K/s, tx us/c, rtt us,
+    /// cpu %.
+    seconds: Vec<[f64; 9]>,
     /// The `(average)` line, same columns.
-    average: [f64; 6],
-}
-
-fn parse_row(line: &str) -> Option<[f64; 6]> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() < 9 {
-        return None;
-    }
-    let mut v = [0f64; 6];
-    for (i, slot) in v.iter_mut().enumerate() {
-        *slot = f[i].parse().ok()?;
-    }
-    // tx us/c, rtt us, cpu % must be numbers too
-    for x in &f[6..9] {
-        x.parse::<f64>().ok()?;
-    }
-    match f.len() {
-        9 => Some(v),
-        10 if f[9] == "(average)" => Some(v),
-        _ => None,
-    }
+    average: [f64; 9],
 }
 
 /// Parses and checks the output of a finished run: header, `SECS`-ish per-second lines, the
@@ -80,9 +62,8 @@ fn check_output(who: &str, out: &str, err: &str) -> Stress {
         out.contains("negotiated options, tasks will start in 2 seconds"),
         "{who}: no negotiation line:\n{out}"
     );
-    let header = "tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %";
     assert!(
-        out.lines().any(|l| l == header),
+        out.lines().any(|l| l == HEADER),
         "{who}: no column header:\n{out}"
     );
     let mut seconds = Vec::new();
@@ -108,7 +89,7 @@ fn check_output(who: &str, out: &str, err: &str) -> Stress {
         assert_eq!(row[0], TASKS as f64, "{who}: tasks column:\n{out}");
         assert_eq!((row[4], row[5]), (0.0, 0.0), "{who}: RDMA columns:\n{out}");
     }
-    let [_, tx, rx, kps, _, _] = average;
+    let [_, tx, rx, kps, ..] = average;
     assert!(tx > 0.0 && rx > 0.0, "{who}: no traffic both ways:\n{out}");
     // Every message is a request (REQ) or an ack (ACK), plus a small header; the byte rate
     // must lie between all-acks and all-requests (factor 2 slack for rounding windows).
@@ -118,43 +99,6 @@ fn check_output(who: &str, out: &str, err: &str) -> Stress {
         "{who}: tx+rx K/s {kps} does not fit {msgs} msgs/s of {ACK}..{REQ} bytes:\n{out}"
     );
     Stress { seconds, average }
-}
-
-/// `target/release/rds-stress`, next to this test's executable (`target/release/deps/..`).
-fn our_rds_stress() -> PathBuf {
-    if let Some(p) = std::env::var_os("RDS_STRESS_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps");
-    let bin = dir.join("rds-stress");
-    assert!(
-        bin.is_file(),
-        "our rds-stress is not built: {} is missing (cargo build --release -p rds-stress, \
-         or run cargo test --workspace --release, or set RDS_STRESS_BIN)",
-        bin.display()
-    );
-    bin
-}
-
-/// Builds (or takes from the cache) the static C rds-stress of version `ver`.
-fn c_rds_stress(ver: &str) -> Vec<u8> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/build-c-rds-stress.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(ver)
-        .output()
-        .expect("running build-c-rds-stress.sh");
-    assert!(
-        out.status.success(),
-        "build-c-rds-stress.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
 }
 
 /// Our rds-stress in the namespace, stdout/stderr to files in `dir`.
@@ -260,8 +204,14 @@ const VERSIONS: [(&str, &str); 2] = [("2.0.7", ""), ("2.3.11", " --disable-inq")
 #[test]
 #[ignore = "needs a git clone of oracle/rds-tools (RDS_TOOLS_GIT) for the C rds-stress"]
 fn stress_interop_with_c_rds_stress() {
-    let ours_bin = our_rds_stress();
-    let c_bins: Vec<Vec<u8>> = VERSIONS.iter().map(|(v, _)| c_rds_stress(v)).collect();
+    let ours_bin = our_rds_stress().unwrap_or_else(|e| panic!("{e:#}"));
+    let c_bins: Vec<Vec<u8>> = VERSIONS
+        .iter()
+        .map(|(v, _)| {
+            let p = c_rds_stress(v).unwrap_or_else(|e| panic!("{e:#}"));
+            std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+        })
+        .collect();
     let t0 = Instant::now();
     let lab = Lab::start(
         1,

@@ -26,52 +26,16 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::lab::{guest_addr, Lab, LabOptions};
-use std::path::{Path, PathBuf};
+use rds_tests::stress::{our_rds_stress, parse_row, HEADER};
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 4300;
 const SECS: u32 = 5;
 /// Guest-side limit of one rds-stress run (4 s start-up + 5 s + 1 s stop, TCG slack).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
-const HEADER: &str = "tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %";
-
-/// `target/release/rds-stress`, next to this test's executable (`target/release/deps/..`).
-fn our_rds_stress() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("RDS_STRESS_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().context("current_exe")?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("test executable in target/<profile>/deps")?;
-    let bin = dir.join("rds-stress");
-    ensure!(
-        bin.is_file(),
-        "our rds-stress is not built: {} is missing (cargo build --release -p rds-stress, or \
-         set RDS_STRESS_BIN)",
-        bin.display()
-    );
-    Ok(bin)
-}
 
 fn debug() -> bool {
     std::env::var_os("RDS_IB_DEBUG").is_some()
-}
-
-/// One output row: tasks, tx/s, rx/s, tx+rx K/s, mbi K/s, mbo K/s, tx us/c, rtt us, cpu %.
-fn parse_row(line: &str) -> Option<[f64; 9]> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    match f.len() {
-        9 => {}
-        10 if f[9] == "(average)" => {}
-        _ => return None,
-    }
-    let mut v = [0f64; 9];
-    for (i, slot) in v.iter_mut().enumerate() {
-        *slot = f[i].parse().ok()?;
-    }
-    Some(v)
 }
 
 /// Which RDMA columns must be non-zero (`true`) or exactly zero (`false`).

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 19's one-CPU rows in the kernel interop lab, one boot of two qemu TCG guests (1 vCPU
+# each, Debian's 6.1 kernel): the original C rds-stress on the kernel's RDS next to our
+# rds-stress on our stack, 64 B requests and acks -t 1 -d 1 and -t 2 -d 32, and 64 KiB -d 4,
+#   - between the two guests over TCP (kernel rds_tcp / our embedded nodes),
+#   - inside one guest between two of its addresses (the kernel's loopback transport / two
+#     clients of our daemon; our rds-stress --loopback as an extra, informational row).
+# Prints per row kernel req/s, ours req/s (the (average) line's tx/s of the active side),
+# ours/kernel and the issue's target (tests/tests/bench_lab_app_path.rs has the details).
+# Not part of the CI test run; needs root (namespaces, taps, qemu) and a git clone of
+# oracle/rds-tools for the C rds-stress (the project keeps no copy of it).
+# Usage: RDS_TOOLS_GIT=/path/to/rds-tools.git scripts/bench-lab-app-path.sh
+#   BENCH_SECS  -T of each run (default 5); BENCH_TIMEOUT outer limit in seconds (default 1200)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+	echo "bench-lab-app-path.sh: needs root (the lab uses network namespaces, taps and qemu)" >&2
+	exit 2
+fi
+if [ -z "${RDS_TOOLS_GIT:-}" ]; then
+	echo "bench-lab-app-path.sh: RDS_TOOLS_GIT is not set: it names a git clone of" \
+		"oracle/rds-tools, from which tests/lab/build-c-rds-stress.sh builds the original C" \
+		"rds-stress (git clone --bare https://github.com/oracle/rds-tools rds-tools.git;" \
+		"RDS_TOOLS_GIT=\$PWD/rds-tools.git $0)" >&2
+	exit 2
+fi
+export RDS_TOOLS_GIT
+case ${BENCH_SECS:-5} in '' | *[!0-9]*) echo "bench-lab-app-path.sh: BENCH_SECS wants whole seconds, got '$BENCH_SECS'" >&2; exit 2 ;; esac
+# The C program first: a wrong RDS_TOOLS_GIT fails here, before anything is built or booted.
+tests/lab/build-c-rds-stress.sh 2.0.7 >/dev/null
+# Every wait inside the test is bounded; this is the outer bound of the whole run.
+timeout --kill-after=30 "${BENCH_TIMEOUT:-1200}" \
+	cargo build -q --release -p rds-stress -p rds-ctrl
+exec timeout --kill-after=30 "${BENCH_TIMEOUT:-1200}" \
+	cargo test -q -p rds-tests --release --test bench_lab_app_path -- \
+	--ignored --exact --nocapture --test-threads 1 bench_lab_app_path
