@@ -57,6 +57,19 @@
 //! our stack alone (ping) already takes longer than the kernel's stack plus its
 //! application (rr), so most of the latency gap is inside our stack's per-message path,
 //! about 0.7 ms of RTT/2 is the hand-off to and from our application thread.
+//!
+//! 2026-11-26, two runs in a row on an otherwise idle host, before and after the sender posts
+//! its own SENDs, one data SEND in 17 is signaled and receive buffers are reposted in one
+//! chain (commit 9d1f66d, then that change); medians of 3 rounds, ours/kernel:
+//!
+//! ```text
+//!   size   msgs/s before  after   p50 before  after   ours msgs/s before  after
+//!     64         0.18     1.06          2.39   1.53             1101.0  4978.6
+//!   4096         0.49     1.12          2.17   1.15             1046.1  2184.5
+//!  65536         0.38     0.85          3.49   1.26               67.5   149.7
+//! ```
+//!
+//! The RDS ping row (our stack alone) went from 0.31 to 0.18 of the kernel's RTT/2.
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_core::Socket;
