@@ -116,78 +116,23 @@ pub(crate) struct Waiter {
     /// waiting costs no `futex` call.
     pub waiting: AtomicUsize,
     /// Readable eventfd (POLLIN readiness), created on demand.
-    pub rx_fd: Mutex<Option<ReadyFd>>,
+    pub rx_fd: Mutex<Option<(OwnedFd, bool)>>,
     /// Writable eventfd (POLLOUT readiness), created on demand.
-    pub tx_fd: Mutex<Option<ReadyFd>>,
-}
-
-/// A readiness eventfd and the state it stands for.
-#[derive(Debug)]
-pub(crate) struct ReadyFd {
-    pub fd: OwnedFd,
-    /// Ready: the eventfd is signalled, or `owed` a signal.
-    ready: bool,
-    /// Ready, but the eventfd is written only by [`Waiter::flush_fds`] (after the engine lock
-    /// is released, so that the thread it wakes does not block on that lock).
-    owed: bool,
-}
-
-impl ReadyFd {
-    pub(crate) fn new(fd: OwnedFd) -> ReadyFd {
-        ReadyFd {
-            fd,
-            ready: false,
-            owed: false,
-        }
-    }
-
-    /// Sets the state; a signal is written at once, or owed if `defer`. Returns whether one is
-    /// owed.
-    fn set(&mut self, want: bool, defer: bool) -> bool {
-        if want && !self.ready {
-            self.ready = true;
-            if defer {
-                self.owed = true;
-            } else {
-                sys::eventfd_signal(self.fd.as_raw_fd());
-            }
-        } else if !want && self.ready {
-            self.ready = false;
-            // An owed signal was never written: nothing to read back.
-            if !std::mem::take(&mut self.owed) {
-                sys::eventfd_clear(self.fd.as_raw_fd());
-            }
-        }
-        self.owed
-    }
+    pub tx_fd: Mutex<Option<(OwnedFd, bool)>>,
 }
 
 impl Waiter {
     /// Brings the readiness eventfds in line with the socket's state.
     pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
-        self.set_fds(readable, writable, false);
-    }
-
-    /// As [`Waiter::update_fds`], but an eventfd turning ready is written by
-    /// [`Waiter::flush_fds`]. Returns whether a signal is owed.
-    fn set_fds(&self, readable: bool, writable: bool, defer: bool) -> bool {
-        let mut owed = false;
         for (slot, want) in [(&self.rx_fd, readable), (&self.tx_fd, writable)] {
             let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = g.as_mut() {
-                owed |= r.set(want, defer);
-            }
-        }
-        owed
-    }
-
-    /// Writes the owed signals of [`Waiter::set_fds`] (a state cleared meanwhile owes none).
-    fn flush_fds(&self) {
-        for slot in [&self.rx_fd, &self.tx_fd] {
-            let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = g.as_mut() {
-                if std::mem::take(&mut r.owed) {
-                    sys::eventfd_signal(r.fd.as_raw_fd());
+            if let Some((fd, signaled)) = g.as_mut() {
+                if want && !*signaled {
+                    sys::eventfd_signal(fd.as_raw_fd());
+                    *signaled = true;
+                } else if !want && *signaled {
+                    sys::eventfd_clear(fd.as_raw_fd());
+                    *signaled = false;
                 }
             }
         }
@@ -201,11 +146,6 @@ pub(crate) struct Core {
     /// Transport work queued by application threads for the I/O thread.
     pub io_work: VecDeque<Event>,
     pub waiters: HashMap<SockId, Arc<Waiter>>,
-    /// Sockets whose blocked threads are woken right after the engine lock is released
-    /// ([`release_and_wake`]): woken under the lock, a thread would only block on it.
-    /// `(socket, notify its condition variable)`; their owed readiness signals are written
-    /// then too.
-    pub wake_later: Vec<(Arc<Waiter>, bool)>,
 }
 
 #[derive(Debug)]
@@ -317,7 +257,6 @@ impl Node {
                 stack,
                 io_work: VecDeque::new(),
                 waiters: HashMap::new(),
-                wake_later: Vec::new(),
             }),
             cong_cv: Condvar::new(),
             tcp: Mutex::new(tcp),
@@ -692,8 +631,8 @@ impl Inner {
     /// sender passes whether its message is small: a large one is written by the I/O thread
     /// while the sender goes on, and does not hold the transport from it).
     pub(crate) fn after_app_call_inline(&self, mut core: MutexGuard<'_, Core>, inline: bool) {
-        if !drain_events(&mut core, self) {
-            return release_and_wake(core);
+        if !drain_events(&mut core, self, true) {
+            return;
         }
         // Posting to an IB queue pair never blocks: a sender posts its frames itself whenever
         // no other thread holds the IB transport, as the kernel's `sendmsg` posts them.
@@ -707,7 +646,7 @@ impl Inner {
                 self.post_here(&mut ib, &mut core);
                 drop(ib);
                 if core.io_work.is_empty() {
-                    return release_and_wake(core);
+                    return;
                 }
             }
         }
@@ -721,7 +660,7 @@ impl Inner {
                 Err(std::sync::TryLockError::WouldBlock) => {}
             }
         }
-        release_and_wake(core);
+        drop(core);
         self.wake_io();
     }
 
@@ -742,9 +681,9 @@ impl Inner {
                 }
                 core.io_work.pop_front();
                 tcp.pull(&mut core.stack, conn, path, now, &self.tap);
-                drain_events(&mut core, self);
+                drain_events(&mut core, self, true);
             }
-            release_and_wake(core);
+            drop(core);
             let refill = tcp.flush(now, &mut outs);
             core = lock(&self.core);
             if outs.is_empty() && refill.is_empty() {
@@ -759,10 +698,10 @@ impl Inner {
                     tcp.pull(&mut core.stack, conn, path, now, &self.tap);
                 }
             }
-            drain_events(&mut core, self);
+            drain_events(&mut core, self, true);
         }
         let left = !core.io_work.is_empty() || tcp.has_pending();
-        release_and_wake(core);
+        drop(core);
         drop(tcp);
         if left {
             self.wake_io();
@@ -781,7 +720,7 @@ impl Inner {
                 break;
             };
             t.pull(&mut core.stack, now, conn, path);
-            drain_events(core, self);
+            drain_events(core, self, true);
         }
     }
 
@@ -812,8 +751,7 @@ impl Inner {
             let mut core = lock(&self.core);
             let now = self.now();
             core.stack.shutdown(now);
-            drain_events(&mut core, self);
-            release_and_wake(core);
+            drain_events(&mut core, self, true);
         }
         self.wake_io();
         // Give half-closed connections a moment to drain, then stop.
@@ -920,7 +858,6 @@ impl Inner {
             }
             crate::proto::driver::handle_due(&mut core.stack, now);
             self.run_io_work(&mut tcp, &mut ib, &mut core, now);
-            release_and_wake(core);
         }
         // Write outside the engine lock; acknowledgements and refills come back in.
         for _ in 0..4 {
@@ -935,7 +872,6 @@ impl Inner {
                 tcp.pull(&mut core.stack, c, p, now, &self.tap);
             }
             self.run_io_work(&mut tcp, &mut ib, &mut core, now);
-            release_and_wake(core);
         }
         tcp.has_pending()
     }
@@ -1066,7 +1002,7 @@ impl Inner {
 
     /// Executes the engine's transport work (connect, disconnect, transmit) and wakes sockets.
     fn run_io_work(&self, tcp: &mut Tcp, ib: &mut Option<Ib>, core: &mut Core, now: Instant) {
-        drain_events(core, self);
+        drain_events(core, self, false);
         while let Some(ev) = core.io_work.pop_front() {
             let mut io = TransportIo {
                 tap: &self.tap,
@@ -1076,7 +1012,7 @@ impl Inner {
                 now,
             };
             crate::proto::driver::dispatch(&mut io, ev);
-            drain_events(core, self);
+            drain_events(core, self, false);
         }
     }
 }
@@ -1100,10 +1036,9 @@ fn transmit_first(core: &Core, kind: TransportKind) -> bool {
         if core.stack.conn_addrs(conn).2 == kind)
 }
 
-/// Handles the engine's events: readiness eventfds at once, blocked threads into
-/// `wake_later` (the caller wakes them with [`release_and_wake`]), transport work into
-/// `io_work`. Returns whether transport work was queued.
-fn drain_events(core: &mut Core, inner: &Inner) -> bool {
+/// Handles the engine's events: socket wakeups at once, transport work into `io_work`.
+/// Returns whether transport work was queued.
+fn drain_events(core: &mut Core, inner: &Inner, _from_app: bool) -> bool {
     let mut io = AppIo {
         core,
         inner,
@@ -1121,19 +1056,6 @@ struct AppIo<'a> {
     inner: &'a Inner,
     /// Transport work was queued.
     queued: bool,
-}
-
-/// Releases the engine lock, then wakes the threads blocked on the sockets in `wake_later`
-/// and writes their owed readiness signals.
-fn release_and_wake(mut core: MutexGuard<'_, Core>) {
-    let wakes = std::mem::take(&mut core.wake_later);
-    drop(core);
-    for (w, notify) in wakes {
-        w.flush_fds();
-        if notify {
-            w.cv.notify_all();
-        }
-    }
 }
 
 impl AppIo<'_> {
@@ -1171,17 +1093,12 @@ impl crate::proto::driver::Io for AppIo<'_> {
 
     fn wake(&mut self, sock: SockId) {
         if let Some(w) = self.core.waiters.get(&sock) {
-            let notify = w.waiting.load(Ordering::Relaxed) > 0;
+            if w.waiting.load(Ordering::Relaxed) > 0 {
+                w.cv.notify_all();
+            }
             let r = self.core.stack.readable(sock);
             let wr = self.core.stack.writable(sock);
-            let owed = w.set_fds(r, wr, true);
-            if notify || owed {
-                let later = &mut self.core.wake_later;
-                match later.iter_mut().find(|(x, _)| Arc::ptr_eq(x, w)) {
-                    Some(e) => e.1 |= notify,
-                    None => later.push((w.clone(), notify)),
-                }
-            }
+            w.update_fds(r, wr);
         }
     }
 
@@ -1288,48 +1205,5 @@ mod mem_budget_tests {
             ..Tunables::default()
         };
         assert_eq!(resolve_tunables(set).mem_budget, 5 << 20);
-    }
-}
-
-#[cfg(test)]
-mod ready_fd_tests {
-    use super::*;
-
-    fn readable(w: &Waiter) -> bool {
-        let fd = w.rx_fd.lock().unwrap().as_ref().unwrap().fd.as_raw_fd();
-        sys::poll_readable(&[fd], Duration::ZERO).unwrap()[0]
-    }
-
-    fn waiter() -> Waiter {
-        let w = Waiter::default();
-        *w.rx_fd.lock().unwrap() = Some(ReadyFd::new(sys::eventfd().unwrap()));
-        w
-    }
-
-    /// A deferred "ready" is written by `flush_fds`, once.
-    #[test]
-    fn a_deferred_signal_is_written_by_the_flush() {
-        let w = waiter();
-        assert!(w.set_fds(true, false, true));
-        assert!(!readable(&w), "written before the flush");
-        w.flush_fds();
-        assert!(readable(&w));
-        // Ready already: nothing more is owed.
-        assert!(!w.set_fds(true, false, true));
-        w.update_fds(false, false);
-        assert!(!readable(&w));
-    }
-
-    /// A state cleared before the flush owes nothing: the eventfd never turns readable.
-    #[test]
-    fn a_cleared_state_owes_no_signal() {
-        let w = waiter();
-        assert!(w.set_fds(true, false, true));
-        w.update_fds(false, false);
-        w.flush_fds();
-        assert!(!readable(&w));
-        // And an immediate update still signals at once.
-        w.update_fds(true, false);
-        assert!(readable(&w));
     }
 }

@@ -44,7 +44,7 @@ use crate::ctl::SockOpt;
 use crate::errno::err;
 use crate::info::{canonical, SockId, TransportKind};
 use crate::message::Received;
-use crate::node::{Node, NodeConfig, ReadyFd, Waiter};
+use crate::node::{Node, NodeConfig, Waiter};
 use crate::proto::{SendError, SendExtras};
 use crate::rdma::{cookie_rkey, MrFlags, RdmaBuffer, RdmaOp, SendCtl, Sent};
 
@@ -1075,9 +1075,9 @@ impl Socket {
         let slot = if rx { &b.waiter.rx_fd } else { &b.waiter.tx_fd };
         let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
-            *g = Some(ReadyFd::new(sys::eventfd()?));
+            *g = Some((sys::eventfd()?, false));
         }
-        let fd = g.as_ref().map(|r| r.fd.as_raw_fd()).expect("just set");
+        let fd = g.as_ref().map(|(f, _)| f.as_raw_fd()).expect("just set");
         drop(g);
         b.waiter
             .update_fds(core.stack.readable(b.id), core.stack.writable(b.id));
