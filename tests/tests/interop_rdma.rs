@@ -515,7 +515,8 @@ fn scatter(v: &[LocalVec], data: &[u8]) -> Result<()> {
 }
 
 /// Role "initiator": one socket per case (all bound first), then per case the initiator's
-/// steps with our API, printing rdstool's lines.
+/// steps with our API, printing rdstool's lines. The node stays up until the host's
+/// `rdma-done-<first port>`.
 fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
     let mut socks = Vec::new();
     for (i, c) in cases.iter().enumerate() {
@@ -662,6 +663,13 @@ fn guest_initiator(node: &Node, ours: Ipv4Addr, cases: &[Case]) -> Result<()> {
             ),
         );
     }
+    // The node stays up until the host's `rdma-done-<first port>`: stopping right after the
+    // last CHECKED would take the connection down before the target's CHECKED is acknowledged,
+    // and the target would find it queued again for a connection that never comes back.
+    if let Some(c) = cases.first() {
+        wait_go(&format!("rdma-done-{}", c.t_port))?;
+    }
+    drop(socks);
     Ok(())
 }
 
@@ -930,7 +938,9 @@ fn ours_to_ours_rdma(lab: &Lab, p1: &str, p2: &str, report: &mut Vec<String>) ->
             elapsed_ms(&i_out, "rdma-initiator")
         ));
     }
-    lab.write_share(1, &format!("rdma-done-{}", cases[0].t_port), b"done")?;
+    for g in [1, 2] {
+        lab.write_share(g, &format!("rdma-done-{}", cases[0].t_port), b"done")?;
+    }
     let t = jobs.0.remove(1);
     let i = jobs.0.remove(0);
     for (g, o) in [
@@ -1007,6 +1017,7 @@ fn ours_initiator_kernel_target(
             elapsed_ms(&i_out, "rdma-initiator")
         ));
     }
+    lab.write_share(2, &format!("rdma-done-{}", cases[0].t_port), b"done")?;
     let o = finish(jobs.0.remove(0), "our initiator in g2")?;
     if let Some(l) = o.lines().find(|l| l.starts_with("IBSTEP stats")) {
         report.push(format!("ours_initiator_kernel_target g2: {l}"));
