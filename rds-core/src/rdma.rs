@@ -139,6 +139,23 @@ pub fn cookie_offset(cookie: u64) -> u32 {
     (cookie >> 32) as u32
 }
 
+/// The `RDS_RDMA_*` bits of `linux/rds.h`: `flags` of `struct rds_get_mr_args`,
+/// `rds_free_mr_args` and `rds_rdma_args`.
+pub mod flag {
+    /// An RDMA write (else a read).
+    pub const READWRITE: u64 = 0x1;
+    /// Wait for earlier operations first.
+    pub const FENCE: u64 = 0x2;
+    /// Invalidate the key when the region is released.
+    pub const INVALIDATE: u64 = 0x4;
+    /// Release the region after its first use.
+    pub const USE_ONCE: u64 = 0x8;
+    /// Report the operation's completion.
+    pub const NOTIFY_ME: u64 = 0x20;
+    /// No message to the peer's socket, only the operation.
+    pub const SILENT: u64 = 0x40;
+}
+
 /// Flags of a registration (`RDS_RDMA_USE_ONCE`, `RDS_RDMA_INVALIDATE`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MrFlags {
@@ -146,6 +163,28 @@ pub struct MrFlags {
     pub use_once: bool,
     /// Invalidate the key when the region is released (our regions always are).
     pub invalidate: bool,
+}
+
+impl MrFlags {
+    /// From the kernel's `flags` word (other bits are ignored, as the kernel does).
+    pub fn from_bits(bits: u64) -> MrFlags {
+        MrFlags {
+            use_once: bits & flag::USE_ONCE != 0,
+            invalidate: bits & flag::INVALIDATE != 0,
+        }
+    }
+
+    /// The kernel's `flags` word.
+    pub fn bits(self) -> u64 {
+        let mut v = 0;
+        if self.use_once {
+            v |= flag::USE_ONCE;
+        }
+        if self.invalidate {
+            v |= flag::INVALIDATE;
+        }
+        v
+    }
 }
 
 /// A local buffer range of an RDMA operation (one `struct rds_iovec` of `local_vec_addr`).
@@ -180,6 +219,22 @@ pub struct RdmaArgs {
     pub silent: bool,
     /// Returned in the notification.
     pub user_token: u64,
+}
+
+impl RdmaArgs {
+    /// The operation's bits of the kernel's `flags` word (`READWRITE`, `FENCE`, `NOTIFY_ME`,
+    /// `SILENT`).
+    pub fn flag_bits(&self) -> u64 {
+        [
+            (self.write, flag::READWRITE),
+            (self.fence, flag::FENCE),
+            (self.notify, flag::NOTIFY_ME),
+            (self.silent, flag::SILENT),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |acc, (_, f)| acc | f)
+    }
 }
 
 /// Register a region and send its cookie with the message (`RDS_CMSG_RDMA_MAP`).
@@ -246,6 +301,24 @@ mod tests {
         assert_eq!(c, 0x0000_09ab_1234_5678);
         assert_eq!(cookie_rkey(c), 0x1234_5678);
         assert_eq!(cookie_offset(c), 0x9ab);
+    }
+
+    /// The `flags` words as `linux/rds.h` spells them.
+    #[test]
+    fn flag_words() {
+        for bits in 0..16u64 {
+            let f = MrFlags::from_bits(bits);
+            assert_eq!(f.bits(), bits & 0xc, "{bits:#x}");
+        }
+        let mut a = RdmaArgs {
+            write: true,
+            silent: true,
+            ..RdmaArgs::default()
+        };
+        assert_eq!(a.flag_bits(), 0x41);
+        a.fence = true;
+        a.notify = true;
+        assert_eq!(a.flag_bits(), 0x63);
     }
 
     #[test]

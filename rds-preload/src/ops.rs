@@ -516,7 +516,7 @@ pub fn setsockopt(e: &Entry, level: i32, name: i32, v: &[u8]) -> Res<()> {
             }
             let cookie = u64::from_ne_bytes(v[..8].try_into().map_err(|_| libc::EINVAL)?);
             if e.sock.transport() == Some(TransportKind::Ib) && e.sock.local_addr().is_ok() {
-                let invalidate = ne64(&v[8..16]) & crate::rdma::RDS_RDMA_INVALIDATE != 0;
+                let invalidate = ne64(&v[8..16]) & rds_core::rdma::flag::INVALIDATE != 0;
                 return e.sock.free_mr(cookie, invalidate).map_err(errno);
             }
             // RDS/TCP has no regions and no flush: the kernel's EINVAL.

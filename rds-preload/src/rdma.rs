@@ -4,20 +4,13 @@
 //! socket's RDMA calls on the program's own memory, registered in place as the kernel pins
 //! it. Cookies go back to the program's `cookie_addr` as the kernel's `put_user` does.
 
-use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, SendCtl};
+use rds_core::rdma::{flag, LocalVec, MrFlags, RdmaArgs, RdmaMap, SendCtl};
 
 use crate::ffi::user;
 use crate::sock::{errno, Entry};
 
 type Res<T> = Result<T, i32>;
 
-/// `RDS_RDMA_*` flags.
-const RDS_RDMA_READWRITE: u64 = 0x1;
-const RDS_RDMA_FENCE: u64 = 0x2;
-pub const RDS_RDMA_INVALIDATE: u64 = 0x4;
-const RDS_RDMA_USE_ONCE: u64 = 0x8;
-const RDS_RDMA_NOTIFY_ME: u64 = 0x20;
-const RDS_RDMA_SILENT: u64 = 0x40;
 /// `sizeof(struct rds_rdma_args)`.
 const RDMA_ARGS_LEN: usize = 56;
 /// `sizeof(struct rds_get_mr_args)`.
@@ -32,13 +25,6 @@ fn word(b: &[u8], n: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[n * 8..n * 8 + 8]);
     u64::from_ne_bytes(a)
-}
-
-fn mr_flags(f: u64) -> MrFlags {
-    MrFlags {
-        use_once: f & RDS_RDMA_USE_ONCE != 0,
-        invalidate: f & RDS_RDMA_INVALIDATE != 0,
-    }
 }
 
 /// `RDS_CMSG_RDMA_ARGS` (`struct rds_rdma_args`: cookie, remote_vec, local_vec_addr,
@@ -80,10 +66,10 @@ pub fn args(data: &[u8]) -> Res<RdmaArgs> {
         cookie,
         remote_addr,
         local,
-        write: flags & RDS_RDMA_READWRITE != 0,
-        fence: flags & RDS_RDMA_FENCE != 0,
-        notify: flags & RDS_RDMA_NOTIFY_ME != 0,
-        silent: flags & RDS_RDMA_SILENT != 0,
+        write: flags & flag::READWRITE != 0,
+        fence: flags & flag::FENCE != 0,
+        notify: flags & flag::NOTIFY_ME != 0,
+        silent: flags & flag::SILENT != 0,
         user_token,
     })
 }
@@ -111,7 +97,7 @@ pub fn map(data: &[u8]) -> Res<(RdmaMap, u64)> {
         buf: user::buffer(addr, bytes)?,
         off: 0,
         len: usize::try_from(bytes).map_err(|_| libc::EINVAL)?,
-        flags: mr_flags(flags),
+        flags: MrFlags::from_bits(flags),
     };
     Ok((m, cookie_addr))
 }

@@ -18,14 +18,6 @@ use crate::kernel::{KernelRecv, KernelSocket, RdmaOpArgs, RdsIovec, SendRdma};
 use crate::message::{InMsg, RdmaNotify, RdmaStatus, Received};
 use crate::rdma::{MrFlags, RdmaBuffer, SendCtl, Sent};
 
-/// `RDS_RDMA_*` flags of `linux/rds.h`.
-const RDS_RDMA_READWRITE: u64 = 0x1;
-const RDS_RDMA_FENCE: u64 = 0x2;
-pub(super) const RDS_RDMA_INVALIDATE: u64 = 0x4;
-const RDS_RDMA_USE_ONCE: u64 = 0x8;
-const RDS_RDMA_NOTIFY_ME: u64 = 0x20;
-const RDS_RDMA_SILENT: u64 = 0x40;
-
 /// Which RDS stack serves the sockets a process makes with [`Socket::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Stack {
@@ -231,17 +223,6 @@ fn iovec(buf: &RdmaBuffer, off: usize, len: usize) -> io::Result<RdsIovec> {
     })
 }
 
-fn mr_flags(f: MrFlags) -> u64 {
-    let mut v = 0;
-    if f.use_once {
-        v |= RDS_RDMA_USE_ONCE;
-    }
-    if f.invalidate {
-        v |= RDS_RDMA_INVALIDATE;
-    }
-    v
-}
-
 /// `get_mr` on the kernel backend: `RDS_GET_MR` on the buffer's memory.
 pub(super) fn get_mr(
     k: &KernelSocket,
@@ -250,7 +231,7 @@ pub(super) fn get_mr(
     len: usize,
     flags: MrFlags,
 ) -> io::Result<u64> {
-    k.get_mr(iovec(buf, off, len)?, mr_flags(flags))
+    k.get_mr(iovec(buf, off, len)?, flags.bits())
 }
 
 /// `send_ctl` on the kernel backend: one `sendmsg` with the `RDS_CMSG_RDMA_*` control
@@ -272,15 +253,7 @@ pub(super) fn send_ctl(
             .iter()
             .map(|v| iovec(&v.buf, v.off, v.len))
             .collect::<io::Result<Vec<_>>>()?;
-        let flags = [
-            (a.write, RDS_RDMA_READWRITE),
-            (a.fence, RDS_RDMA_FENCE),
-            (a.notify, RDS_RDMA_NOTIFY_ME),
-            (a.silent, RDS_RDMA_SILENT),
-        ]
-        .iter()
-        .filter(|(on, _)| *on)
-        .fold(0, |acc, (_, f)| acc | f);
+        let flags = a.flag_bits();
         r.args = Some(RdmaOpArgs {
             cookie: a.cookie,
             remote: RdsIovec {
@@ -293,7 +266,7 @@ pub(super) fn send_ctl(
         });
     }
     if let Some(m) = &ctl.rdma_map {
-        r.map = Some((iovec(&m.buf, m.off, m.len)?, mr_flags(m.flags)));
+        r.map = Some((iovec(&m.buf, m.off, m.len)?, m.flags.bits()));
     }
     let (len, map_cookie) = k
         .send_rdma(payload, dest, nonblock, &r)

@@ -576,7 +576,7 @@ impl Socket {
     pub fn free_mr(&self, cookie: u64, invalidate: bool) -> io::Result<()> {
         if let Some(k) = self.kernel() {
             let flags = if invalidate {
-                kern::RDS_RDMA_INVALIDATE
+                crate::rdma::flag::INVALIDATE
             } else {
                 0
             };
