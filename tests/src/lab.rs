@@ -174,6 +174,19 @@ fn script_ok(out: std::process::Output, what: &str) -> Result<String> {
 }
 
 impl Lab {
+    /// [`Lab::start`] without the kernel's `rds_rdma` ([`LabOptions::ib`] false), printing
+    /// how long the boot took. Panics when the lab cannot boot (a test fails, never skips).
+    pub fn boot_without_rds_rdma(n_guests: usize) -> Lab {
+        let t0 = Instant::now();
+        let opts = LabOptions {
+            ib: false,
+            ..LabOptions::default()
+        };
+        let lab = Lab::start(n_guests, opts).expect("the kernel lab must boot");
+        println!("lab booted in {:.1} s", t0.elapsed().as_secs_f64());
+        lab
+    }
+
     /// Set up (cached) and boot `n_guests` (1 or 2) guests in agent mode and wait until they
     /// are ready. Fails, never skips: not root, a failed download or a guest that does not
     /// boot are errors.

@@ -78,7 +78,7 @@ use rds_tests::ib::{
     step, GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, field_u64, fields, ok_line, send_queue_wait, MAX_MSG};
-use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
+use rds_tests::lab::{guest_addr, GuestJob, Lab};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -832,15 +832,7 @@ fn bench_ib() {
     let (tput_s, tput) = plan_env("BENCH_TPUT", DEFAULT_TPUT).expect("BENCH_TPUT");
     let (rr_s, rr) = plan_env("BENCH_RR", DEFAULT_RR).expect("BENCH_RR");
     let t0 = Instant::now();
-    let lab = Lab::start(
-        2,
-        LabOptions {
-            ib: false,
-            ..LabOptions::default()
-        },
-    )
-    .expect("the kernel lab must boot");
-    println!("lab booted in {:.1} s", t0.elapsed().as_secs_f64());
+    let lab = Lab::boot_without_rds_rdma(2);
     let mut res = Results {
         sizes: Vec::new(),
         round: 0,

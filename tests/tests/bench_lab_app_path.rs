@@ -54,7 +54,7 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::ib::release_bin;
-use rds_tests::lab::{guest_addr, GuestJob, Lab, LabOptions};
+use rds_tests::lab::{guest_addr, GuestJob, Lab};
 use rds_tests::stress::{average, c_rds_stress, our_rds_stress, TX_PER_SEC};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -541,15 +541,7 @@ fn bench_lab_app_path() {
     let c_path = c_rds_stress(C_VERSION).unwrap_or_else(|e| panic!("{e:#}"));
     let c = std::fs::read(&c_path).unwrap_or_else(|e| panic!("reading {}: {e}", c_path.display()));
     let t0 = Instant::now();
-    let lab = Lab::start(
-        2,
-        LabOptions {
-            ib: false,
-            ..LabOptions::default()
-        },
-    )
-    .expect("the kernel lab must boot");
-    println!("lab booted in {:.1} s", t0.elapsed().as_secs_f64());
+    let lab = Lab::boot_without_rds_rdma(2);
     let progs = match install(&lab, &c) {
         Ok(p) => p,
         Err(e) => panic!("installing the programs in the guests: {e:#}"),

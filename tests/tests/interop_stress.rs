@@ -12,7 +12,7 @@
 //! with `RDS_TOOLS_GIT=/path/to/rds-tools.git cargo test -p rds-tests --release --test
 //! interop_stress -- --ignored --nocapture`. It fails, never skips, when the lab cannot run.
 
-use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1};
+use rds_tests::lab::{guest_addr, Lab, HOST_ADDR1};
 use rds_tests::stress::{c_rds_stress, our_rds_stress, parse_row, HEADER};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -212,16 +212,7 @@ fn stress_interop_with_c_rds_stress() {
             std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
         })
         .collect();
-    let t0 = Instant::now();
-    let lab = Lab::start(
-        1,
-        LabOptions {
-            ib: false,
-            ..LabOptions::default()
-        },
-    )
-    .expect("the kernel lab must boot");
-    println!("lab booted in {:.1}s", t0.elapsed().as_secs_f64());
+    let lab = Lab::boot_without_rds_rdma(1);
     let t1 = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let mut summary = Vec::new();
