@@ -103,6 +103,21 @@ pub fn build_c_program(
     out
 }
 
+/// Prints how a benchmark phase ended (`NAME: done|FAILED after S s`, counted from `since`)
+/// and passes its result on, with the phase's name as context.
+pub fn report_phase(
+    name: &str,
+    since: std::time::Instant,
+    r: anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    println!(
+        "{name}: {} after {:.1} s",
+        if r.is_ok() { "done" } else { "FAILED" },
+        since.elapsed().as_secs_f64()
+    );
+    anyhow::Context::with_context(r, || name.to_string())
+}
+
 /// `librds_preload.so` of this build: the newer of `target/<profile>/` (`cargo build -p
 /// rds-preload`) and `target/<profile>/deps/` (where `cargo test --workspace` builds it, for
 /// the crate's doctests).

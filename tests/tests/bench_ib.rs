@@ -840,14 +840,7 @@ fn bench_ib() {
         notes: Vec::new(),
     };
     let mut jobs = Vec::new();
-    let phase = |name: &str, r: Result<()>| {
-        println!(
-            "{name}: {} after {:.1} s",
-            if r.is_ok() { "done" } else { "FAILED" },
-            t0.elapsed().as_secs_f64()
-        );
-        r.with_context(|| name.to_string())
-    };
+    let phase = |name: &str, r: Result<()>| rds_tests::report_phase(name, t0, r);
     let rounds: usize = match std::env::var("BENCH_ROUNDS") {
         Ok(v) => v
             .parse()

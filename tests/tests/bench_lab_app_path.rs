@@ -222,13 +222,7 @@ impl Bench<'_> {
         self.res.notes.push(format!("{who}: g{ag}$ {acmd}"));
         self.res.notes.push(format!("  active  {line}"));
         self.res.notes.push(format!("  passive {pline}"));
-        if let Some(pct) = a
-            .stdout
-            .lines()
-            .find(|l| l.starts_with("rtt us percentiles"))
-        {
-            self.res.notes.push(format!("  {pct}"));
-        }
+        self.note_percentiles(&a.stdout);
         Ok(row[TX_PER_SEC])
     }
 
@@ -243,14 +237,15 @@ impl Bench<'_> {
         let (line, row) = average(&o.stdout).with_context(|| format!("{who}: {cmd}"))?;
         self.res.notes.push(format!("{who}: g{g}$ {cmd}"));
         self.res.notes.push(format!("  {line}"));
-        if let Some(pct) = o
-            .stdout
-            .lines()
-            .find(|l| l.starts_with("rtt us percentiles"))
-        {
+        self.note_percentiles(&o.stdout);
+        Ok(row[TX_PER_SEC])
+    }
+
+    /// Keeps the `rtt us percentiles` line of an active side's output, if it printed one.
+    fn note_percentiles(&mut self, stdout: &str) {
+        if let Some(pct) = stdout.lines().find(|l| l.starts_with("rtt us percentiles")) {
             self.res.notes.push(format!("  {pct}"));
         }
-        Ok(row[TX_PER_SEC])
     }
 
     /// Keeps a run's figure, or its failure (printed at once; the other runs go on).
@@ -554,14 +549,7 @@ fn bench_lab_app_path() {
         res: Results::default(),
         daemon: None,
     };
-    let phase = |name: &str, r: Result<()>| {
-        println!(
-            "{name}: {} after {:.1} s",
-            if r.is_ok() { "done" } else { "FAILED" },
-            t0.elapsed().as_secs_f64()
-        );
-        r.with_context(|| name.to_string())
-    };
+    let phase = |name: &str, r: Result<()>| rds_tests::report_phase(name, t0, r);
     let mut r = phase("kernel rows", b.kernel());
     if r.is_ok() {
         r = phase("unloading the kernel's RDS", b.unload_kernel_rds());

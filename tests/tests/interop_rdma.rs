@@ -61,7 +61,7 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(60);
+const T: Duration = Duration::from_secs(120);
 /// Guest-side limit for one case.
 const CASE_LIMIT: Duration = Duration::from_secs(90);
 

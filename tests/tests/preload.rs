@@ -31,17 +31,7 @@ fn manifest_dir() -> PathBuf {
 fn program() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("rds_calls-{}", std::process::id()));
-        let src = manifest_dir().join("preload/rds_calls.c");
-        let st = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("cc is missing: install gcc (.ci/deps.d/preload.sh)");
-        assert!(st.success(), "cc failed on {}", src.display());
-        out
+        rds_tests::build_c_program("rds_calls", false, Path::new(env!("CARGO_TARGET_TMPDIR")))
     })
 }
 

@@ -294,17 +294,17 @@ impl Ib {
         let mut engine_dropped = false;
         let mut want_pull = false;
         let (mut tx_seen, mut rx_seen) = (false, false);
-        // Receive buffers consumed by this poll, reposted together after it.
-        let mut refill: Vec<usize> = Vec::new();
+        // Receive buffers consumed by a poll are reposted together after it.
+        self.refill.clear();
         'outer: while !dead {
-            if !refill.is_empty() {
-                if post_recvs(&r.qp, &r.recv, &refill).is_err() {
+            if !self.refill.is_empty() {
+                if post_recvs(&r.qp, &r.recv, &self.refill).is_err() {
                     dead = true;
                     break;
                 }
                 self.stats
-                    .add(IbCounter::IbRxRefillFromCq, refill.len() as u64);
-                refill.clear();
+                    .add(IbCounter::IbRxRefillFromCq, self.refill.len() as u64);
+                self.refill.clear();
             }
             let n = match r.cq.poll(&mut self.wcs) {
                 Ok(0) => break,
@@ -375,7 +375,7 @@ impl Ib {
                         engine_dropped = true;
                         break 'outer;
                     }
-                    refill.push(slot);
+                    self.refill.push(slot);
                 } else if id & RDMA_WR_BIT != 0 {
                     // handled above
                 } else if (id as usize) < SEND_WRS {

@@ -49,6 +49,9 @@ pub(crate) const TOKEN_IB_CM: u64 = 3 << 32;
 const TOKEN_IB_CQ: u64 = 4 << 32;
 const TOKEN_MASK: u64 = (1 << 32) - 1;
 
+/// Work completions taken per `poll_cq`.
+const POLL_BATCH: usize = 64;
+
 /// The IB transport of a node.
 pub(crate) struct Ib {
     epoll: Arc<Epoll>,
@@ -57,6 +60,9 @@ pub(crate) struct Ib {
     conns: Vec<Option<IbConn>>,
     wcs: Vec<WorkCompletion>,
     buf: Vec<u8>,
+    /// Receive slots consumed by one completion poll, reposted together (kept between polls
+    /// for its capacity; at most [`POLL_BATCH`]).
+    refill: Vec<usize>,
     /// One protection domain per device (by name), shared by its connections and regions.
     pds: Vec<(String, Pd)>,
     /// Regions registered for peers, by remote key.
@@ -108,8 +114,9 @@ impl Ib {
             chan,
             listeners: Vec::new(),
             conns: Vec::new(),
-            wcs: vec![WorkCompletion::default(); 64],
+            wcs: vec![WorkCompletion::default(); POLL_BATCH],
             buf: vec![0; SLOT],
+            refill: Vec::with_capacity(POLL_BATCH),
             pds: Vec::new(),
             mrs: HashMap::new(),
             ops: OpRegistry::default(),
