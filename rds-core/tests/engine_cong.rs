@@ -7,7 +7,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rds_core::proto::{Event, FrameKind, Received, RecvError, SendError, TransportKind};
+use rds_core::proto::{
+    Event, FrameKind, Received, RecvError, SendError, SendExtras, TransportKind,
+};
 use rds_core::stats::Counter;
 use rds_core::wire::HeaderRepr;
 
@@ -130,6 +132,27 @@ fn congested_destination_fails_sends_and_notifies_monitors() {
     );
     // Other ports of B are not congested.
     assert_eq!(p.send(A, s, 6006, b"x"), Ok(1));
+    // A send past congestion (a daemon client's posted send) is queued, and still bounded
+    // by the send buffer.
+    let past = SendExtras {
+        past_congestion: true,
+        ..SendExtras::default()
+    };
+    let room = p.st(A).send_room(s);
+    let one = Bytes::from_static(b"y");
+    assert_eq!(
+        p.st[0].send_full(now, s, Some(dest), one.clone(), true, false, &past),
+        Ok(1)
+    );
+    assert_eq!(p.st(A).send_room(s), room - 1);
+    p.st(A).set_sndbuf(s, 1);
+    assert_eq!(
+        p.st[0].send_full(now, s, Some(dest), one, true, false, &past),
+        Err(SendError::WouldBlock)
+    );
+    assert_eq!(p.st(A).send_room(s), 0);
+    assert_eq!(p.stat(A, Counter::CongSendError), 1);
+    p.st(A).set_sndbuf(s, 1 << 20);
     // Monitoring: a non-blocking failure records the port's bit.
     p.st(A).set_cong_monitor(s, true);
     assert_eq!(p.send(A, s, 6005, b"x"), Err(SendError::Congested));

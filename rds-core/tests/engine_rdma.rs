@@ -87,6 +87,7 @@ fn rdma_and_rdma_dest_need_the_ib_transport_and_valid_control_data() {
     let ex = SendExtras {
         rdma: Some(op.clone()),
         rdma_dest: None,
+        past_congestion: false,
     };
     assert_eq!(
         send_op(&mut p, s, 6000, b"x", &ex),
@@ -95,6 +96,7 @@ fn rdma_and_rdma_dest_need_the_ib_transport_and_valid_control_data() {
     let dest = SendExtras {
         rdma: None,
         rdma_dest: Some(7),
+        past_congestion: false,
     };
     assert_eq!(
         send_op(&mut p, s, 6000, b"x", &dest),
@@ -107,6 +109,7 @@ fn rdma_and_rdma_dest_need_the_ib_transport_and_valid_control_data() {
     let both = SendExtras {
         rdma: Some(op),
         rdma_dest: Some(7),
+        past_congestion: false,
     };
     assert_eq!(
         send_op(&mut p, s, 6000, b"x", &both),
@@ -115,6 +118,7 @@ fn rdma_and_rdma_dest_need_the_ib_transport_and_valid_control_data() {
     let empty = SendExtras {
         rdma: Some(rdma_op(s, 1, 0, &[], true)),
         rdma_dest: None,
+        past_congestion: false,
     };
     assert_eq!(
         send_op(&mut p, s, 6000, b"x", &empty),
@@ -123,6 +127,7 @@ fn rdma_and_rdma_dest_need_the_ib_transport_and_valid_control_data() {
     let big = SendExtras {
         rdma: Some(rdma_op(s, 1, 0, &[MAX_MSG_SIZE, 1], true)),
         rdma_dest: None,
+        past_congestion: false,
     };
     assert_eq!(
         send_op(&mut p, s, 6000, b"x", &big),
@@ -147,6 +152,7 @@ fn rdma_op_rides_the_first_fragment_and_names_its_key() {
     let ex = SendExtras {
         rdma: Some(op.clone()),
         rdma_dest: None,
+        past_congestion: false,
     };
     assert_eq!(send_op(&mut p, s, 6000, &[5; 10_000], &ex), Ok(10_000));
     assert_eq!(p.stat(A, Counter::SendRdma), 1);
@@ -173,6 +179,7 @@ fn rdma_op_rides_the_first_fragment_and_names_its_key() {
     let read = SendExtras {
         rdma: Some(Arc::new(RdmaOp::new(s, &args))),
         rdma_dest: None,
+        past_congestion: false,
     };
     send_op(&mut p, s, 6001, b"r", &read).unwrap();
     assert_eq!(p.stat(A, Counter::SendRdma), 2);
@@ -196,6 +203,7 @@ fn rdma_dest_cookie_reaches_the_receiver() {
     let ex = SendExtras {
         rdma: None,
         rdma_dest: Some(0x0000_0abc_dead_beef),
+        past_congestion: false,
     };
     send_op(&mut p, s, 6000, b"offer", &ex).unwrap();
     let out = p.tx(A, 0);
@@ -271,6 +279,7 @@ fn rdma_ops_are_never_retransmitted() {
     let ex = SendExtras {
         rdma: Some(op),
         rdma_dest: None,
+        past_congestion: false,
     };
     send_op(&mut p, s, 6000, b"with-op", &ex).unwrap();
     p.send(A, s, 6000, b"plain").unwrap();
@@ -309,6 +318,7 @@ fn cancel_reports_rdma_ops_canceled() {
     let ex = SendExtras {
         rdma: Some(op),
         rdma_dest: None,
+        past_congestion: false,
     };
     send_op(&mut p, s, 6000, b"x", &ex).unwrap();
     let dest = p.dest(B, 6000);

@@ -176,6 +176,9 @@ pub struct SendExtras {
     pub rdma: Option<std::sync::Arc<rdma::RdmaOp>>,
     /// A cookie for the `RDMA_DEST` extension header (IB only).
     pub rdma_dest: Option<u64>,
+    /// Queue the message even if the destination port is congested (a daemon client's send
+    /// that already returned: congestion is advisory, the sender's buffer still bounds it).
+    pub past_congestion: bool,
 }
 
 /// Why a bind failed (errno in parentheses).

@@ -9,11 +9,17 @@
 //! socket's shared-memory ring instead ([`RingClient`], [`super::ring`]): the payload is
 //! copied into the ring once, nothing is encoded as JSON, the daemon's doorbell is rung only
 //! while it sleeps, and the readiness descriptors are the ones the daemon keeps up to date
-//! (no watcher threads). The control connection keeps setup and the rare operations.
+//! (no watcher threads). The control connection keeps setup and the rare operations. A send
+//! to a destination the last waited-for send reached, within the send-buffer room the daemon
+//! last reported, is posted without waiting for its result; a receive brings every whole
+//! message queued (up to 32) and the client serves the next receives from them. Before an
+//! operation on the control connection that must follow the posted sends (options, connect,
+//! cancel, close), the client waits until the daemon has taken them all.
 //!
 //! When the daemon goes away (stopped or crashed), every later call fails with `ECONNRESET`
 //! and the first one also says so on stderr, naming the daemon's socket; the watchers end.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -24,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use super::ring::{
-    Rec, RingEnd, F_CONG, F_PEEK, F_TRUNCATED, F_TS, OP_RECV, OP_RESULT, OP_SEND, SEG_LEN, WANT_RX,
-    WANT_TX,
+    Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_TRUNCATED, F_TS, OP_RECV, OP_RESULT,
+    OP_SEND, OP_SYNC, REC_HDR, SEG_LEN, WANT_RX, WANT_TX,
 };
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
@@ -33,6 +39,7 @@ use crate::info::TransportKind;
 use crate::message::{InMsg, Received};
 use crate::sys;
 use crate::time::Instant;
+use crate::wire::MAX_MSG_SIZE;
 
 #[derive(Debug, Default)]
 struct Fds {
@@ -72,19 +79,43 @@ pub(crate) struct Remote {
 const SPIN: Duration = Duration::from_micros(30);
 /// Longest single sleep of a ring wait (it then checks again).
 const WAIT_CHUNK: Duration = Duration::from_secs(1);
-/// How often a blocking send to a congested destination tries again.
+/// How often a blocking send to a congested destination tries again, at most
+/// ([`CONG_RETRY_FIRST`] the first time, doubling).
 const SEND_RETRY: Duration = Duration::from_millis(10);
+const CONG_RETRY_FIRST: Duration = Duration::from_micros(50);
 
 /// What a ring's requests are serialised under.
 #[derive(Debug)]
 struct RingState {
     end: RingEnd,
-    /// The last request's sequence number (one request at a time).
+    /// The last request's sequence number (one waited-for request at a time).
     seq: u64,
     /// The readiness directions the daemon keeps up to date (`WANT_*`).
     want: u64,
     /// A result came since the daemon keeps the receive descriptor: it can be trusted.
     rx_synced: bool,
+    /// Send-buffer room as the last result reported it, less what was posted since.
+    room: usize,
+    /// The destination (as the caller named it) that the last waited-for send reached:
+    /// sends to it may be posted. `None` until one did, and after a failure or a change of
+    /// the socket's options.
+    post_dest: Option<Option<SocketAddr>>,
+    /// Messages a batched receive brought beyond the first, in order.
+    held: VecDeque<(Rec, Vec<u8>)>,
+}
+
+impl RingState {
+    /// Whether a send of `len` bytes to `dest` may be posted: the destination was reached
+    /// before, the send buffer has room for it as last reported, and the ring keeps room
+    /// for a waited-for request after it.
+    fn may_post(&self, dest: Option<SocketAddr>, len: usize) -> bool {
+        self.post_dest == Some(dest)
+            && len <= self.room
+            && self
+                .end
+                .room()
+                .is_ok_and(|r| r >= 2 * REC_HDR + len + MAX_MSG_SIZE)
+    }
 }
 
 /// The client's end of a socket's shared-memory ring.
@@ -124,6 +155,9 @@ impl RingClient {
                 seq: 0,
                 want: 0,
                 rx_synced: false,
+                room: 0,
+                post_dest: None,
+                held: VecDeque::new(),
             }),
             bell: fds.next()?,
             done: fds.next()?,
@@ -152,25 +186,36 @@ impl RingClient {
         })
     }
 
-    /// Runs one request through the ring and waits for its result.
-    fn rpc(&self, mut rec: Rec, payload: &[u8]) -> io::Result<(Rec, Vec<u8>)> {
-        let mut g = self.lock();
-        let st = &mut *g;
-        let (end, seq) = (&mut st.end, &mut st.seq);
+    /// Runs one request through the ring and waits for its results (several only for a
+    /// batched receive); the last one's send-buffer room becomes the account.
+    fn rpc(
+        &self,
+        st: &mut RingState,
+        mut rec: Rec,
+        payload: &[u8],
+    ) -> io::Result<Vec<(Rec, Vec<u8>)>> {
         let rx_wanted = st.want & WANT_RX != 0;
-        *seq += 1;
-        rec.seq = *seq;
+        let end = &mut st.end;
+        st.seq += 1;
+        rec.seq = st.seq;
         let bad = |_| io::Error::from_raw_os_error(libc::EIO);
         end.push(rec, payload).map_err(bad)?;
         if end.must_ring() {
             sys::eventfd_signal(self.bell.as_raw_fd());
         }
         let spin_until = self.spin.then(|| std::time::Instant::now() + SPIN);
+        let mut got = Vec::new();
         loop {
             match end.pop().map_err(bad)? {
-                Some((r, data)) if r.op == OP_RESULT && r.seq == *seq => {
-                    st.rx_synced |= rx_wanted;
-                    return Ok((r, data));
+                Some((r, data)) if r.op == OP_RESULT && r.seq == st.seq => {
+                    let last = r.flags & F_MORE == 0;
+                    st.room = r.room as usize;
+                    got.push((r, data));
+                    if last {
+                        st.rx_synced |= rx_wanted;
+                        return Ok(got);
+                    }
+                    continue;
                 }
                 Some(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
                 None => {}
@@ -195,6 +240,21 @@ impl RingClient {
         }
     }
 
+    /// Waits until the daemon has taken every posted send (before an operation on the
+    /// control connection that must come after them), and forgets the posting destination
+    /// when `reset` (the socket's options or destination change).
+    fn sync(&self, reset: bool) -> io::Result<()> {
+        let mut g = self.lock();
+        if reset {
+            g.post_dest = None;
+        }
+        let rec = Rec {
+            op: OP_SYNC,
+            ..Rec::default()
+        };
+        self.rpc(&mut g, rec, &[]).map(drop)
+    }
+
     /// The readiness descriptor of one direction, which the daemon keeps up to date from the
     /// first call on.
     fn watch(&self, rx: bool) -> RawFd {
@@ -213,15 +273,16 @@ impl RingClient {
         }
     }
 
-    /// Waits until one direction is ready, `deadline` passes (`ETIMEDOUT`) or `most` has
-    /// gone by.
+    /// Waits until one direction is ready (`None`: only for time to pass), `deadline`
+    /// passes (`ETIMEDOUT`) or `most` has gone by.
     fn wait(
         &self,
-        rx: bool,
+        rx: Option<bool>,
         deadline: Option<std::time::Instant>,
         most: Duration,
     ) -> io::Result<()> {
-        let fd = self.watch(rx);
+        // poll(2) skips a negative descriptor.
+        let fd = rx.map_or(-1, |rx| self.watch(rx));
         let left = match deadline {
             Some(d) => {
                 let now = std::time::Instant::now();
@@ -247,27 +308,84 @@ impl RingClient {
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
         let deadline = deadline_of(timeout);
+        let mut backoff = CONG_RETRY_FIRST;
         loop {
+            let mut g = self.lock();
+            let st = &mut *g;
+            if let Some(e) = st.end.take_post_error() {
+                st.post_dest = None;
+                return Err(io::Error::from_raw_os_error(e));
+            }
+            if st.end.take_post_stop() {
+                st.post_dest = None;
+            }
             let rec = Rec {
                 op: OP_SEND,
                 addr: dest,
                 ..Rec::default()
             };
-            let (r, _) = self.rpc(rec, msg)?;
+            if st.may_post(dest, msg.len()) {
+                let rec = Rec {
+                    flags: F_POSTED,
+                    ..rec
+                };
+                let bad = |_| io::Error::from_raw_os_error(libc::EIO);
+                st.end.push(rec, msg).map_err(bad)?;
+                if st.end.must_ring() {
+                    // The daemon sleeps: wake it, unless it went away (a posted send has no
+                    // result that would tell).
+                    let (_, hup) = sys::wait_readable_or_hangup(
+                        self.done.as_raw_fd(),
+                        self.ctl.as_raw_fd(),
+                        Duration::ZERO,
+                    )?;
+                    if hup {
+                        st.post_dest = None;
+                        return Err(self.gone());
+                    }
+                    sys::eventfd_signal(self.bell.as_raw_fd());
+                }
+                st.room -= msg.len();
+                return Ok(msg.len());
+            }
+            let r = self.rpc(st, rec, msg)?.remove(0).0;
+            st.post_dest = (r.a == 0).then_some(dest);
+            drop(g);
             match r.a as i32 {
                 0 => return Ok(r.c as usize),
-                e @ (libc::EAGAIN | libc::ENOBUFS) if !dontwait => {
-                    // Congestion is not signalled on the descriptor: retry on a timer too.
-                    let most = if e == libc::ENOBUFS {
-                        SEND_RETRY
-                    } else {
-                        WAIT_CHUNK
-                    };
-                    self.wait(false, deadline, most)?;
+                libc::EAGAIN if !dontwait => self.wait(Some(false), deadline, WAIT_CHUNK)?,
+                libc::ENOBUFS if !dontwait => {
+                    // Congestion is not signalled to the client: retry on a timer, sooner
+                    // at first.
+                    self.wait(None, deadline, backoff)?;
+                    backoff = (backoff * 2).min(SEND_RETRY);
                 }
                 e => return Err(io::Error::from_raw_os_error(e)),
             }
         }
+    }
+
+    /// The next message a batched receive brought, if any (`peek` leaves it queued).
+    fn take_held(&self, max: usize, peek: bool) -> Option<(Rec, Vec<u8>)> {
+        let mut g = self.lock();
+        let (r, mut data) = if peek {
+            g.held.front().cloned()?
+        } else {
+            let item = g.held.pop_front()?;
+            g.end.taken();
+            item
+        };
+        if data.len() > max {
+            data.truncate(max);
+            return Some((
+                Rec {
+                    flags: r.flags | F_TRUNCATED,
+                    ..r
+                },
+                data,
+            ));
+        }
+        Some((r, data))
     }
 
     fn recv(
@@ -279,51 +397,68 @@ impl RingClient {
     ) -> io::Result<(Received, Option<SystemTime>)> {
         let deadline = deadline_of(timeout);
         loop {
+            if let Some((r, data)) = self.take_held(max, peek) {
+                return received(r, data);
+            }
             if self.surely_empty() {
                 if dontwait {
                     return Err(io::Error::from_raw_os_error(libc::EAGAIN));
                 }
-                self.wait(true, deadline, WAIT_CHUNK)?;
+                self.wait(Some(true), deadline, WAIT_CHUNK)?;
                 continue;
             }
             let rec = Rec {
                 op: OP_RECV,
                 c: max as u64,
-                flags: if peek { F_PEEK } else { 0 },
+                flags: if peek { F_PEEK } else { F_BATCH },
                 ..Rec::default()
             };
-            let (r, data) = self.rpc(rec, &[])?;
+            let mut g = self.lock();
+            if !g.held.is_empty() {
+                // Another thread's batch came meanwhile.
+                continue;
+            }
+            let mut got = self.rpc(&mut g, rec, &[])?.into_iter();
+            let (r, data) = got.next().expect("rpc returns a result");
+            g.held.extend(got);
+            drop(g);
             match r.a as i32 {
-                0 => {}
+                0 => return received(r, data),
                 libc::EAGAIN if !dontwait => {
-                    self.wait(true, deadline, WAIT_CHUNK)?;
-                    continue;
+                    self.wait(Some(true), deadline, WAIT_CHUNK)?;
                 }
                 e => return Err(io::Error::from_raw_os_error(e)),
             }
-            if r.flags & F_CONG != 0 {
-                return Ok((Received::CongUpdate(r.c), None));
-            }
-            let from = r
-                .addr
-                .ok_or_else(|| io::Error::other("receive result without a sender"))?;
-            let ts = (r.flags & F_TS != 0).then(|| UNIX_EPOCH + Duration::from_nanos(r.d));
-            return Ok((
-                Received::Data {
-                    msg: InMsg {
-                        from,
-                        payload: Bytes::from(data),
-                        seq: 0,
-                        rx_time: Instant::ZERO,
-                        rdma_dest: None,
-                    },
-                    full_len: usize::try_from(r.c).unwrap_or(usize::MAX),
-                    truncated: r.flags & F_TRUNCATED != 0,
-                },
-                ts,
-            ));
         }
     }
+}
+
+/// What a receive result record says.
+fn received(r: Rec, data: Vec<u8>) -> io::Result<(Received, Option<SystemTime>)> {
+    if r.a != 0 {
+        return Err(io::Error::from_raw_os_error(r.a as i32));
+    }
+    if r.flags & F_CONG != 0 {
+        return Ok((Received::CongUpdate(r.c), None));
+    }
+    let from = r
+        .addr
+        .ok_or_else(|| io::Error::other("receive result without a sender"))?;
+    let ts = (r.flags & F_TS != 0).then(|| UNIX_EPOCH + Duration::from_nanos(r.d));
+    Ok((
+        Received::Data {
+            msg: InMsg {
+                from,
+                payload: Bytes::from(data),
+                seq: 0,
+                rx_time: Instant::ZERO,
+                rdma_dest: None,
+            },
+            full_len: usize::try_from(r.c).unwrap_or(usize::MAX),
+            truncated: r.flags & F_TRUNCATED != 0,
+        },
+        ts,
+    ))
 }
 
 /// When a blocking call with `timeout` gives up (`None` or zero: never, as for
@@ -492,15 +627,26 @@ impl Remote {
     }
 
     pub(crate) fn readiness(&self) -> (bool, bool) {
+        // Messages a batched receive brought are readable here, whatever the daemon says.
+        let held = self
+            .ring
+            .as_ref()
+            .is_some_and(|r| !r.lock().held.is_empty());
         match self.state() {
             Ok(Reply::SockState {
                 readable, writable, ..
-            }) => (readable, writable),
-            _ => (false, false),
+            }) => (readable || held, writable),
+            _ => (held, false),
         }
     }
 
+    /// Before a call on the control connection that must follow every posted send.
+    fn sync_ring(&self, reset: bool) -> io::Result<()> {
+        self.ring.as_ref().map_or(Ok(()), |r| r.sync(reset))
+    }
+
     pub(crate) fn connect(&self, addr: SocketAddr) -> io::Result<()> {
+        self.sync_ring(true)?;
         self.call(
             &Request::SockConnect {
                 sock: self.token,
@@ -512,6 +658,7 @@ impl Remote {
     }
 
     pub(crate) fn set(&self, opt: SockOpt) -> io::Result<()> {
+        self.sync_ring(true)?;
         self.call(
             &Request::SockSet {
                 sock: self.token,
@@ -620,6 +767,7 @@ impl Remote {
     }
 
     pub(crate) fn cancel(&self, dest: SocketAddr) -> io::Result<usize> {
+        self.sync_ring(false)?;
         match self
             .call(
                 &Request::SockCancel {
@@ -725,6 +873,8 @@ impl Remote {
 
     pub(crate) fn close(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        // Posted sends are the application's sent messages: the daemon takes them first.
+        let _ = self.sync_ring(false);
         let _ = self.call(&Request::SockClose { sock: self.token }, &[]);
     }
 }

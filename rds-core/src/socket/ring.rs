@@ -12,6 +12,17 @@
 //! descriptors signalled exactly while the socket is ready). A record is a [`REC_HDR`]-byte
 //! header ([`Rec`]) and its payload, written across the ring's end when it wraps.
 //!
+//! Requests without a wait: a send marked [`F_POSTED`] gets no result. The client posts one
+//! only to a destination its last waited-for send reached, and only within the send-buffer
+//! room the last result reported ([`Rec::room`], less what it posted since), so the daemon's
+//! non-blocking send accepts it; it queues one that met congestion anyway (congestion is
+//! advisory) and raises the stop flag, after which the client waits for its sends again. Any
+//! other failure of a posted send is kept in the error word and returned by the client's
+//! next send. A receive marked [`F_BATCH`] may bring several messages: each but the last
+//! result carries [`F_MORE`]. The daemon counts the messages it handed beyond the first
+//! (the handed word), the client the ones it took from its own queue (the taken word); the
+//! receive descriptor stays signalled while they differ.
+//!
 //! Trust: the daemon treats every byte of the segment as hostile. It keeps its own copy of the
 //! positions it writes, checks every position and length it reads before use, and copies a
 //! record out of the ring before looking at it; anything inconsistent is a [`Fault`], which
@@ -23,9 +34,12 @@ use std::sync::atomic::{fence, Ordering};
 use crate::sys::Shm;
 use crate::wire::MAX_MSG_SIZE;
 
-/// Data bytes of each ring: a largest message and its header fit (a client has one request
-/// in flight, so a ring never needs to hold more).
-pub const RING_CAP: usize = MAX_MSG_SIZE + 4096;
+/// Data bytes of each ring: a largest request and its header, plus [`POST_WINDOW`] for
+/// posted sends ahead of it (a client has one waited-for request in flight).
+pub const RING_CAP: usize = MAX_MSG_SIZE + REC_HDR + POST_WINDOW;
+/// Bytes of posted sends (headers included) the client may have in the ring on top of the
+/// room it keeps for one waited-for request.
+pub const POST_WINDOW: usize = 128 << 10;
 /// The header page.
 const HDR: usize = 4096;
 /// Bytes of the whole segment.
@@ -43,6 +57,10 @@ const OFF_D2C_TAIL: usize = 256;
 const OFF_DAEMON_IDLE: usize = 320;
 const OFF_CLIENT_WAIT: usize = 384;
 const OFF_WANT: usize = 448;
+const OFF_POST_ERR: usize = 512;
+const OFF_POST_STOP: usize = 576;
+const OFF_HANDED: usize = 640;
+const OFF_TAKEN: usize = 704;
 
 /// The client wants its receive-readiness descriptor signalled when the socket is readable.
 pub const WANT_RX: u64 = 1;
@@ -55,6 +73,8 @@ pub const OP_SEND: u32 = 1;
 pub const OP_RECV: u32 = 2;
 /// The result of a request (daemon to client).
 pub const OP_RESULT: u32 = 3;
+/// A request that only brings a result (the daemon has taken everything posted before it).
+pub const OP_SYNC: u32 = 4;
 
 /// Result flags.
 pub const F_TRUNCATED: u32 = 1;
@@ -68,6 +88,12 @@ pub const F_WRITABLE: u32 = 8;
 pub const F_TS: u32 = 16;
 /// Request flag: non-blocking receive peeks.
 pub const F_PEEK: u32 = 32;
+/// Request flag: a send that gets no result.
+pub const F_POSTED: u32 = 64;
+/// Request flag: a receive that may bring several messages.
+pub const F_BATCH: u32 = 128;
+/// Result flag: another result of the same request follows.
+pub const F_MORE: u32 = 256;
 
 /// Something in the segment that a well-behaved peer never writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +102,8 @@ pub struct Fault(pub &'static str);
 /// A record header, decoded. The meaning of `a`, `c`, `d` depends on `op`: a send has the
 /// destination in `addr`; a receive has its buffer size in `c`; a result has the errno in `a`
 /// (0: success), the length sent or the message's full length in `c` (the mask of a
-/// congestion update), the timestamp in `d`, the sender in `addr`.
+/// congestion update), the timestamp in `d`, the sender in `addr`, the socket's send-buffer
+/// room in `room`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Rec {
     /// Payload bytes after the header.
@@ -95,6 +122,8 @@ pub struct Rec {
     pub d: u64,
     /// An address (destination or sender).
     pub addr: Option<SocketAddr>,
+    /// A result: bytes the socket's send buffer could still take (saturated).
+    pub room: u32,
 }
 
 impl Rec {
@@ -107,6 +136,7 @@ impl Rec {
         b[20..24].copy_from_slice(&self.flags.to_le_bytes());
         b[24..32].copy_from_slice(&self.c.to_le_bytes());
         b[32..40].copy_from_slice(&self.d.to_le_bytes());
+        b[60..64].copy_from_slice(&self.room.to_le_bytes());
         match self.addr {
             None => {}
             Some(SocketAddr::V4(a)) => {
@@ -153,11 +183,12 @@ impl Rec {
             c: u64_at(24),
             d: u64_at(32),
             addr,
+            room: u32_at(60),
         };
         if r.len as usize > MAX_MSG_SIZE {
             return Err(Fault("ring record longer than a message"));
         }
-        if !matches!(r.op, OP_SEND | OP_RECV | OP_RESULT) {
+        if !matches!(r.op, OP_SEND | OP_RECV | OP_RESULT | OP_SYNC) {
             return Err(Fault("unknown ring record kind"));
         }
         Ok(r)
@@ -375,6 +406,51 @@ impl RingEnd {
         self.word(OFF_WANT).load(Ordering::Acquire) & (WANT_RX | WANT_TX)
     }
 
+    /// Daemon: a posted send failed with `errno`; the client's next send returns it (the
+    /// first one is kept until then).
+    pub fn post_failed(&self, errno: u32) {
+        let _ = self.word(OFF_POST_ERR).compare_exchange(
+            0,
+            u64::from(errno),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Client: the errno of a posted send that failed since the last call, if any.
+    pub fn take_post_error(&self) -> Option<i32> {
+        match self.word(OFF_POST_ERR).swap(0, Ordering::AcqRel) {
+            0 => None,
+            e => Some(i32::try_from(e).unwrap_or(libc::EIO)),
+        }
+    }
+
+    /// Daemon: the client should wait for its sends again (a posted one met congestion).
+    pub fn stop_posting(&self) {
+        self.word(OFF_POST_STOP).store(1, Ordering::Release);
+    }
+
+    /// Client: whether the daemon asked it to stop posting (clears the request).
+    pub fn take_post_stop(&self) -> bool {
+        self.word(OFF_POST_STOP).swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// Daemon: `n` more messages handed beyond the first results of batched receives.
+    pub fn handed(&self, n: u64) {
+        self.word(OFF_HANDED).fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Client: one handed message taken from its own queue.
+    pub fn taken(&self) {
+        self.word(OFF_TAKEN).fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Daemon: whether the client holds handed messages it has not taken yet.
+    pub fn client_holds(&self) -> bool {
+        self.word(OFF_HANDED).load(Ordering::Acquire)
+            != self.word(OFF_TAKEN).load(Ordering::Acquire)
+    }
+
     /// The mapping (tests scribble on it).
     pub fn shm(&self) -> &Shm {
         &self.shm
@@ -416,6 +492,36 @@ mod tests {
             assert_eq!(data, payload);
             assert!(d.may_sleep());
         }
+    }
+
+    #[test]
+    fn posted_send_words_and_held_messages() {
+        let (d, c) = pair();
+        assert_eq!(c.take_post_error(), None);
+        d.post_failed(libc::EHOSTUNREACH as u32);
+        // The first failure is the one kept.
+        d.post_failed(libc::ENOBUFS as u32);
+        assert_eq!(c.take_post_error(), Some(libc::EHOSTUNREACH));
+        assert_eq!(c.take_post_error(), None);
+        assert!(!c.take_post_stop());
+        d.stop_posting();
+        assert!(c.take_post_stop());
+        assert!(!c.take_post_stop());
+        assert!(!d.client_holds());
+        d.handed(2);
+        assert!(d.client_holds());
+        c.taken();
+        assert!(d.client_holds());
+        c.taken();
+        assert!(!d.client_holds());
+        // A result's room survives encoding.
+        let r = Rec {
+            op: OP_RESULT,
+            room: 106_496,
+            flags: F_MORE,
+            ..Rec::default()
+        };
+        assert_eq!(Rec::decode(&r.encode()), Ok(r));
     }
 
     #[test]

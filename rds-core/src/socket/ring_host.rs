@@ -8,24 +8,28 @@
 //! client's connection (the event loop counts it), never the daemon.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 
 use super::ring::{
-    Fault, Rec, RingEnd, F_CONG, F_PEEK, F_READABLE, F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV,
-    OP_RESULT, OP_SEND, REC_HDR, SEG_LEN, WANT_RX, WANT_TX,
+    Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_READABLE, F_TRUNCATED, F_TS,
+    F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
 };
 use super::{RecvFlags, Socket};
 use crate::ctl::{Failed, Reply};
 use crate::message::Received;
 use crate::node::admin::{Action, RingServe, Served, Watch};
+use crate::proto::SendExtras;
 use crate::sys;
 use crate::wire::MAX_MSG_SIZE;
 
 /// Requests served per turn before other connections get theirs.
 const TURN: usize = 64;
+/// Most messages one batched receive brings.
+const BATCH_MOST: usize = 32;
 
 /// One readiness direction the client may watch.
 #[derive(Debug)]
@@ -109,7 +113,12 @@ impl RingHost {
             if want & bit == 0 {
                 continue;
             }
-            let ready = if rx { s.readable() } else { s.writable() };
+            // Messages handed to the client and not yet taken keep it readable.
+            let ready = if rx {
+                self.end.client_holds() || s.readable()
+            } else {
+                s.writable()
+            };
             let r = if rx { &mut self.rx } else { &mut self.tx };
             r.set(ready);
             if !ready && !r.watching {
@@ -126,8 +135,25 @@ impl RingHost {
         }
     }
 
-    /// Runs one request; its result record.
-    fn run(&self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) -> (Rec, Bytes) {
+    /// A posted send: no result; a failure other than congestion is kept for the client's
+    /// next send, congestion makes the client wait for its sends again.
+    fn run_posted(&self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) {
+        let Some(s) = s else {
+            self.end.post_failed(libc::EBADF as u32);
+            return;
+        };
+        match s.send_posted(Bytes::from(payload), rec.addr) {
+            Ok(false) => {}
+            Ok(true) => self.end.stop_posting(),
+            Err(e) => {
+                self.end.stop_posting();
+                self.end.post_failed(errno_of(&e));
+            }
+        }
+    }
+
+    /// Runs one request; its result records, in order (all but the last carry `F_MORE`).
+    fn run(&self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) -> Vec<(Rec, Bytes)> {
         let mut out = Rec {
             op: OP_RESULT,
             seq: rec.seq,
@@ -135,17 +161,18 @@ impl RingHost {
         };
         let Some(s) = s else {
             out.a = libc::EBADF as u32;
-            return (out, Bytes::new());
+            return vec![(out, Bytes::new())];
         };
-        let mut data = Bytes::new();
+        let mut results = Vec::new();
         match rec.op {
             OP_SEND => match s.send_bytes(Bytes::from(payload), rec.addr, true) {
                 Ok(n) => out.c = n as u64,
                 Err(e) => out.a = errno_of(&e),
             },
-            _ => {
+            OP_RECV => {
+                let peek = rec.flags & F_PEEK != 0;
                 let flags = RecvFlags {
-                    peek: rec.flags & F_PEEK != 0,
+                    peek,
                     trunc: false,
                     dontwait: true,
                 };
@@ -153,40 +180,49 @@ impl RingHost {
                     .unwrap_or(MAX_MSG_SIZE)
                     .min(MAX_MSG_SIZE);
                 match s.recv_bytes(max, flags) {
-                    Ok(Received::Data {
-                        msg,
-                        full_len,
-                        truncated,
-                    }) => {
-                        out.c = full_len as u64;
-                        out.addr = Some(msg.from);
-                        if truncated {
-                            out.flags |= F_TRUNCATED;
+                    Ok(first) => {
+                        let batch = rec.flags & F_BATCH != 0 && !peek;
+                        let more = if let (true, Received::Data { msg, .. }) = (batch, &first) {
+                            // Room for the first result, then whole messages only (a later
+                            // receive may have a larger buffer).
+                            let budget = self
+                                .end
+                                .room()
+                                .unwrap_or(0)
+                                .saturating_sub(REC_HDR + msg.payload.len());
+                            s.recv_more(max, budget, REC_HDR, BATCH_MOST)
+                        } else {
+                            Vec::new()
+                        };
+                        self.end.handed(more.len() as u64);
+                        for got in std::iter::once(first).chain(more) {
+                            let (r, data) = result_of(s, rec.seq, got);
+                            results.push((r, data));
                         }
-                        if let Some(n) = s.node() {
-                            out.d = n.wall_ns(msg.rx_time);
-                            out.flags |= F_TS;
-                        }
-                        data = msg.payload;
                     }
-                    Ok(Received::CongUpdate(mask)) => {
-                        out.flags |= F_CONG;
-                        out.c = mask;
-                    }
-                    // Daemon sockets cannot start RDMA operations, so they never get their
-                    // notifications.
-                    Ok(Received::RdmaStatus(_)) => out.a = libc::EOPNOTSUPP as u32,
                     Err(e) => out.a = errno_of(&e),
                 }
             }
+            _ => {}
         }
-        if s.readable() {
-            out.flags |= F_READABLE;
+        if results.is_empty() {
+            results.push((out, Bytes::new()));
         }
-        if s.writable() {
-            out.flags |= F_WRITABLE;
+        let (readable, writable, room) = s.ring_state();
+        let n = results.len();
+        for (i, (r, _)) in results.iter_mut().enumerate() {
+            if i + 1 < n {
+                r.flags |= F_MORE;
+            }
+            if readable {
+                r.flags |= F_READABLE;
+            }
+            if writable {
+                r.flags |= F_WRITABLE;
+            }
+            r.room = u32::try_from(room).unwrap_or(u32::MAX);
         }
-        (out, data)
+        results
     }
 
     fn serve_turn(&mut self) -> Result<Served, Fault> {
@@ -202,25 +238,129 @@ impl RingHost {
                 }
                 continue;
             };
-            if !matches!(rec.op, OP_SEND | OP_RECV) {
+            if !matches!(rec.op, OP_SEND | OP_RECV | OP_SYNC) {
                 return Err(Fault("a result record from the client"));
             }
-            // A client sends its next request only after it took the last result.
+            if rec.op == OP_SEND && rec.flags & F_POSTED != 0 {
+                self.run_posted(sock.as_ref(), &rec, payload);
+                continue;
+            }
+            // A client sends its next waited-for request only after it took the last
+            // result.
             if self.end.room()? < REC_HDR + MAX_MSG_SIZE {
                 return Err(Fault("the client does not take its results"));
             }
-            let (out, data) = self.run(sock.as_ref(), &rec, payload);
+            let results = self.run(sock.as_ref(), &rec, payload);
             // The descriptors are right before the client sees the result.
             if let Some(s) = &sock {
                 self.refresh(s, &mut served);
             }
-            self.end.push(out, &data)?;
+            for (out, data) in results {
+                self.end.push(out, &data)?;
+            }
             if self.end.must_ring() {
                 sys::eventfd_signal(self.done.as_raw_fd());
             }
         }
         served.more = true;
         Ok(served)
+    }
+}
+
+/// A result record for one received item.
+fn result_of(s: &Socket, seq: u64, got: Received) -> (Rec, Bytes) {
+    let mut out = Rec {
+        op: OP_RESULT,
+        seq,
+        ..Rec::default()
+    };
+    let mut data = Bytes::new();
+    match got {
+        Received::Data {
+            msg,
+            full_len,
+            truncated,
+        } => {
+            out.c = full_len as u64;
+            out.addr = Some(msg.from);
+            if truncated {
+                out.flags |= F_TRUNCATED;
+            }
+            if let Some(n) = s.node() {
+                out.d = n.wall_ns(msg.rx_time);
+                out.flags |= F_TS;
+            }
+            data = msg.payload;
+        }
+        Received::CongUpdate(mask) => {
+            out.flags |= F_CONG;
+            out.c = mask;
+        }
+        // Daemon sockets cannot start RDMA operations, so they never get their
+        // notifications.
+        Received::RdmaStatus(_) => out.a = libc::EOPNOTSUPP as u32,
+    }
+    (out, data)
+}
+
+/// What the ring host asks of the daemon's (embedded) socket.
+impl Socket {
+    /// A posted send: non-blocking; one that meets congestion is queued past it (the client
+    /// was already told it was sent). `Ok(true)` when it met congestion.
+    fn send_posted(&self, msg: Bytes, dest: Option<SocketAddr>) -> io::Result<bool> {
+        match self.send_local(msg.clone(), dest, true, &SendExtras::default()) {
+            Ok(_) => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                let past = SendExtras {
+                    past_congestion: true,
+                    ..SendExtras::default()
+                };
+                self.send_local(msg, dest, true, &past).map(|_| true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Readable, writable and the send buffer's room, under one lock.
+    fn ring_state(&self) -> (bool, bool, usize) {
+        self.embedded().map_or((false, false, 0), |b| {
+            let core = b.node.inner.lock_core();
+            let st = &core.stack;
+            (st.readable(b.id), st.writable(b.id), st.send_room(b.id))
+        })
+    }
+
+    /// Up to `most` more queued items under one lock, each whole (a message no longer than
+    /// `max_len`), while their lengths plus `overhead` each fit in `budget`.
+    fn recv_more(
+        &self,
+        max_len: usize,
+        mut budget: usize,
+        overhead: usize,
+        most: usize,
+    ) -> Vec<Received> {
+        let Some(b) = self.embedded() else {
+            return Vec::new();
+        };
+        let mut core = b.node.inner.lock_core();
+        let mut out = Vec::new();
+        while out.len() < most {
+            match core.stack.next_len(b.id) {
+                Some(n) if n <= max_len && n + overhead <= budget => budget -= n + overhead,
+                _ => break,
+            }
+            match core.stack.recv(b.id, max_len, false) {
+                Ok(r) => out.push(r),
+                Err(_) => break,
+            }
+        }
+        if out.is_empty() {
+            return out;
+        }
+        let (r, w) = (core.stack.readable(b.id), core.stack.writable(b.id));
+        b.waiter.update_fds(r, w);
+        b.node.inner.after_app_call(core);
+        out
     }
 }
 
@@ -231,6 +371,19 @@ impl RingServe for RingHost {
 
     fn serve(&mut self) -> Result<Served, String> {
         self.serve_turn().map_err(|f| f.0.to_string())
+    }
+
+    fn finish(&mut self) {
+        let sock = self.sock.upgrade();
+        // At most a full ring of records (a client still writing gets no more).
+        for _ in 0..RING_CAP / REC_HDR {
+            let Ok(Some((rec, payload))) = self.end.pop() else {
+                break;
+            };
+            if rec.op == OP_SEND && rec.flags & F_POSTED != 0 {
+                self.run_posted(sock.as_ref(), &rec, payload);
+            }
+        }
     }
 
     fn fired(&mut self, rx: bool) {

@@ -329,6 +329,9 @@ impl EventLoop {
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
+            if let Some(r) = self.rings.get_mut(&id) {
+                r.ring.finish();
+            }
             self.drop_ring(id);
         }
         self.doomed.remove(&conn.id);

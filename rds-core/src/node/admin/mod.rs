@@ -133,6 +133,10 @@ pub trait RingServe: Send + fmt::Debug {
 
     /// A descriptor from [`Served::watch`] fired (`rx`: the receive side).
     fn fired(&mut self, rx: bool);
+
+    /// The client's connection ended: sends it posted (already reported sent) go out;
+    /// nothing else is answered.
+    fn finish(&mut self);
 }
 
 /// What one [`RingServe::serve`] asks of the event loop.

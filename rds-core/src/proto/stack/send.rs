@@ -128,7 +128,7 @@ impl Stack {
             self.want_connect(cid, lane);
         }
         let dport = dest.port();
-        if self.peer_congested(cid, dport) {
+        if !extras.past_congestion && self.peer_congested(cid, dport) {
             let s = self.socks.get_mut(&sock).expect("checked");
             if nonblock {
                 self.stats.inc(Counter::CongSendError);

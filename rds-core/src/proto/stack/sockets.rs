@@ -188,6 +188,24 @@ impl Stack {
         self.socks.get(&sock).is_some_and(Sock::writable)
     }
 
+    /// Bytes a send may still queue before the buffer is full (a send is accepted while
+    /// this is above zero).
+    pub fn send_room(&self, sock: SockId) -> usize {
+        self.socks
+            .get(&sock)
+            .map_or(0, |s| s.sndbuf.saturating_sub(s.snd_bytes))
+    }
+
+    /// The payload length of what a receive would return next: a message's full length, 0
+    /// for a notification, `None` when nothing is queued.
+    pub fn next_len(&self, sock: SockId) -> Option<usize> {
+        let s = self.socks.get(&sock)?;
+        if !s.notify_q.is_empty() || (s.cong_monitor && s.cong_notify != 0) {
+            return Some(0);
+        }
+        s.rcv_q.front().map(|m| m.payload.len())
+    }
+
     /// Whether the socket exists.
     pub fn sock_exists(&self, sock: SockId) -> bool {
         self.socks.contains_key(&sock)
