@@ -166,3 +166,28 @@ pub fn daemon_command(
         .stdin(std::process::Stdio::null());
     c
 }
+
+/// A daemon child (`daemon_command`) on `addrs`, its output discarded; waits (20 s at most)
+/// until its control socket `dir/run/daemon.sock` answers, and returns it with that path.
+pub fn spawn_daemon(
+    dir: &std::path::Path,
+    addrs: &[&str],
+) -> (proc::KillOnDrop, std::path::PathBuf) {
+    let mut c = daemon_command(dir, addrs[0], None);
+    for a in &addrs[1..] {
+        c.args(["--addr", a]);
+    }
+    let child = proc::KillOnDrop(
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting rds-ctrl daemon"),
+    );
+    let sock = dir.join("run").join("daemon.sock");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rds_core::ctl::client::CtlClient::connect(&sock).is_err() {
+        assert!(std::time::Instant::now() < end, "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (child, sock)
+}

@@ -15,34 +15,11 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request};
 use rds_core::{RecvFlags, Socket};
-use rds_tests::proc::KillOnDrop;
-
-/// A daemon child on `addrs` with its runtime directory in `dir/run`; waits for its socket.
-fn daemon(dir: &Path, addrs: &[&str]) -> (KillOnDrop, std::path::PathBuf) {
-    let mut c = rds_tests::daemon_command(dir, addrs[0], None);
-    for a in &addrs[1..] {
-        c.args(["--addr", a]);
-    }
-    let child = KillOnDrop(
-        c.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting rds-ctrl daemon"),
-    );
-    let sock = dir.join("run").join("daemon.sock");
-    let end = Instant::now() + Duration::from_secs(20);
-    while CtlClient::connect(&sock).is_err() {
-        assert!(Instant::now() < end, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child, sock)
-}
 
 /// One of the daemon node's RDS counters.
 fn counter(sock: &Path, name: &str) -> u64 {
@@ -92,7 +69,7 @@ fn receive_in_order(rx: &Socket, from: u32, to: u32, buf_len: usize, poll_each: 
 #[test]
 fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (_d, sock) = daemon(dir.path(), &["127.20.1.1", "127.20.1.2"]);
+    let (_d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.1.1", "127.20.1.2"]);
     // The only test of this file: it alone sets the environment.
     std::env::set_var("RDS_RUNTIME_DIR", dir.path().join("run"));
     std::env::remove_var("RDS_NO_DAEMON");

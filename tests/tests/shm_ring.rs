@@ -20,28 +20,6 @@ use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request};
 use rds_core::socket::ring::SEG_LEN;
 use rds_core::{RecvFlags, Socket};
-use rds_tests::proc::KillOnDrop;
-
-/// A daemon child on `addrs` with its runtime directory in `dir/run`; waits for its socket.
-fn daemon(dir: &Path, addrs: &[&str]) -> (KillOnDrop, std::path::PathBuf) {
-    let mut c = rds_tests::daemon_command(dir, addrs[0], None);
-    for a in &addrs[1..] {
-        c.args(["--addr", a]);
-    }
-    let child = KillOnDrop(
-        c.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting rds-ctrl daemon"),
-    );
-    let sock = dir.join("run").join("daemon.sock");
-    let end = Instant::now() + Duration::from_secs(20);
-    while CtlClient::connect(&sock).is_err() {
-        assert!(Instant::now() < end, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child, sock)
-}
 
 fn ring_faults(sock: &Path) -> u64 {
     let mut c = CtlClient::connect(sock).unwrap();
@@ -104,7 +82,7 @@ fn message(i: u32) -> Vec<u8> {
 #[test]
 fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
     let dir = tempfile::tempdir().unwrap();
-    let (_d, sock) = daemon(dir.path(), &["127.20.0.1", "127.20.0.2"]);
+    let (_d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.0.1", "127.20.0.2"]);
     // Only this test of the file uses the Socket API (and so the environment).
     std::env::set_var("RDS_RUNTIME_DIR", dir.path().join("run"));
     std::env::remove_var("RDS_NO_DAEMON");
@@ -262,7 +240,7 @@ fn another_uid_cannot_set_up_or_map_a_ring() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (d, sock) = daemon(dir.path(), &["127.20.0.3"]);
+    let (d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.0.3"]);
     for p in [dir.path().to_path_buf(), dir.path().join("run")] {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }

@@ -445,20 +445,30 @@ fn received(r: Rec, data: Vec<u8>) -> io::Result<(Received, Option<SystemTime>)>
         .addr
         .ok_or_else(|| io::Error::other("receive result without a sender"))?;
     let ts = (r.flags & F_TS != 0).then(|| UNIX_EPOCH + Duration::from_nanos(r.d));
-    Ok((
-        Received::Data {
-            msg: InMsg {
-                from,
-                payload: Bytes::from(data),
-                seq: 0,
-                rx_time: Instant::ZERO,
-                rdma_dest: None,
-            },
-            full_len: usize::try_from(r.c).unwrap_or(usize::MAX),
-            truncated: r.flags & F_TRUNCATED != 0,
+    let full_len = usize::try_from(r.c).unwrap_or(usize::MAX);
+    let truncated = r.flags & F_TRUNCATED != 0;
+    Ok((data_from(from, data, None, full_len, truncated), ts))
+}
+
+/// A message the daemon handed over.
+fn data_from(
+    from: SocketAddr,
+    data: Vec<u8>,
+    rdma_dest: Option<u64>,
+    full_len: usize,
+    truncated: bool,
+) -> Received {
+    Received::Data {
+        msg: InMsg {
+            from,
+            payload: Bytes::from(data),
+            seq: 0,
+            rx_time: Instant::ZERO,
+            rdma_dest,
         },
-        ts,
-    ))
+        full_len,
+        truncated,
+    }
 }
 
 /// When a blocking call with `timeout` gives up (`None` or zero: never, as for
@@ -745,20 +755,9 @@ impl Remote {
                 let ts = ts_ns.map(|n| UNIX_EPOCH + Duration::from_nanos(n));
                 Ok(match (cong_update, from) {
                     (Some(mask), _) => (Received::CongUpdate(mask), None),
-                    (None, Some(from)) => (
-                        Received::Data {
-                            msg: InMsg {
-                                from,
-                                payload: Bytes::from(data),
-                                seq: 0,
-                                rx_time: Instant::ZERO,
-                                rdma_dest,
-                            },
-                            full_len,
-                            truncated,
-                        },
-                        ts,
-                    ),
+                    (None, Some(from)) => {
+                        (data_from(from, data, rdma_dest, full_len, truncated), ts)
+                    }
                     (None, None) => return Err(io::Error::other("receive reply without a sender")),
                 })
             }
