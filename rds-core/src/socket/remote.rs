@@ -12,7 +12,9 @@
 //! (no watcher threads). The control connection keeps setup and the rare operations. A send
 //! to a destination the last waited-for send reached, within the send-buffer room the daemon
 //! last reported, is posted without waiting for its result; a receive brings every whole
-//! message queued (up to 32) and the client serves the next receives from them. Before an
+//! message queued (up to 32) and the client serves the next receives from them; while the
+//! client watches its receive side, the daemon pushes messages into the ring as they arrive,
+//! so that a receive usually finds its message there without asking. Before an
 //! operation on the control connection that must follow the posted sends (options, connect,
 //! cancel, close), the client waits until the daemon has taken them all.
 //!
@@ -30,8 +32,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use super::ring::{
-    Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_TRUNCATED, F_TS, OP_RECV, OP_RESULT,
-    OP_SEND, OP_SYNC, REC_HDR, SEG_LEN, WANT_RX, WANT_TX,
+    Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_TRUNCATED, F_TS, OP_RECV,
+    OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, SEG_LEN, WANT_RX, WANT_TX,
 };
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
@@ -207,6 +209,10 @@ impl RingClient {
         let mut got = Vec::new();
         loop {
             match end.pop().map_err(bad)? {
+                Some((r, data)) if r.op == OP_RESULT && r.flags & F_PUSHED != 0 => {
+                    st.held.push_back((r, data));
+                    continue;
+                }
                 Some((r, data)) if r.op == OP_RESULT && r.seq == st.seq => {
                     let last = r.flags & F_MORE == 0;
                     st.room = r.room as usize;
@@ -365,27 +371,52 @@ impl RingClient {
         }
     }
 
-    /// The next message a batched receive brought, if any (`peek` leaves it queued).
-    fn take_held(&self, max: usize, peek: bool) -> Option<(Rec, Vec<u8>)> {
+    /// The next message the daemon handed (pushed, or brought by a batched receive), if any
+    /// (`peek` leaves it queued). Taking the last one while the daemon's socket was empty
+    /// clears the receive descriptor.
+    fn take_held(&self, max: usize, peek: bool) -> io::Result<Option<(Rec, Vec<u8>)>> {
         let mut g = self.lock();
+        let st = &mut *g;
+        while let Some((r, data)) = st
+            .end
+            .pop()
+            .map_err(|_| io::Error::from_raw_os_error(libc::EIO))?
+        {
+            if r.op != OP_RESULT || r.flags & F_PUSHED == 0 {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            st.held.push_back((r, data));
+        }
         let (r, mut data) = if peek {
-            g.held.front().cloned()?
+            match st.held.front() {
+                Some(item) => item.clone(),
+                None => return Ok(None),
+            }
         } else {
-            let item = g.held.pop_front()?;
-            g.end.taken();
+            let Some(item) = st.held.pop_front() else {
+                return Ok(None);
+            };
+            st.end.taken();
+            let more = |e: &RingEnd| e.client_holds() || e.incoming() || e.sock_readable();
+            if st.held.is_empty() && st.want & WANT_RX != 0 && !more(&st.end) {
+                let fd = self.rx.as_raw_fd();
+                sys::eventfd_clear(fd);
+                // Handed or queued meanwhile: the daemon signalled before this clear.
+                if more(&st.end) {
+                    sys::eventfd_signal(fd);
+                }
+            }
             item
         };
         if data.len() > max {
             data.truncate(max);
-            return Some((
-                Rec {
-                    flags: r.flags | F_TRUNCATED,
-                    ..r
-                },
-                data,
-            ));
+            let r = Rec {
+                flags: r.flags | F_TRUNCATED,
+                ..r
+            };
+            return Ok(Some((r, data)));
         }
-        Some((r, data))
+        Ok(Some((r, data)))
     }
 
     fn recv(
@@ -397,7 +428,7 @@ impl RingClient {
     ) -> io::Result<(Received, Option<SystemTime>)> {
         let deadline = deadline_of(timeout);
         loop {
-            if let Some((r, data)) = self.take_held(max, peek) {
+            if let Some((r, data)) = self.take_held(max, peek)? {
                 return received(r, data);
             }
             if self.surely_empty() {
@@ -414,16 +445,28 @@ impl RingClient {
                 ..Rec::default()
             };
             let mut g = self.lock();
-            if !g.held.is_empty() {
-                // Another thread's batch came meanwhile.
+            if !g.held.is_empty() || g.end.incoming() {
+                // Handed meanwhile (to another thread's request, or pushed).
                 continue;
             }
-            let mut got = self.rpc(&mut g, rec, &[])?.into_iter();
-            let (r, data) = got.next().expect("rpc returns a result");
-            g.held.extend(got);
+            let mut got = self.rpc(&mut g, rec, &[])?;
+            let status = got.last().map_or(0, |(r, _)| r.a as i32);
+            if status == 0 && !peek {
+                // Behind anything pushed while the request ran: the order they left the
+                // socket in.
+                g.held.extend(got);
+                continue;
+            }
+            if !g.held.is_empty() {
+                // Pushed while the request ran: older than a peeked message.
+                continue;
+            }
             drop(g);
-            match r.a as i32 {
-                0 => return received(r, data),
+            match status {
+                0 => {
+                    let (r, data) = got.swap_remove(0);
+                    return received(r, data);
+                }
                 libc::EAGAIN if !dontwait => {
                     self.wait(Some(true), deadline, WAIT_CHUNK)?;
                 }
@@ -637,11 +680,11 @@ impl Remote {
     }
 
     pub(crate) fn readiness(&self) -> (bool, bool) {
-        // Messages a batched receive brought are readable here, whatever the daemon says.
-        let held = self
-            .ring
-            .as_ref()
-            .is_some_and(|r| !r.lock().held.is_empty());
+        // Messages the daemon handed are readable here, whatever the socket says.
+        let held = self.ring.as_ref().is_some_and(|r| {
+            let g = r.lock();
+            !g.held.is_empty() || g.end.incoming()
+        });
         match self.state() {
             Ok(Reply::SockState {
                 readable, writable, ..

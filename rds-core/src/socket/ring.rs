@@ -19,9 +19,12 @@
 //! advisory) and raises the stop flag, after which the client waits for its sends again. Any
 //! other failure of a posted send is kept in the error word and returned by the client's
 //! next send. A receive marked [`F_BATCH`] may bring several messages: each but the last
-//! result carries [`F_MORE`]. The daemon counts the messages it handed beyond the first
-//! (the handed word), the client the ones it took from its own queue (the taken word); the
-//! receive descriptor stays signalled while they differ.
+//! result carries [`F_MORE`]. While the client watches its receive descriptor, the daemon also
+//! pushes messages into the result ring as they reach the socket ([`F_PUSHED`], sequence 0).
+//! The daemon counts the messages it handed (the handed word), the client the ones it took
+//! (the taken word); the receive descriptor stays signalled while they differ. A client that
+//! took the last one, when the daemon last saw its socket empty (the socket word), clears the
+//! descriptor itself, then signals it again if something was handed or queued meanwhile.
 //!
 //! Trust: the daemon treats every byte of the segment as hostile. It keeps its own copy of the
 //! positions it writes, checks every position and length it reads before use, and copies a
@@ -61,6 +64,7 @@ const OFF_POST_ERR: usize = 512;
 const OFF_POST_STOP: usize = 576;
 const OFF_HANDED: usize = 640;
 const OFF_TAKEN: usize = 704;
+const OFF_SOCK_RX: usize = 768;
 
 /// The client wants its receive-readiness descriptor signalled when the socket is readable.
 pub const WANT_RX: u64 = 1;
@@ -94,6 +98,8 @@ pub const F_POSTED: u32 = 64;
 pub const F_BATCH: u32 = 128;
 /// Result flag: another result of the same request follows.
 pub const F_MORE: u32 = 256;
+/// Result flag: a message the daemon pushed without a request (`seq` 0).
+pub const F_PUSHED: u32 = 512;
 
 /// Something in the segment that a well-behaved peer never writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,10 +451,23 @@ impl RingEnd {
         self.word(OFF_TAKEN).fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Daemon: whether the client holds handed messages it has not taken yet.
+    /// Whether the client holds handed messages it has not taken yet (the daemon's view; the
+    /// client's, before it clears its receive descriptor).
     pub fn client_holds(&self) -> bool {
         self.word(OFF_HANDED).load(Ordering::Acquire)
             != self.word(OFF_TAKEN).load(Ordering::Acquire)
+    }
+
+    /// Daemon: whether its socket has messages queued, as last seen (before the receive
+    /// descriptor is set from it).
+    pub fn set_sock_readable(&self, readable: bool) {
+        self.word(OFF_SOCK_RX)
+            .store(u64::from(readable), Ordering::SeqCst);
+    }
+
+    /// Client: whether the daemon last saw messages queued at its socket.
+    pub fn sock_readable(&self) -> bool {
+        self.word(OFF_SOCK_RX).load(Ordering::SeqCst) != 0
     }
 
     /// The mapping (tests scribble on it).

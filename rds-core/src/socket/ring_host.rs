@@ -2,7 +2,10 @@
 //! [`crate::ctl::Request::SockRing`] by the connection that owns the socket, served by the
 //! control server's event loop ([`RingServe`]). Sends and receives run non-blocking on the
 //! daemon's socket; the client waits on its readiness descriptors, which this side keeps
-//! signalled exactly while the socket is ready, for each direction the client watches.
+//! signalled while the socket is ready (or the client holds messages it was handed), for each
+//! direction the client watches. While the client watches its receive side, messages that
+//! reach the socket are pushed into the ring as they come (up to [`PUSH_WINDOW`] bytes
+//! waiting there), so that the client's next receive finds them without asking.
 //!
 //! Everything read from the segment is checked ([`super::ring::RingEnd`]); a fault ends the
 //! client's connection (the event loop counts it), never the daemon.
@@ -15,8 +18,9 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 
 use super::ring::{
-    Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_READABLE, F_TRUNCATED, F_TS,
-    F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
+    Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_READABLE,
+    F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP,
+    SEG_LEN, WANT_RX, WANT_TX,
 };
 use super::{RecvFlags, Socket};
 use crate::ctl::{Failed, Reply};
@@ -28,31 +32,41 @@ use crate::wire::MAX_MSG_SIZE;
 
 /// Requests served per turn before other connections get theirs.
 const TURN: usize = 64;
-/// Most messages one batched receive brings.
+/// Most messages one batched receive (or one push) brings.
 const BATCH_MOST: usize = 32;
+/// Bytes of pushed messages the result ring may hold (it keeps room for a largest result
+/// beside them: [`RING_CAP`] is larger by more than this).
+const PUSH_WINDOW: usize = 64 << 10;
 
-/// One readiness direction the client may watch.
+/// One readiness direction the client may watch. The client may clear (and signal again) the
+/// receive side itself (after it took the last message it held, when the daemon's socket was
+/// empty), so there every change is written, even one that `signalled` says is done.
 #[derive(Debug)]
 struct Ready {
     fd: OwnedFd,
     signalled: bool,
     watching: bool,
+    client_clears: bool,
 }
 
 impl Ready {
-    fn new() -> io::Result<Ready> {
+    fn new(client_clears: bool) -> io::Result<Ready> {
         Ok(Ready {
             fd: sys::eventfd()?,
             signalled: false,
             watching: false,
+            client_clears,
         })
     }
 
     fn set(&mut self, ready: bool) {
-        if ready && !self.signalled {
-            sys::eventfd_signal(self.fd.as_raw_fd());
-        } else if !ready && self.signalled {
-            sys::eventfd_clear(self.fd.as_raw_fd());
+        // Where the client also writes, the last state this side wrote may be stale.
+        if self.client_clears || self.signalled != ready {
+            if ready {
+                sys::eventfd_signal(self.fd.as_raw_fd());
+            } else {
+                sys::eventfd_clear(self.fd.as_raw_fd());
+            }
         }
         self.signalled = ready;
     }
@@ -83,8 +97,8 @@ pub(super) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
         sock: Arc::downgrade(sock),
         bell: sys::eventfd().map_err(fail)?,
         done: sys::eventfd().map_err(fail)?,
-        rx: Ready::new().map_err(fail)?,
-        tx: Ready::new().map_err(fail)?,
+        rx: Ready::new(true).map_err(fail)?,
+        tx: Ready::new(false).map_err(fail)?,
     };
     let fds = vec![
         seg,
@@ -113,15 +127,16 @@ impl RingHost {
             if want & bit == 0 {
                 continue;
             }
-            // Messages handed to the client and not yet taken keep it readable.
-            let ready = if rx {
-                self.end.client_holds() || s.readable()
-            } else {
-                s.writable()
-            };
+            // Messages handed to the client and not yet taken keep it readable; the socket
+            // is watched whenever it is not (new messages are pushed).
+            let sock_ready = if rx { s.readable() } else { s.writable() };
+            if rx {
+                self.end.set_sock_readable(sock_ready);
+            }
+            let ready = sock_ready || (rx && self.end.client_holds());
             let r = if rx { &mut self.rx } else { &mut self.tx };
             r.set(ready);
-            if !ready && !r.watching {
+            if !sock_ready && !r.watching {
                 let fd = if rx { s.fd() } else { s.send_fd() };
                 if let Ok(fd) = fd {
                     r.watching = true;
@@ -133,6 +148,28 @@ impl RingHost {
                 }
             }
         }
+    }
+
+    /// Pushes the whole messages queued at the socket into the result ring, up to
+    /// [`PUSH_WINDOW`] bytes waiting there, without a request.
+    fn push(&mut self, s: &Socket) -> Result<(), Fault> {
+        let used = RING_CAP - self.end.room()?;
+        let budget = PUSH_WINDOW.saturating_sub(used);
+        let items = s.recv_more(MAX_MSG_SIZE, budget, REC_HDR, BATCH_MOST);
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.end.handed(items.len() as u64);
+        let readable = s.readable();
+        for got in items {
+            let (mut r, data) = result_of(s, 0, got);
+            r.flags |= F_PUSHED;
+            if readable {
+                r.flags |= F_READABLE;
+            }
+            self.end.push(r, &data)?;
+        }
+        Ok(())
     }
 
     /// A posted send: no result; a failure other than congestion is kept for the client's
@@ -194,7 +231,11 @@ impl RingHost {
                         } else {
                             Vec::new()
                         };
-                        self.end.handed(more.len() as u64);
+                        // Every message the client will hold until it takes it (a peeked
+                        // one stays in the socket).
+                        if batch {
+                            self.end.handed(1 + more.len() as u64);
+                        }
                         for got in std::iter::once(first).chain(more) {
                             let (r, data) = result_of(s, rec.seq, got);
                             results.push((r, data));
@@ -386,9 +427,18 @@ impl RingServe for RingHost {
         }
     }
 
-    fn fired(&mut self, rx: bool) {
+    fn fired(&mut self, rx: bool) -> Vec<Watch> {
         let r = if rx { &mut self.rx } else { &mut self.tx };
         r.watching = false;
-        r.set(true);
+        let mut served = Served::default();
+        if let (true, Some(s)) = (rx, self.sock.upgrade()) {
+            // A bad position is the client's own doing; its next request reports it.
+            let _ = self.push(&s);
+            // Watch again if the socket is empty now; refresh signals the descriptor.
+            self.refresh(&s, &mut served);
+        } else {
+            r.set(true);
+        }
+        served.watch
     }
 }

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, RingServe, ACCEPT_BACKOFF,
-    BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE,
-    REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
+    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, RingServe, Watch,
+    ACCEPT_BACKOFF, BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM,
+    PRIVILEGED_RESERVE, REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
 };
 use crate::ctl::{write_frame, Reply, Request, MAX_DATA, MAX_JSON};
 use crate::sys;
@@ -587,24 +587,7 @@ impl EventLoop {
                 if served.more {
                     sys::eventfd_signal(entry.ring.doorbell());
                 }
-                for w in served.watch {
-                    if self.watched.contains_key(&w.fd)
-                        || self
-                            .ep
-                            .add(w.fd, WATCH_TOKEN | w.fd as u64, sys::EPOLLIN)
-                            .is_err()
-                    {
-                        continue;
-                    }
-                    self.watched.insert(
-                        w.fd,
-                        Watched {
-                            ring: id,
-                            rx: w.rx,
-                            _hold: w.hold,
-                        },
-                    );
-                }
+                self.add_watches(id, served.watch);
             }
             Err(_) => {
                 let owner = entry.owner;
@@ -615,12 +598,36 @@ impl EventLoop {
         }
     }
 
-    /// A readiness descriptor a ring watched fired: tell the ring, stop watching.
+    /// Watches socket readiness descriptors once each for ring `id`.
+    fn add_watches(&mut self, id: u64, watch: Vec<Watch>) {
+        for w in watch {
+            if self.watched.contains_key(&w.fd)
+                || self
+                    .ep
+                    .add(w.fd, WATCH_TOKEN | w.fd as u64, sys::EPOLLIN)
+                    .is_err()
+            {
+                continue;
+            }
+            self.watched.insert(
+                w.fd,
+                Watched {
+                    ring: id,
+                    rx: w.rx,
+                    _hold: w.hold,
+                },
+            );
+        }
+    }
+
+    /// A readiness descriptor a ring watched fired: tell the ring (which may watch again),
+    /// stop watching.
     fn watch_fired(&mut self, fd: RawFd) {
         let _ = self.ep.delete(fd);
         if let Some(w) = self.watched.remove(&fd) {
             if let Some(r) = self.rings.get_mut(&w.ring) {
-                r.ring.fired(w.rx);
+                let again = r.ring.fired(w.rx);
+                self.add_watches(w.ring, again);
             }
         }
     }

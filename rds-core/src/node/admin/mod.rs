@@ -131,8 +131,9 @@ pub trait RingServe: Send + fmt::Debug {
     /// connection is closed and counted).
     fn serve(&mut self) -> Result<Served, String>;
 
-    /// A descriptor from [`Served::watch`] fired (`rx`: the receive side).
-    fn fired(&mut self, rx: bool);
+    /// A descriptor from [`Served::watch`] fired (`rx`: the receive side); what to watch
+    /// next.
+    fn fired(&mut self, rx: bool) -> Vec<Watch>;
 
     /// The client's connection ended: sends it posted (already reported sent) go out;
     /// nothing else is answered.
