@@ -9,6 +9,8 @@
 //!   never waits while messages it already holds are queued;
 //! - a sender flooding a receiver whose buffer is small meets congestion (the daemon's
 //!   `cong_send_error` grows) and still loses nothing and reorders nothing;
+//! - 2,000 requests and answers one at a time, each side waiting on its descriptor, with no
+//!   message left over on either side after each round;
 //! - `RDS_CANCEL_SENT_TO` right after posted sends sees them (the ring is emptied first).
 //!
 //! Addresses: 127.20.1.0/24 (this file's range).
@@ -135,7 +137,44 @@ fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
     println!("{} messages in order; congestion met {cong} times", 5 * N);
     assert!(cong > 0, "the sender never met congestion");
 
-    // 5. Cancel right after posted sends to an address that never answers (127.20.1.9 has no
+    // 5. Request and answer, one at a time, each side waiting on its readiness descriptor
+    // (the pushed messages, and the descriptor the client clears itself, at depth 1).
+    let from: SocketAddr = "127.20.1.1:5001".parse().unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..2000u32 {
+        tx.send_to(&i.to_be_bytes(), dest).unwrap();
+        for (s, peer) in [(&rx, from), (&tx, dest)] {
+            let fd = s.fd().unwrap();
+            assert!(
+                rds_core::poll_readable(&[fd], Duration::from_secs(20)).unwrap()[0],
+                "round {i}: no answer"
+            );
+            let m = s.recv_msg(&mut buf, RecvFlags::default()).unwrap();
+            assert_eq!((m.len, m.from), (4, Some(peer)), "round {i}");
+            assert_eq!(buf[..4], i.to_be_bytes(), "round {i}");
+            if s.local_addr().unwrap() == dest {
+                rx.send_to(&buf[..4], from).unwrap();
+            }
+        }
+        // Nothing more on either side, and the descriptors say so.
+        for s in [&rx, &tx] {
+            let none = s.recv_msg(
+                &mut buf,
+                RecvFlags {
+                    dontwait: true,
+                    ..RecvFlags::default()
+                },
+            );
+            assert_eq!(none.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+            let fd = s.fd().unwrap();
+            assert!(
+                !rds_core::poll_readable(&[fd], Duration::ZERO).unwrap()[0],
+                "round {i}: readable with nothing queued"
+            );
+        }
+    }
+
+    // 6. Cancel right after posted sends to an address that never answers (127.20.1.9 has no
     // node): it drops every one of them.
     let gone: SocketAddr = "127.20.1.9:5000".parse().unwrap();
     let m = message(0);
