@@ -48,9 +48,10 @@
 //! (the average lines' `rtt us`) two guests at depth 1: kernel 1.9 ms, ours 6.0 ms (p50
 //! 5.2 ms); one guest at depth 1: kernel 0.27 ms, ours through the daemon 1.8 ms (p50 1.5 ms),
 //! `--loopback` 1.3 ms. In one guest the kernel hands each message to the receiving socket
-//! inside the kernel (its loopback transport, no TCP), while ours goes through TCP over `lo`
-//! and, in the daemon rows, the daemon's rings both ways. The daemon row at `-t 2 -d 32` is
-//! a tenth of `--loopback`'s figure (p50 RTT 88 ms against 12 ms); not investigated here.
+//! inside the kernel (its loopback transport, no TCP); in the daemon rows ours does the same
+//! in the daemon's node, with the daemon's rings both ways; `--loopback` goes through TCP over
+//! `lo`. That run was before daemon clients posted sends and got receives batched and pushed;
+//! with them (commit c29aa49) the daemon rows gave 0.21 / 0.81 / 0.33 (README, Performance).
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::ib::release_bin;
