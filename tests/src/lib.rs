@@ -167,6 +167,19 @@ pub fn daemon_command(
     c
 }
 
+/// One of the RDS counters of the daemon whose control socket is `sock`.
+pub fn daemon_counter(sock: &std::path::Path, name: &str) -> u64 {
+    let mut c = rds_core::ctl::client::CtlClient::connect(sock).unwrap();
+    match c.call(&rds_core::ctl::Request::Stats, &[]).unwrap().0 {
+        rds_core::ctl::Reply::Stats { counters } => counters
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no counter {name}")),
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
 /// A daemon child (`daemon_command`) on `addrs`, its output discarded; waits (20 s at most)
 /// until its control socket `dir/run/daemon.sock` answers, and returns it with that path.
 pub fn spawn_daemon(

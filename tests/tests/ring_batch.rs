@@ -16,25 +16,9 @@
 //! Addresses: 127.20.1.0/24 (this file's range).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rds_core::ctl::client::CtlClient;
-use rds_core::ctl::{Reply, Request};
 use rds_core::{RecvFlags, Socket};
-
-/// One of the daemon node's RDS counters.
-fn counter(sock: &Path, name: &str) -> u64 {
-    let mut c = CtlClient::connect(sock).unwrap();
-    match c.call(&Request::Stats, &[]).unwrap().0 {
-        Reply::Stats { counters } => counters
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("no counter {name}")),
-        other => panic!("unexpected reply {other:?}"),
-    }
-}
 
 /// Message `i`: 10 bytes, 1000 bytes or 20,000 bytes, numbered in its first 4.
 fn message(i: u32) -> Vec<u8> {
@@ -106,10 +90,10 @@ fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
     // 3. One message per readiness wake, all 40 queued at the receiver's socket before the
     // first receive: its batches bring 32, then 8, and the last 7 are held by this process
     // while the daemon's socket is empty.
-    let queued = counter(&sock, "recv_queued");
+    let queued = rds_tests::daemon_counter(&sock, "recv_queued");
     send(2 * N, 2 * N + 40);
     let end = Instant::now() + Duration::from_secs(20);
-    while counter(&sock, "recv_queued") < queued + 40 {
+    while rds_tests::daemon_counter(&sock, "recv_queued") < queued + 40 {
         assert!(Instant::now() < end, "40 messages not queued after 20 s");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -127,13 +111,13 @@ fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
 
     // 4. Congestion: a 16 KiB receive buffer, a sender far ahead of a slow receiver.
     rx.set_recv_buffer_size(16 << 10);
-    let cong_before = counter(&sock, "cong_send_error");
+    let cong_before = rds_tests::daemon_counter(&sock, "cong_send_error");
     std::thread::scope(|s| {
         s.spawn(|| send(3 * N, 5 * N));
         std::thread::sleep(Duration::from_millis(300));
         receive_in_order(&rx, 3 * N, 5 * N, 32 << 10, false);
     });
-    let cong = counter(&sock, "cong_send_error") - cong_before;
+    let cong = rds_tests::daemon_counter(&sock, "cong_send_error") - cong_before;
     println!("{} messages in order; congestion met {cong} times", 5 * N);
     assert!(cong > 0, "the sender never met congestion");
 

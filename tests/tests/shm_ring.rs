@@ -1,8 +1,9 @@
 //! Daemon client sockets over shared-memory rings (issue 19 item 3): messages of every size
 //! from 0 to 1 MiB arrive complete and in order between two processes' sockets on the host
 //! daemon (`rds-ctrl daemon tcp`, a child process), a client that scribbles over its own ring
-//! segment is disconnected and counted while the daemon and the other clients carry on, and
-//! another uid can neither set up nor map someone else's ring.
+//! segment is disconnected and counted while the daemon and the other clients carry on,
+//! another uid can neither set up nor map someone else's ring, and a client that keeps posting
+//! sends to a congested destination gets at most 128 KiB of them queued past the congestion.
 //!
 //! Addresses: 127.20.0.0/24 (this file's range).
 
@@ -280,4 +281,72 @@ fn another_uid_cannot_set_up_or_map_a_ring() {
         c.call(&Request::SockState { sock: 1 }, &[]).unwrap().0,
         Reply::SockState { .. }
     ));
+}
+
+/// A client that ignores the daemon's request to stop posting gets at most 128 KiB
+/// (`POST_WINDOW`) queued past a congested destination; the rest fail with `ENOBUFS`, kept
+/// for its next send.
+#[test]
+fn posting_past_congestion_is_bounded() {
+    use rds_core::ctl::SockOpt;
+    use rds_core::socket::ring::{OP_SEND, POST_WINDOW};
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.0.4"]);
+    // The receiver never reads, and its buffer holds one byte: the first message congests it.
+    let (mut rc, _rseg, _rbell) = raw_ring(&sock, "127.20.0.4:6000");
+    rc.call(
+        &Request::SockSet {
+            sock: 1,
+            opt: SockOpt::Rcvbuf(1),
+        },
+        &[],
+    )
+    .unwrap();
+    let (_c, seg, mut bell) = raw_ring(&sock, "127.20.0.4:6001");
+    const LEN: usize = 40 << 10;
+    const N: u64 = 6;
+    // Record n at position n * (64 + LEN): a posted send to 127.20.0.4:6000.
+    for n in 0..N {
+        let mut h = [0u8; 64];
+        h[0..4].copy_from_slice(&(LEN as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&OP_SEND.to_le_bytes());
+        h[8..16].copy_from_slice(&(n + 1).to_le_bytes());
+        h[20..24].copy_from_slice(&64u32.to_le_bytes());
+        h[40] = 4;
+        h[42..44].copy_from_slice(&6000u16.to_le_bytes());
+        h[44..48].copy_from_slice(&[127, 20, 0, 4]);
+        let at = 4096 + n * (64 + LEN as u64);
+        seg.write_all_at(&h, at).unwrap();
+        seg.write_all_at(&vec![n as u8; LEN], at + 64).unwrap();
+    }
+    let queued = rds_tests::daemon_counter(&sock, "recv_queued");
+    let head = N * (64 + LEN as u64);
+    seg.write_all_at(&head.to_le_bytes(), 64).unwrap();
+    bell.write_all(&1u64.to_ne_bytes()).unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    let word = |off: u64| {
+        let mut b = [0u8; 8];
+        seg.read_exact_at(&mut b, off).unwrap();
+        u64::from_le_bytes(b)
+    };
+    while word(128) != head {
+        assert!(
+            Instant::now() < end,
+            "the daemon did not take the posted sends"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The first is queued (and congests the receiver); then as many as fit in the window.
+    let past = (POST_WINDOW / LEN) as u64;
+    assert_eq!(past, 3);
+    assert_eq!(
+        rds_tests::daemon_counter(&sock, "recv_queued") - queued,
+        1 + past
+    );
+    assert_eq!(
+        word(512),
+        libc::ENOBUFS as u64,
+        "the error kept for the next send"
+    );
+    assert_eq!(word(576), 1, "the client was asked to stop posting");
 }

@@ -19,8 +19,8 @@ use bytes::Bytes;
 
 use super::ring::{
     Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_READABLE,
-    F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP,
-    SEG_LEN, WANT_RX, WANT_TX,
+    F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, POST_WINDOW, REC_HDR,
+    RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
 };
 use super::{RecvFlags, Socket};
 use crate::ctl::{Failed, Reply};
@@ -83,6 +83,11 @@ pub(super) struct RingHost {
     done: OwnedFd,
     rx: Ready,
     tx: Ready,
+    /// Bytes of posted sends queued past congestion since a waited-for send to `forced_to`
+    /// succeeded (at most [`POST_WINDOW`]: a client that keeps posting to a congested
+    /// destination gets `ENOBUFS` instead).
+    forced: usize,
+    forced_to: Option<Option<SocketAddr>>,
 }
 
 /// Sets up a ring for `sock`: the reply, the descriptors to pass (segment, daemon doorbell,
@@ -99,6 +104,8 @@ pub(super) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
         done: sys::eventfd().map_err(fail)?,
         rx: Ready::new(true).map_err(fail)?,
         tx: Ready::new(false).map_err(fail)?,
+        forced: 0,
+        forced_to: None,
     };
     let fds = vec![
         seg,
@@ -172,16 +179,23 @@ impl RingHost {
         Ok(())
     }
 
-    /// A posted send: no result; a failure other than congestion is kept for the client's
-    /// next send, congestion makes the client wait for its sends again.
-    fn run_posted(&self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) {
+    /// A posted send: no result; a failure is kept for the client's next send; one that
+    /// meets congestion is queued past it (within [`POST_WINDOW`] bytes, see
+    /// [`RingHost::forced`]) and makes the client wait for its sends again.
+    fn run_posted(&mut self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) {
         let Some(s) = s else {
             self.end.post_failed(libc::EBADF as u32);
             return;
         };
-        match s.send_posted(Bytes::from(payload), rec.addr) {
+        let len = payload.len();
+        let past = self.forced + len <= POST_WINDOW;
+        match s.send_posted(Bytes::from(payload), rec.addr, past) {
             Ok(false) => {}
-            Ok(true) => self.end.stop_posting(),
+            Ok(true) => {
+                self.forced += len;
+                self.forced_to = Some(rec.addr);
+                self.end.stop_posting();
+            }
             Err(e) => {
                 self.end.stop_posting();
                 self.end.post_failed(errno_of(&e));
@@ -190,7 +204,7 @@ impl RingHost {
     }
 
     /// Runs one request; its result records, in order (all but the last carry `F_MORE`).
-    fn run(&self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) -> Vec<(Rec, Bytes)> {
+    fn run(&mut self, s: Option<&Arc<Socket>>, rec: &Rec, payload: Vec<u8>) -> Vec<(Rec, Bytes)> {
         let mut out = Rec {
             op: OP_RESULT,
             seq: rec.seq,
@@ -203,7 +217,14 @@ impl RingHost {
         let mut results = Vec::new();
         match rec.op {
             OP_SEND => match s.send_bytes(Bytes::from(payload), rec.addr, true) {
-                Ok(n) => out.c = n as u64,
+                Ok(n) => {
+                    out.c = n as u64;
+                    if self.forced_to == Some(rec.addr) {
+                        // That destination takes sends again.
+                        self.forced = 0;
+                        self.forced_to = None;
+                    }
+                }
                 Err(e) => out.a = errno_of(&e),
             },
             OP_RECV => {
@@ -346,12 +367,12 @@ fn result_of(s: &Socket, seq: u64, got: Received) -> (Rec, Bytes) {
 
 /// What the ring host asks of the daemon's (embedded) socket.
 impl Socket {
-    /// A posted send: non-blocking; one that meets congestion is queued past it (the client
-    /// was already told it was sent). `Ok(true)` when it met congestion.
-    fn send_posted(&self, msg: Bytes, dest: Option<SocketAddr>) -> io::Result<bool> {
+    /// A posted send: non-blocking; one that meets congestion is queued past it when `past`
+    /// (the client was already told it was sent). `Ok(true)` when it met congestion.
+    fn send_posted(&self, msg: Bytes, dest: Option<SocketAddr>, past: bool) -> io::Result<bool> {
         match self.send_local(msg.clone(), dest, true, &SendExtras::default()) {
             Ok(_) => Ok(false),
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+            Err(e) if past && e.raw_os_error() == Some(libc::ENOBUFS) => {
                 let past = SendExtras {
                     past_congestion: true,
                     ..SendExtras::default()
