@@ -16,7 +16,9 @@
 //! only to a destination its last waited-for send reached, and only within the send-buffer
 //! room the last result reported ([`Rec::room`], less what it posted since), so the daemon's
 //! non-blocking send accepts it; it queues one that met congestion anyway (congestion is
-//! advisory) and raises the stop flag, after which the client waits for its sends again. Any
+//! advisory; at most [`POST_WINDOW`] bytes of them until a waited-for send to that destination
+//! succeeds, `ENOBUFS` beyond) and raises the stop flag, after which the client waits for its
+//! sends again. Any
 //! other failure of a posted send is kept in the error word and returned by the client's
 //! next send. A receive marked [`F_BATCH`] may bring several messages: each but the last
 //! result carries [`F_MORE`]. While the client watches its receive descriptor, the daemon also
