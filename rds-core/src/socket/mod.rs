@@ -575,12 +575,11 @@ impl Socket {
     /// when the socket has no such region.
     pub fn free_mr(&self, cookie: u64, invalidate: bool) -> io::Result<()> {
         if let Some(k) = self.kernel() {
-            let flags = if invalidate {
-                crate::rdma::flag::INVALIDATE
-            } else {
-                0
+            let flags = MrFlags {
+                use_once: false,
+                invalidate,
             };
-            return k.free_mr(cookie, flags);
+            return k.free_mr(cookie, flags.bits());
         }
         let (b, _) = self.rdma_socket()?;
         if cookie == 0 {

@@ -167,13 +167,9 @@ impl RingHost {
             return Ok(());
         }
         self.end.handed(items.len() as u64);
-        let readable = s.readable();
         for got in items {
             let (mut r, data) = result_of(s, 0, got);
             r.flags |= F_PUSHED;
-            if readable {
-                r.flags |= F_READABLE;
-            }
             self.end.push(r, &data)?;
         }
         Ok(())
