@@ -33,7 +33,7 @@ use bytes::Bytes;
 
 use super::ring::{
     Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_TRUNCATED, F_TS, OP_RECV,
-    OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, SEG_LEN, WANT_RX, WANT_TX,
+    OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
 };
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
@@ -336,10 +336,13 @@ impl RingClient {
                     ..rec
                 };
                 let bad = |_| io::Error::from_raw_os_error(libc::EIO);
+                let was_empty = st.end.room().map_err(bad)? == RING_CAP;
                 st.end.push(rec, msg).map_err(bad)?;
-                if st.end.must_ring() {
-                    // The daemon sleeps: wake it, unless it went away (a posted send has no
-                    // result that would tell).
+                let ring = st.end.must_ring();
+                // A posted send has no result that would tell that the daemon went away:
+                // look when it sleeps (it needs waking anyway) or should have nothing to do
+                // (it may have died before it said it sleeps).
+                if ring || was_empty {
                     let (_, hup) = sys::wait_readable_or_hangup(
                         self.done.as_raw_fd(),
                         self.ctl.as_raw_fd(),
@@ -349,6 +352,8 @@ impl RingClient {
                         st.post_dest = None;
                         return Err(self.gone());
                     }
+                }
+                if ring {
                     sys::eventfd_signal(self.bell.as_raw_fd());
                 }
                 st.room -= msg.len();
