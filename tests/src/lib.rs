@@ -167,6 +167,15 @@ pub fn daemon_command(
     c
 }
 
+/// Points this process's sockets at the daemon whose runtime directory is `dir/run` (as
+/// [`spawn_daemon`] starts it), over shared-memory rings. It sets the environment, so only
+/// one test of a test binary may call it.
+pub fn use_daemon_rings(dir: &std::path::Path) {
+    std::env::set_var("RDS_RUNTIME_DIR", dir.join("run"));
+    std::env::remove_var("RDS_NO_DAEMON");
+    std::env::remove_var("RDS_NO_RING");
+}
+
 /// One of the RDS counters of the daemon whose control socket is `sock`.
 pub fn daemon_counter(sock: &std::path::Path, name: &str) -> u64 {
     let mut c = rds_core::ctl::client::CtlClient::connect(sock).unwrap();

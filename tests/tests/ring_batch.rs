@@ -57,9 +57,7 @@ fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (_d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.1.1", "127.20.1.2"]);
     // The only test of this file: it alone sets the environment.
-    std::env::set_var("RDS_RUNTIME_DIR", dir.path().join("run"));
-    std::env::remove_var("RDS_NO_DAEMON");
-    std::env::remove_var("RDS_NO_RING");
+    rds_tests::use_daemon_rings(dir.path());
 
     let rx = Socket::new().unwrap();
     let tx = Socket::new().unwrap();

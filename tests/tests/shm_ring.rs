@@ -85,9 +85,7 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
     let dir = tempfile::tempdir().unwrap();
     let (_d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.0.1", "127.20.0.2"]);
     // Only this test of the file uses the Socket API (and so the environment).
-    std::env::set_var("RDS_RUNTIME_DIR", dir.path().join("run"));
-    std::env::remove_var("RDS_NO_DAEMON");
-    std::env::remove_var("RDS_NO_RING");
+    rds_tests::use_daemon_rings(dir.path());
 
     let rx = Socket::new().unwrap();
     let tx = Socket::new().unwrap();

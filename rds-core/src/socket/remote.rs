@@ -32,8 +32,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use super::ring::{
-    Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_TRUNCATED, F_TS, OP_RECV,
-    OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
+    Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_TRUNCATED, F_TS,
+    OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
 };
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
@@ -102,7 +102,8 @@ struct RingState {
     /// sends to it may be posted. `None` until one did, and after a failure or a change of
     /// the socket's options.
     post_dest: Option<Option<SocketAddr>>,
-    /// Messages a batched receive brought beyond the first, in order.
+    /// Messages the daemon handed (brought by a batched receive or pushed) and no receive
+    /// took yet, in the order they left the socket.
     held: VecDeque<(Rec, Vec<u8>)>,
 }
 
@@ -200,15 +201,14 @@ impl RingClient {
         let end = &mut st.end;
         st.seq += 1;
         rec.seq = st.seq;
-        let bad = |_| io::Error::from_raw_os_error(libc::EIO);
-        end.push(rec, payload).map_err(bad)?;
+        end.push(rec, payload).map_err(broken)?;
         if end.must_ring() {
             sys::eventfd_signal(self.bell.as_raw_fd());
         }
         let spin_until = self.spin.then(|| std::time::Instant::now() + SPIN);
         let mut got = Vec::new();
         loop {
-            match end.pop().map_err(bad)? {
+            match end.pop().map_err(broken)? {
                 Some((r, data)) if r.op == OP_RESULT && r.flags & F_PUSHED != 0 => {
                     st.held.push_back((r, data));
                     continue;
@@ -223,7 +223,7 @@ impl RingClient {
                     }
                     continue;
                 }
-                Some(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+                Some(_) => return Err(broken(Fault("an unexpected result"))),
                 None => {}
             }
             if spin_until.is_some_and(|t| std::time::Instant::now() < t) {
@@ -335,9 +335,8 @@ impl RingClient {
                     flags: F_POSTED,
                     ..rec
                 };
-                let bad = |_| io::Error::from_raw_os_error(libc::EIO);
-                let was_empty = st.end.room().map_err(bad)? == RING_CAP;
-                st.end.push(rec, msg).map_err(bad)?;
+                let was_empty = st.end.room().map_err(broken)? == RING_CAP;
+                st.end.push(rec, msg).map_err(broken)?;
                 let ring = st.end.must_ring();
                 // A posted send has no result that would tell that the daemon went away:
                 // look when it sleeps (it needs waking anyway) or should have nothing to do
@@ -382,17 +381,13 @@ impl RingClient {
     fn take_held(&self, max: usize, peek: bool) -> io::Result<Option<(Rec, Vec<u8>)>> {
         let mut g = self.lock();
         let st = &mut *g;
-        while let Some((r, data)) = st
-            .end
-            .pop()
-            .map_err(|_| io::Error::from_raw_os_error(libc::EIO))?
-        {
+        while let Some((r, data)) = st.end.pop().map_err(broken)? {
             if r.op != OP_RESULT || r.flags & F_PUSHED == 0 {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
+                return Err(broken(Fault("a result without a request")));
             }
             st.held.push_back((r, data));
         }
-        let (r, mut data) = if peek {
+        let (mut r, mut data) = if peek {
             match st.held.front() {
                 Some(item) => item.clone(),
                 None => return Ok(None),
@@ -415,11 +410,7 @@ impl RingClient {
         };
         if data.len() > max {
             data.truncate(max);
-            let r = Rec {
-                flags: r.flags | F_TRUNCATED,
-                ..r
-            };
-            return Ok(Some((r, data)));
+            r.flags |= F_TRUNCATED;
         }
         Ok(Some((r, data)))
     }
@@ -479,6 +470,11 @@ impl RingClient {
             }
         }
     }
+}
+
+/// A ring the daemon wrote something inconsistent into: `EIO`, as before any ring fault.
+fn broken(_: Fault) -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
 }
 
 /// What a receive result record says.

@@ -18,9 +18,8 @@
 //! non-blocking send accepts it; it queues one that met congestion anyway (congestion is
 //! advisory; at most [`POST_WINDOW`] bytes of them until a waited-for send to that destination
 //! succeeds, `ENOBUFS` beyond) and raises the stop flag, after which the client waits for its
-//! sends again. Any
-//! other failure of a posted send is kept in the error word and returned by the client's
-//! next send. A receive marked [`F_BATCH`] may bring several messages: each but the last
+//! sends again. Any other failure of a posted send is kept in the error word and returned by
+//! the client's next send. A receive marked [`F_BATCH`] may bring several messages: each but the last
 //! result carries [`F_MORE`]. While the client watches its receive descriptor, the daemon also
 //! pushes messages into the result ring as they reach the socket ([`F_PUSHED`], sequence 0).
 //! The daemon counts the messages it handed (the handed word), the client the ones it took
@@ -443,7 +442,8 @@ impl RingEnd {
         self.word(OFF_POST_STOP).swap(0, Ordering::AcqRel) != 0
     }
 
-    /// Daemon: `n` more messages handed beyond the first results of batched receives.
+    /// Daemon: `n` more messages handed to the client (results of a batched receive, or
+    /// pushed).
     pub fn handed(&self, n: u64) {
         self.word(OFF_HANDED).fetch_add(n, Ordering::AcqRel);
     }
