@@ -97,6 +97,11 @@ impl Epoll {
         Ok(())
     }
 
+    /// The epoll descriptor itself (readable while an event is pending, for `poll(2)`).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Registers `fd` with `token`.
     pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
@@ -417,11 +422,22 @@ pub(crate) fn from_storage(
 /// # Errors
 /// `poll(2)` errors other than EINTR.
 pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds
+    let asks: Vec<(RawFd, i16)> = fds.iter().map(|&fd| (fd, libc::POLLIN)).collect();
+    Ok(poll_for(&asks, timeout)?.iter().map(|&r| r != 0).collect())
+}
+
+/// Waits until one of `asks` (a descriptor and the `poll(2)` events wanted of it; negative
+/// descriptors are skipped) has an event or `timeout` passes; returns, per descriptor, the
+/// events it has (`revents`: errors and hang-ups included). EINTR counts as a timeout.
+///
+/// # Errors
+/// `poll(2)` errors other than EINTR.
+pub fn poll_for(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>> {
+    let mut pfds: Vec<libc::pollfd> = asks
         .iter()
-        .map(|&fd| libc::pollfd {
+        .map(|&(fd, events)| libc::pollfd {
             fd,
-            events: libc::POLLIN,
+            events,
             revents: 0,
         })
         .collect();
@@ -432,12 +448,12 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> 
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(vec![false; fds.len()])
+            Ok(vec![0; asks.len()])
         } else {
             Err(e)
         };
     }
-    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+    Ok(pfds.iter().map(|p| p.revents).collect())
 }
 
 /// Waits until `fd` is readable, the stream socket `conn` is hung up (its peer closed or

@@ -399,22 +399,24 @@ impl Task {
                 return;
             }
             let want_in = !bursty || mode == Burst::Recv;
-            let fds = [
-                if want_in { rx_fd } else { -1 },
-                if want_out { tx_fd } else { -1 },
-            ];
-            let ready = match rds_core::poll_readable(&fds, POLL_TIMEOUT) {
-                Ok(r) => r,
-                Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
-            };
+            // The socket's own wait: on an embedded node this thread reads the transport
+            // itself while it waits, so a reply wakes it directly.
+            let ready =
+                match self
+                    .sock
+                    .wait(want_in && rx_fd >= 0, want_out && tx_fd >= 0, POLL_TIMEOUT)
+                {
+                    Ok(r) => r,
+                    Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
+                };
             want_out = false;
-            if ready[0] || (want_in && rx_fd < 0) {
+            if ready.0 || (want_in && rx_fd < 0) {
                 self.drain();
             }
             if self.ctl.stopping.load(Relaxed) {
                 continue;
             }
-            let can_send = ready[1] || (tx_fd < 0);
+            let can_send = ready.1 || (tx_fd < 0);
             let work = self.do_work && (!bursty || mode == Burst::Send);
             let cong_monitor = self.env.w.use_cong_monitor != 0;
             for i in 0..self.flows.len() {

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub(crate) mod ib;
+mod lead;
 pub mod tap;
 mod tcp;
 
@@ -122,6 +123,14 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
+    /// Whether the readiness eventfds are signalled now: `(readable, writable)` as last
+    /// brought in line with the socket ([`Waiter::update_fds`]).
+    pub(crate) fn signaled(&self) -> (bool, bool) {
+        let on =
+            |slot: &Mutex<Option<(OwnedFd, bool)>>| lock(slot).as_ref().is_some_and(|(_, s)| *s);
+        (on(&self.rx_fd), on(&self.tx_fd))
+    }
+
     /// Brings the readiness eventfds in line with the socket's state.
     pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
         for (slot, want) in [(&self.rx_fd, readable), (&self.tx_fd, writable)] {
@@ -163,6 +172,16 @@ pub(crate) struct Inner {
     epoll: Arc<sys::Epoll>,
     wake_fd: OwnedFd,
     io_sleeping: AtomicBool,
+    /// An application thread does the transport I/O while it waits (`lead.rs`).
+    leader: AtomicBool,
+    /// When the last leader left (engine nanoseconds; 0: never).
+    led_at: AtomicU64,
+    /// Threads in `wait_leading`, leader or not.
+    waiting: AtomicUsize,
+    /// When two of them last waited at once (engine nanoseconds; 0: never).
+    crowded_at: AtomicU64,
+    /// The leader's event and output buffers.
+    lead_bufs: Mutex<lead::Bufs>,
     running: AtomicBool,
     origin: std::time::Instant,
     origin_wall_ns: u64,
@@ -172,6 +191,8 @@ pub(crate) struct Inner {
     pub tap: Arc<Tap>,
     pub addrs: Mutex<Vec<IpAddr>>,
     pub frames_in: AtomicU64,
+    /// Of `frames_in`, those read by a waiting application thread (`lead.rs`).
+    frames_led: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
     ctl: Mutex<Option<admin::CtlServer>>,
 }
@@ -266,6 +287,11 @@ impl Node {
             epoll,
             wake_fd,
             io_sleeping: AtomicBool::new(false),
+            leader: AtomicBool::new(false),
+            led_at: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            crowded_at: AtomicU64::new(0),
+            lead_bufs: Mutex::new((Vec::new(), Vec::new())),
             running: AtomicBool::new(true),
             origin,
             origin_wall_ns,
@@ -274,6 +300,7 @@ impl Node {
             tap,
             addrs: Mutex::new(cfg.addrs),
             frames_in: AtomicU64::new(0),
+            frames_led: AtomicU64::new(0),
             thread: Mutex::new(None),
             ctl: Mutex::new(None),
         });
@@ -547,6 +574,15 @@ impl Node {
         self.inner.origin_wall_ns + t.as_nanos()
     }
 
+    /// RDS/TCP frames the node has read since it started: `(all, read by an application
+    /// thread waiting in [`crate::Socket::wait`])`. The rest were read by the I/O thread.
+    pub fn frames_read(&self) -> (u64, u64) {
+        (
+            self.inner.frames_in.load(Ordering::Relaxed),
+            self.inner.frames_led.load(Ordering::Relaxed),
+        )
+    }
+
     /// Live TCP connections of the transport.
     pub fn tcp_connection_count(&self) -> usize {
         lock(&self.inner.tcp).len()
@@ -775,10 +811,13 @@ impl Inner {
         if let Some(ib) = lock(&self.ib).as_mut() {
             ib.close_all();
         }
-        // Wake every blocked caller so that it sees the node gone.
+        // Wake every blocked caller so that it sees the node gone, and every poller of a
+        // readiness descriptor (its next call fails with ENETDOWN, as a socket with an error
+        // polls readable).
         let core = lock(&self.core);
         for w in core.waiters.values() {
             w.cv.notify_all();
+            w.update_fds(true, true);
         }
         self.cong_cv.notify_all();
     }
@@ -812,7 +851,16 @@ impl Inner {
             } else {
                 timeout
             };
-            if self.epoll.wait(&mut evs, timeout).is_err() {
+            if !queued && !busy && self.led() {
+                // An application thread does the transport I/O (`lead.rs`): wait for work
+                // handed over and for timers only.
+                let t = timeout.map_or(lead::GRACE, |t| t.min(lead::GRACE));
+                let woke = sys::wait_readable(self.wake_fd.as_raw_fd(), t).unwrap_or(false);
+                evs.clear();
+                if woke {
+                    evs.push((TOKEN_WAKE, sys::EPOLLIN));
+                }
+            } else if self.epoll.wait(&mut evs, timeout).is_err() {
                 evs.clear();
             }
             self.io_sleeping.store(false, Ordering::SeqCst);
@@ -826,7 +874,16 @@ impl Inner {
     /// One round of the I/O thread: socket events, engine updates, writes. Returns whether
     /// more work is pending right away.
     fn io_round(&self, evs: &[(u64, u32)], outs: &mut Vec<TcpOut>) -> bool {
-        let mut tcp = lock(&self.tcp);
+        self.io_round_with(lock(&self.tcp), evs, outs)
+    }
+
+    /// [`Inner::io_round`] with the TCP transport lock already taken.
+    fn io_round_with(
+        &self,
+        mut tcp: MutexGuard<'_, Tcp>,
+        evs: &[(u64, u32)],
+        outs: &mut Vec<TcpOut>,
+    ) -> bool {
         let mut ib = lock(&self.ib);
         let now = self.now();
         outs.clear();

@@ -346,6 +346,10 @@ impl Tcp {
         if c.state == State::Connecting {
             if bits & (EPOLLOUT | EPOLLERR | EPOLLHUP) != 0 {
                 match sys::take_error(c.stream.as_raw_fd()) {
+                    // An event collected before another thread's round reused this slot for
+                    // a connect still in progress (no peer yet): not this connection's.
+                    Ok(None)
+                        if bits & (EPOLLERR | EPOLLHUP) == 0 && c.stream.peer_addr().is_err() => {}
                     Ok(None) if bits & EPOLLERR == 0 => out.push(TcpOut::Connected(idx, c.serial)),
                     r => {
                         if let Ok(Some(e)) = r {

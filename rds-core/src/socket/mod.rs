@@ -1016,6 +1016,43 @@ impl Socket {
         Ok(n)
     }
 
+    /// Waits up to `timeout` until the socket is readable (if `rx`) or writable (if `tx`), as
+    /// `poll(2)` on [`Socket::fd`] and [`Socket::send_fd`] (or, on the kernel backend, on the
+    /// socket for POLLIN and POLLOUT) would; returns `(readable, writable)`, both false when
+    /// the time ran out or a signal came.
+    ///
+    /// On an embedded node the waiting thread does the node's transport I/O itself while no
+    /// other thread does, so a message that reaches the node for this socket wakes only this
+    /// thread (not the node's I/O thread first). A request/response loop should wait here
+    /// rather than poll the descriptors.
+    ///
+    /// # Errors
+    /// As [`Socket::fd`]; `poll(2)` errors other than EINTR.
+    pub fn wait(&self, rx: bool, tx: bool, timeout: Duration) -> io::Result<(bool, bool)> {
+        if let Some(k) = self.kernel() {
+            let events = if rx { libc::POLLIN } else { 0 } | if tx { libc::POLLOUT } else { 0 };
+            let r = sys::poll_for(&[(k.raw_fd(), events)], timeout)?[0];
+            let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+            return Ok((
+                rx && r & (libc::POLLIN | bad) != 0,
+                tx && r & (libc::POLLOUT | bad) != 0,
+            ));
+        }
+        let rfd = if rx { self.fd()? } else { -1 };
+        let tfd = if tx { self.send_fd()? } else { -1 };
+        if let Some(b) = self.embedded() {
+            let inner = &b.node.inner;
+            let r = inner.wait_leading([rfd, tfd], timeout, || {
+                let (r, w) = b.waiter.signaled();
+                (rx && r, tx && w)
+            })?;
+            // A node gone: ready, as a socket with an error (the next call says ENETDOWN).
+            return Ok(if inner.is_running() { r } else { (rx, tx) });
+        }
+        let r = sys::poll_for(&[(rfd, libc::POLLIN), (tfd, libc::POLLIN)], timeout)?;
+        Ok((r[0] != 0, r[1] != 0))
+    }
+
     /// Whether a receive would return something now (POLLIN).
     pub fn readable(&self) -> bool {
         if let Some(r) = self.daemon() {
@@ -1078,8 +1115,13 @@ impl Socket {
         }
         let fd = g.as_ref().map(|(f, _)| f.as_raw_fd()).expect("just set");
         drop(g);
-        b.waiter
-            .update_fds(core.stack.readable(b.id), core.stack.writable(b.id));
+        if b.node.inner.is_running() {
+            b.waiter
+                .update_fds(core.stack.readable(b.id), core.stack.writable(b.id));
+        } else {
+            // A node gone: readable and writable, as a socket with an error.
+            b.waiter.update_fds(true, true);
+        }
         Ok(fd)
     }
 

@@ -1,0 +1,175 @@
+//! An application thread that waits for its socket does the node's I/O itself
+//! (leader/follower): it waits on the node's epoll descriptor next to its socket's readiness
+//! descriptors, and when a transport descriptor fires it runs the I/O thread's round in its
+//! own context. A message for its own socket then costs one wake-up (the waiting thread's)
+//! instead of two (the I/O thread's, then the waiting thread's).
+//!
+//! One thread leads at a time; others wait on their readiness descriptors as before and are
+//! woken by whoever delivers to them. While a thread leads, and for [`GRACE`] after the last
+//! one left, the I/O thread does not wait on the epoll set (which would wake it for every
+//! event as well): it sleeps on its wake-up eventfd, with a timeout of at most [`GRACE`] and
+//! the next timer, and runs timers and queued transport work. So a leader that goes back to
+//! waiting within [`GRACE`] (a request/response loop) finds the I/O thread out of its way, and
+//! transport events that come while nobody leads wait at most [`GRACE`] for the I/O thread.
+//!
+//! Two rules keep a dedicated I/O thread where it is faster (measured with rds-stress
+//! `--loopback`; the README has the figures):
+//! - a leader that leaves with transport events already pending (deep queues) hands them to
+//!   the I/O thread at once, which works on them while the leader handles its messages;
+//! - when two threads wait on the node at once, nobody leads for [`CROWD_HOLD`]: with several
+//!   tasks per node the I/O thread serves them all, as before (leading lost a fifth of the
+//!   `-t 2 -d 32` rate).
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{lock, Inner};
+use crate::sys;
+
+/// The leader's epoll events and transport outputs, kept between rounds.
+pub(crate) type Bufs = (Vec<(u64, u32)>, Vec<super::TcpOut>);
+
+/// How long after the last leader left the I/O thread still stays off the epoll set.
+pub(crate) const GRACE: Duration = Duration::from_millis(1);
+
+/// How long after two threads waited at once nobody leads.
+const CROWD_HOLD: Duration = Duration::from_millis(20);
+
+/// Clears the leader flag when the leader returns (or unwinds).
+struct Leading<'a>(&'a Inner);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let inner = self.0;
+        // Transport events already waiting (deep queues: more came in while this thread
+        // handled the last ones): the I/O thread takes them on now, in parallel with this
+        // thread's work, instead of after the grace period.
+        let pending = inner.crowded()
+            || sys::poll_for(&[(inner.epoll.raw_fd(), libc::POLLIN)], Duration::ZERO)
+                .is_ok_and(|r| r[0] != 0);
+        let at = if pending {
+            0
+        } else {
+            inner.now().as_nanos().max(1)
+        };
+        inner.led_at.store(at, Ordering::SeqCst);
+        inner.leader.store(false, Ordering::SeqCst);
+        if pending {
+            sys::eventfd_signal(inner.wake_fd.as_raw_fd());
+        }
+    }
+}
+
+/// Counts a thread in [`Inner::wait_leading`]; a second one marks the node crowded.
+struct Waiting<'a>(&'a Inner);
+
+impl<'a> Waiting<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        if inner.waiting.fetch_add(1, Ordering::SeqCst) > 0 {
+            inner
+                .crowded_at
+                .store(inner.now().as_nanos().max(1), Ordering::SeqCst);
+        }
+        Waiting(inner)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Inner {
+    /// Whether several threads waited on the node at once within [`CROWD_HOLD`]: then
+    /// nobody leads, and the I/O thread serves them all.
+    fn crowded(&self) -> bool {
+        let at = self.crowded_at.load(Ordering::SeqCst);
+        at != 0 && self.now().as_nanos().saturating_sub(at) < CROWD_HOLD.as_nanos() as u64
+    }
+
+    /// Waits up to `timeout` until `ready()` reports something (a readable or writable socket,
+    /// as `(readable, writable)`), with `fds` (negative ones skipped) the descriptors that
+    /// signal a change of it. If no other thread leads, this one does the node's transport
+    /// I/O while it waits (module docs).
+    ///
+    /// # Errors
+    /// `poll(2)` errors other than EINTR.
+    pub(crate) fn wait_leading(
+        &self,
+        fds: [RawFd; 2],
+        timeout: Duration,
+        ready: impl Fn() -> (bool, bool),
+    ) -> io::Result<(bool, bool)> {
+        let now = ready();
+        if now.0 || now.1 || timeout.is_zero() {
+            return Ok(now);
+        }
+        let asks = [(fds[0], libc::POLLIN), (fds[1], libc::POLLIN)];
+        let _waiting = Waiting::new(self);
+        let leads = self.is_running()
+            && !self.crowded()
+            && self
+                .leader
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+        if !leads {
+            let r = sys::poll_for(&asks, timeout)?;
+            return Ok(if r[0] != 0 || r[1] != 0 {
+                ready()
+            } else {
+                (false, false)
+            });
+        }
+        let _leading = Leading(self);
+        let deadline = std::time::Instant::now() + timeout;
+        let asks = [asks[0], asks[1], (self.epoll.raw_fd(), libc::POLLIN)];
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let r = sys::poll_for(&asks, left)?;
+            if r[2] != 0 && self.is_running() {
+                self.lead_round();
+            }
+            let now = ready();
+            if now.0 || now.1 || left.is_zero() || !self.is_running() {
+                return Ok(now);
+            }
+        }
+    }
+
+    /// The I/O thread's round, run by the leader: the events are collected with the
+    /// transport lock held, so that no other round handles them first and a descriptor's
+    /// slot is not reused in between.
+    fn lead_round(&self) {
+        let tcp = lock(&self.tcp);
+        let mut bufs = lock(&self.lead_bufs);
+        let (evs, outs) = &mut *bufs;
+        if self.epoll.wait(evs, Some(Duration::ZERO)).is_err() {
+            evs.clear();
+        }
+        if evs.is_empty() {
+            return;
+        }
+        let before = self.frames_in.load(Ordering::Relaxed);
+        let more = self.io_round_with(tcp, evs, outs);
+        drop(bufs);
+        let read = self.frames_in.load(Ordering::Relaxed).wrapping_sub(before);
+        self.frames_led.fetch_add(read, Ordering::Relaxed);
+        if more {
+            // Partial writes: the I/O thread goes on with them.
+            sys::eventfd_signal(self.wake_fd.as_raw_fd());
+        }
+    }
+
+    /// Whether the I/O thread stays off the epoll set now (a thread leads or left less than
+    /// [`GRACE`] ago).
+    pub(crate) fn led(&self) -> bool {
+        if self.leader.load(Ordering::SeqCst) {
+            return true;
+        }
+        let at = self.led_at.load(Ordering::SeqCst);
+        at != 0 && self.now().as_nanos().saturating_sub(at) < GRACE.as_nanos() as u64
+    }
+}

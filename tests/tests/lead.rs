@@ -1,0 +1,187 @@
+//! `Socket::wait` on an embedded node (issue 19, item 2): the thread that waits for its
+//! socket reads the transport itself, so a reply wakes that thread only; the I/O thread takes
+//! over when nobody waits, several waiting threads are served, and a node shut down under a
+//! waiting thread ends its wait (and makes the socket's descriptor readable).
+//!
+//! Addresses: 127.3.11.0/24.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rds_core::{CtlMode, Node, NodeConfig, RecvFlags, Socket};
+
+const T: Duration = Duration::from_secs(10);
+const ROUNDS: u32 = 2000;
+
+fn node(ip: &str) -> Node {
+    let mut cfg = NodeConfig::new([ip.parse().unwrap()]);
+    cfg.ctl = CtlMode::Off;
+    cfg.name = format!("lead-{ip}");
+    Node::start(cfg).unwrap()
+}
+
+fn sock(n: &Node, addr: &str) -> Socket {
+    let s = Socket::with_node(n);
+    let addr: SocketAddr = addr.parse().unwrap();
+    assert_eq!(s.bind(addr).unwrap(), addr);
+    s.set_read_timeout(Some(T));
+    s.set_write_timeout(Some(T));
+    s
+}
+
+/// Waits for `s` to be readable through `Socket::wait` (or, if `!lead`, by polling its
+/// descriptor as an application's own poll loop does), then receives without blocking.
+fn take(s: &Socket, lead: bool, buf: &mut [u8]) -> (usize, SocketAddr) {
+    let deadline = Instant::now() + T;
+    loop {
+        let ready = if lead {
+            s.wait(true, false, Duration::from_millis(100)).unwrap().0
+        } else {
+            rds_core::poll_readable(&[s.fd().unwrap()], Duration::from_millis(100)).unwrap()[0]
+        };
+        if ready {
+            let flags = RecvFlags {
+                dontwait: true,
+                ..RecvFlags::default()
+            };
+            match s.recv_msg(buf, flags) {
+                Ok(m) => return (m.len, m.from.expect("a data message")),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "nothing came within {T:?}");
+    }
+}
+
+/// `ROUNDS` requests from `a` to `b`, each answered before the next, both sides waiting as
+/// `lead` says; checks every request and answer.
+fn ping_pong(a: &Socket, b: &Socket, lead: bool) {
+    let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut buf = [0u8; 64];
+            for i in 0..ROUNDS {
+                let (n, from) = take(b, lead, &mut buf);
+                assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], aa), "request {i}");
+                b.send_to(&(!i).to_be_bytes(), aa).unwrap();
+            }
+        });
+        let mut buf = [0u8; 64];
+        for i in 0..ROUNDS {
+            a.send_to(&i.to_be_bytes(), ba).unwrap();
+            let (n, from) = take(a, lead, &mut buf);
+            assert_eq!(
+                (&buf[..n], from),
+                (&(!i).to_be_bytes()[..], ba),
+                "answer {i}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_waiting_thread_reads_its_own_replies() {
+    let (na, nb) = (node("127.3.11.1"), node("127.3.11.2"));
+    let a = sock(&na, "127.3.11.1:4000");
+    let b = sock(&nb, "127.3.11.2:4000");
+
+    // An application's own poll on the descriptors: the I/O thread reads every frame.
+    ping_pong(&a, &b, false);
+    let (a0, b0) = (na.frames_read(), nb.frames_read());
+    assert!(
+        a0.0 >= u64::from(ROUNDS) && b0.0 >= u64::from(ROUNDS),
+        "{a0:?} {b0:?}"
+    );
+    assert_eq!((a0.1, b0.1), (0, 0), "no thread waited in Socket::wait");
+
+    // Waiting in Socket::wait: the waiting threads read (nearly) all of them. The I/O thread
+    // only reads what comes while a thread stays away from its wait for over a millisecond.
+    ping_pong(&a, &b, true);
+    for (n, before) in [(&na, a0), (&nb, b0)] {
+        let now = n.frames_read();
+        let (all, led) = (now.0 - before.0, now.1 - before.1);
+        assert_eq!(all, u64::from(ROUNDS), "each frame is read once: {now:?}");
+        assert!(
+            led > all / 2,
+            "only {led} of {all} frames read by the waiting thread"
+        );
+    }
+}
+
+#[test]
+fn the_io_thread_takes_over_when_the_waiting_thread_leaves() {
+    let (na, nb) = (node("127.3.11.11"), node("127.3.11.12"));
+    let a1 = sock(&na, "127.3.11.11:4000");
+    let a2 = sock(&na, "127.3.11.11:4001");
+    let b = sock(&nb, "127.3.11.12:4000");
+    let mut buf = [0u8; 64];
+    // a1's thread leads while it waits, takes its message and leaves.
+    b.send_to(b"one", a1.local_addr().unwrap()).unwrap();
+    let (n, _) = take(&a1, true, &mut buf);
+    assert_eq!(&buf[..n], b"one");
+    // a2's thread waits the classic way (a blocking receive): the I/O thread must read its
+    // messages now that nobody waits in Socket::wait.
+    for i in 0..50u32 {
+        b.send_to(&i.to_be_bytes(), a2.local_addr().unwrap())
+            .unwrap();
+        let (n, _) = a2.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], i.to_be_bytes());
+    }
+}
+
+#[test]
+fn several_waiting_threads_of_one_node_each_get_their_messages() {
+    let (na, nb) = (node("127.3.11.21"), node("127.3.11.22"));
+    let socks: Vec<Socket> = (0..3)
+        .map(|i| sock(&na, &format!("127.3.11.21:{}", 4000 + i)))
+        .collect();
+    let b = sock(&nb, "127.3.11.22:4000");
+    std::thread::scope(|sc| {
+        for s in &socks {
+            sc.spawn(move || {
+                let mut buf = [0u8; 64];
+                for i in 0..500u32 {
+                    let (n, _) = take(s, true, &mut buf);
+                    assert_eq!(&buf[..n], i.to_be_bytes(), "{:?}", s.local_addr());
+                }
+            });
+        }
+        for i in 0..500u32 {
+            for s in &socks {
+                b.send_to(&i.to_be_bytes(), s.local_addr().unwrap())
+                    .unwrap();
+            }
+        }
+    });
+    for s in &socks {
+        assert!(!s.readable(), "nothing more for {:?}", s.local_addr());
+    }
+}
+
+#[test]
+fn a_node_shut_down_ends_the_wait() {
+    let na = node("127.3.11.31");
+    let a = sock(&na, "127.3.11.31:4000");
+    std::thread::scope(|sc| {
+        let t = sc.spawn(|| {
+            let start = Instant::now();
+            let r = a.wait(true, false, Duration::from_secs(30)).unwrap();
+            (r, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        na.shutdown();
+        let (r, took) = t.join().unwrap();
+        assert!(
+            took < Duration::from_secs(10),
+            "the wait went on for {took:?}"
+        );
+        // Readable, as a socket with an error is: the receive says why.
+        assert_eq!(r, (true, false));
+        let e = a.recv_msg(&mut [0u8; 8], RecvFlags::default()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENETDOWN));
+        // A thread that polls the descriptor (not through Socket::wait) wakes too.
+        let polled = rds_core::poll_readable(&[a.fd().unwrap()], T).unwrap();
+        assert_eq!(polled, [true]);
+    });
+}
