@@ -273,10 +273,18 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
             until = until.min(s.sent_at + opts.timeout);
         }
         let wait = until.saturating_duration_since(now).min(MAX_WAIT);
-        let mut fds: Vec<RawFd> = slots.iter().map(|s| s.fd).collect();
-        fds.extend(io.stop_fd);
-        let ready =
-            rds_core::poll_readable(&fds, wait).map_err(|e| die_errno("poll() failed", &e))?;
+        let ready = if let [one] = &slots[..] {
+            // One socket: its own wait, which on an embedded node reads the reply itself.
+            let (r, _) = one
+                .sock
+                .wait_or(true, false, io.stop_fd, wait)
+                .map_err(|e| die_errno("poll() failed", &e))?;
+            vec![r]
+        } else {
+            let mut fds: Vec<RawFd> = slots.iter().map(|s| s.fd).collect();
+            fds.extend(io.stop_fd);
+            rds_core::poll_readable(&fds, wait).map_err(|e| die_errno("poll() failed", &e))?
+        };
         for (i, s) in slots.iter_mut().enumerate() {
             if !ready[i] {
                 continue;

@@ -5,7 +5,9 @@
 //!
 //! Addresses: 127.3.11.0/24.
 
+use std::io::Write;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use rds_core::{CtlMode, Node, NodeConfig, RecvFlags, Socket};
@@ -184,4 +186,36 @@ fn a_node_shut_down_ends_the_wait() {
         let polled = rds_core::poll_readable(&[a.fd().unwrap()], T).unwrap();
         assert_eq!(polled, [true]);
     });
+}
+
+#[test]
+fn another_descriptor_ends_the_wait() {
+    let na = node("127.3.11.41");
+    let a = sock(&na, "127.3.11.41:4000");
+    let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+    std::thread::scope(|sc| {
+        let t = sc.spawn(|| {
+            let start = Instant::now();
+            let got = a
+                .wait_or(true, false, Some(r.as_raw_fd()), Duration::from_secs(30))
+                .unwrap();
+            (got, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        (&w).write_all(b"x").unwrap();
+        let (got, took) = t.join().unwrap();
+        assert_eq!(got, (false, false), "the socket itself has nothing");
+        assert!(
+            took < Duration::from_secs(10),
+            "the wait went on for {took:?}"
+        );
+    });
+    // The socket still leads its own wait afterwards: a message ends the next one.
+    std::io::Read::read_exact(&mut &r, &mut [0u8; 1]).unwrap();
+    let b = sock(&na, "127.3.11.41:4001");
+    b.send_to(b"m", a.local_addr().unwrap()).unwrap();
+    let got = a
+        .wait_or(true, false, Some(r.as_raw_fd()), Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(got, (true, false));
 }

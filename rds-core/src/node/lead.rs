@@ -91,15 +91,15 @@ impl Inner {
     }
 
     /// Waits up to `timeout` until `ready()` reports something (a readable or writable socket,
-    /// as `(readable, writable)`), with `fds` (negative ones skipped) the descriptors that
-    /// signal a change of it. If no other thread leads, this one does the node's transport
-    /// I/O while it waits (module docs).
+    /// as `(readable, writable)`) or `fds[2]` is readable, with `fds[0..2]` the descriptors
+    /// that signal a change of `ready()` (negative ones skipped). If no other thread leads,
+    /// this one does the node's transport I/O while it waits (module docs).
     ///
     /// # Errors
     /// `poll(2)` errors other than EINTR.
     pub(crate) fn wait_leading(
         &self,
-        fds: [RawFd; 2],
+        fds: [RawFd; 3],
         timeout: Duration,
         ready: impl Fn() -> (bool, bool),
     ) -> io::Result<(bool, bool)> {
@@ -107,7 +107,6 @@ impl Inner {
         if now.0 || now.1 || timeout.is_zero() {
             return Ok(now);
         }
-        let asks = [(fds[0], libc::POLLIN), (fds[1], libc::POLLIN)];
         let _waiting = Waiting::new(self);
         let leads = self.is_running()
             && !self.crowded()
@@ -115,25 +114,22 @@ impl Inner {
                 .leader
                 .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
+        let mut asks = fds.map(|fd| (fd, libc::POLLIN)).to_vec();
         if !leads {
-            let r = sys::poll_for(&asks, timeout)?;
-            return Ok(if r[0] != 0 || r[1] != 0 {
-                ready()
-            } else {
-                (false, false)
-            });
+            sys::poll_for(&asks, timeout)?;
+            return Ok(ready());
         }
         let _leading = Leading(self);
         let deadline = std::time::Instant::now() + timeout;
-        let asks = [asks[0], asks[1], (self.epoll.raw_fd(), libc::POLLIN)];
+        asks.push((self.epoll.raw_fd(), libc::POLLIN));
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let r = sys::poll_for(&asks, left)?;
-            if r[2] != 0 && self.is_running() {
+            if r[3] != 0 && self.is_running() {
                 self.lead_round();
             }
             let now = ready();
-            if now.0 || now.1 || left.is_zero() || !self.is_running() {
+            if now.0 || now.1 || r[2] != 0 || left.is_zero() || !self.is_running() {
                 return Ok(now);
             }
         }

@@ -1029,9 +1029,25 @@ impl Socket {
     /// # Errors
     /// As [`Socket::fd`]; `poll(2)` errors other than EINTR.
     pub fn wait(&self, rx: bool, tx: bool, timeout: Duration) -> io::Result<(bool, bool)> {
+        self.wait_or(rx, tx, None, timeout)
+    }
+
+    /// [`Socket::wait`] that also ends when `other` (a signalfd, say) is readable; returns
+    /// the socket's readiness then.
+    ///
+    /// # Errors
+    /// As [`Socket::wait`].
+    pub fn wait_or(
+        &self,
+        rx: bool,
+        tx: bool,
+        other: Option<RawFd>,
+        timeout: Duration,
+    ) -> io::Result<(bool, bool)> {
+        let ofd = other.unwrap_or(-1);
         if let Some(k) = self.kernel() {
             let events = if rx { libc::POLLIN } else { 0 } | if tx { libc::POLLOUT } else { 0 };
-            let r = sys::poll_for(&[(k.raw_fd(), events)], timeout)?[0];
+            let r = sys::poll_for(&[(k.raw_fd(), events), (ofd, libc::POLLIN)], timeout)?[0];
             let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
             return Ok((
                 rx && r & (libc::POLLIN | bad) != 0,
@@ -1042,14 +1058,19 @@ impl Socket {
         let tfd = if tx { self.send_fd()? } else { -1 };
         if let Some(b) = self.embedded() {
             let inner = &b.node.inner;
-            let r = inner.wait_leading([rfd, tfd], timeout, || {
+            let r = inner.wait_leading([rfd, tfd, ofd], timeout, || {
                 let (r, w) = b.waiter.signaled();
                 (rx && r, tx && w)
             })?;
             // A node gone: ready, as a socket with an error (the next call says ENETDOWN).
             return Ok(if inner.is_running() { r } else { (rx, tx) });
         }
-        let r = sys::poll_for(&[(rfd, libc::POLLIN), (tfd, libc::POLLIN)], timeout)?;
+        let asks = [
+            (rfd, libc::POLLIN),
+            (tfd, libc::POLLIN),
+            (ofd, libc::POLLIN),
+        ];
+        let r = sys::poll_for(&asks, timeout)?;
         Ok((r[0] != 0, r[1] != 0))
     }
 
