@@ -219,3 +219,65 @@ fn another_descriptor_ends_the_wait() {
         .unwrap();
     assert_eq!(got, (true, false));
 }
+
+#[test]
+fn a_blocking_receive_leads_when_it_waits_for_an_answer_only() {
+    let (na, nb) = (node("127.3.11.51"), node("127.3.11.52"));
+    let a = sock(&na, "127.3.11.51:4000");
+    let b = sock(&nb, "127.3.11.52:4000");
+    let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    // Requests and answers with blocking receives on both sides: each side sent before it
+    // waits, so its wait reads the transport.
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut buf = [0u8; 64];
+            for i in 0..ROUNDS {
+                let (n, from) = b.recv_from(&mut buf).unwrap();
+                assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], aa), "request {i}");
+                b.send_to(&(!i).to_be_bytes(), aa).unwrap();
+            }
+        });
+        let mut buf = [0u8; 64];
+        for i in 0..ROUNDS {
+            a.send_to(&i.to_be_bytes(), ba).unwrap();
+            let (n, from) = a.recv_from(&mut buf).unwrap();
+            assert_eq!(
+                (&buf[..n], from),
+                (&(!i).to_be_bytes()[..], ba),
+                "answer {i}"
+            );
+        }
+    });
+    let (all, led) = na.frames_read();
+    assert!(all >= u64::from(ROUNDS), "{all}");
+    assert!(
+        led > all / 2,
+        "only {led} of {all} answers read by the waiting thread"
+    );
+
+    // A sink (it only receives) leaves the transport to the I/O thread, which reads ahead.
+    // b's last answer still counts as sent: one empty wait uses it up.
+    b.set_read_timeout(Some(Duration::from_millis(50)));
+    let e = b.recv_from(&mut [0u8; 8]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT));
+    b.set_read_timeout(Some(T));
+    let before = nb.frames_read();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..ROUNDS {
+                a.send_to(&i.to_be_bytes(), ba).unwrap();
+            }
+        });
+        let mut buf = [0u8; 64];
+        for i in 0..ROUNDS {
+            let (n, _) = b.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], i.to_be_bytes(), "message {i}");
+        }
+    });
+    let after = nb.frames_read();
+    assert_eq!(after.0 - before.0, u64::from(ROUNDS));
+    assert_eq!(
+        after.1, before.1,
+        "the sink's waits read nothing themselves"
+    );
+}

@@ -120,6 +120,9 @@ pub(crate) struct Waiter {
     pub rx_fd: Mutex<Option<(OwnedFd, bool)>>,
     /// Writable eventfd (POLLOUT readiness), created on demand.
     pub tx_fd: Mutex<Option<(OwnedFd, bool)>>,
+    /// The socket sent a message since its last blocking receive waited (that wait then
+    /// reads the transport itself: `Bound::wait_readable`).
+    pub sent: AtomicBool,
 }
 
 impl Waiter {
