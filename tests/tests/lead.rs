@@ -31,15 +31,27 @@ fn sock(n: &Node, addr: &str) -> Socket {
     s
 }
 
-/// Waits for `s` to be readable through `Socket::wait` (or, if `!lead`, by polling its
-/// descriptor as an application's own poll loop does), then receives without blocking.
-fn take(s: &Socket, lead: bool, buf: &mut [u8]) -> (usize, SocketAddr) {
+/// How a test thread waits for its socket.
+#[derive(Clone, Copy)]
+enum How {
+    /// Its own poll of the socket's descriptor, as an application's poll loop does.
+    Poll,
+    /// `Socket::wait`.
+    Wait,
+    /// A blocking receive.
+    Blocking,
+}
+
+/// Waits for a message on `s` as `how` says and takes it.
+fn take(s: &Socket, how: How, buf: &mut [u8]) -> (usize, SocketAddr) {
     let deadline = Instant::now() + T;
     loop {
-        let ready = if lead {
-            s.wait(true, false, Duration::from_millis(100)).unwrap().0
-        } else {
-            rds_core::poll_readable(&[s.fd().unwrap()], Duration::from_millis(100)).unwrap()[0]
+        let ready = match how {
+            How::Wait => s.wait(true, false, Duration::from_millis(100)).unwrap().0,
+            How::Poll => {
+                rds_core::poll_readable(&[s.fd().unwrap()], Duration::from_millis(100)).unwrap()[0]
+            }
+            How::Blocking => return s.recv_from(buf).unwrap(),
         };
         if ready {
             let flags = RecvFlags {
@@ -57,14 +69,14 @@ fn take(s: &Socket, lead: bool, buf: &mut [u8]) -> (usize, SocketAddr) {
 }
 
 /// `ROUNDS` requests from `a` to `b`, each answered before the next, both sides waiting as
-/// `lead` says; checks every request and answer.
-fn ping_pong(a: &Socket, b: &Socket, lead: bool) {
+/// `how` says; checks every request and answer.
+fn ping_pong(a: &Socket, b: &Socket, how: How) {
     let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
     std::thread::scope(|sc| {
         sc.spawn(|| {
             let mut buf = [0u8; 64];
             for i in 0..ROUNDS {
-                let (n, from) = take(b, lead, &mut buf);
+                let (n, from) = take(b, how, &mut buf);
                 assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], aa), "request {i}");
                 b.send_to(&(!i).to_be_bytes(), aa).unwrap();
             }
@@ -72,7 +84,7 @@ fn ping_pong(a: &Socket, b: &Socket, lead: bool) {
         let mut buf = [0u8; 64];
         for i in 0..ROUNDS {
             a.send_to(&i.to_be_bytes(), ba).unwrap();
-            let (n, from) = take(a, lead, &mut buf);
+            let (n, from) = take(a, how, &mut buf);
             assert_eq!(
                 (&buf[..n], from),
                 (&(!i).to_be_bytes()[..], ba),
@@ -89,7 +101,7 @@ fn a_waiting_thread_reads_its_own_replies() {
     let b = sock(&nb, "127.3.11.2:4000");
 
     // An application's own poll on the descriptors: the I/O thread reads every frame.
-    ping_pong(&a, &b, false);
+    ping_pong(&a, &b, How::Poll);
     let (a0, b0) = (na.frames_read(), nb.frames_read());
     assert!(
         a0.0 >= u64::from(ROUNDS) && b0.0 >= u64::from(ROUNDS),
@@ -99,7 +111,7 @@ fn a_waiting_thread_reads_its_own_replies() {
 
     // Waiting in Socket::wait: the waiting threads read (nearly) all of them. The I/O thread
     // only reads what comes while a thread stays away from its wait for over a millisecond.
-    ping_pong(&a, &b, true);
+    ping_pong(&a, &b, How::Wait);
     for (n, before) in [(&na, a0), (&nb, b0)] {
         let now = n.frames_read();
         let (all, led) = (now.0 - before.0, now.1 - before.1);
@@ -120,7 +132,7 @@ fn the_io_thread_takes_over_when_the_waiting_thread_leaves() {
     let mut buf = [0u8; 64];
     // a1's thread leads while it waits, takes its message and leaves.
     b.send_to(b"one", a1.local_addr().unwrap()).unwrap();
-    let (n, _) = take(&a1, true, &mut buf);
+    let (n, _) = take(&a1, How::Wait, &mut buf);
     assert_eq!(&buf[..n], b"one");
     // a2's thread waits the classic way (a blocking receive): the I/O thread must read its
     // messages now that nobody waits in Socket::wait.
@@ -144,7 +156,7 @@ fn several_waiting_threads_of_one_node_each_get_their_messages() {
             sc.spawn(move || {
                 let mut buf = [0u8; 64];
                 for i in 0..500u32 {
-                    let (n, _) = take(s, true, &mut buf);
+                    let (n, _) = take(s, How::Wait, &mut buf);
                     assert_eq!(&buf[..n], i.to_be_bytes(), "{:?}", s.local_addr());
                 }
             });
@@ -225,29 +237,10 @@ fn a_blocking_receive_leads_when_it_waits_for_an_answer_only() {
     let (na, nb) = (node("127.3.11.51"), node("127.3.11.52"));
     let a = sock(&na, "127.3.11.51:4000");
     let b = sock(&nb, "127.3.11.52:4000");
-    let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let ba = b.local_addr().unwrap();
     // Requests and answers with blocking receives on both sides: each side sent before it
     // waits, so its wait reads the transport.
-    std::thread::scope(|sc| {
-        sc.spawn(|| {
-            let mut buf = [0u8; 64];
-            for i in 0..ROUNDS {
-                let (n, from) = b.recv_from(&mut buf).unwrap();
-                assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], aa), "request {i}");
-                b.send_to(&(!i).to_be_bytes(), aa).unwrap();
-            }
-        });
-        let mut buf = [0u8; 64];
-        for i in 0..ROUNDS {
-            a.send_to(&i.to_be_bytes(), ba).unwrap();
-            let (n, from) = a.recv_from(&mut buf).unwrap();
-            assert_eq!(
-                (&buf[..n], from),
-                (&(!i).to_be_bytes()[..], ba),
-                "answer {i}"
-            );
-        }
-    });
+    ping_pong(&a, &b, How::Blocking);
     let (all, led) = na.frames_read();
     assert!(all >= u64::from(ROUNDS), "{all}");
     assert!(
