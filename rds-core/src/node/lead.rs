@@ -120,10 +120,13 @@ impl Inner {
             return Ok(ready());
         }
         let _leading = Leading(self);
-        let deadline = std::time::Instant::now() + timeout;
+        // A timeout too long to add to the clock (Duration::MAX, say) waits without end.
+        let deadline = std::time::Instant::now().checked_add(timeout);
         asks.push((self.epoll.raw_fd(), libc::POLLIN));
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.map_or(timeout, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
             let r = sys::poll_for(&asks, left)?;
             if r[3] != 0 && self.is_running() {
                 self.lead_round();
