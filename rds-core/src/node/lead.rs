@@ -22,7 +22,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{lock, Inner};
@@ -49,11 +49,7 @@ impl Drop for Leading<'_> {
         let pending = inner.crowded()
             || sys::poll_for(&[(inner.epoll.raw_fd(), libc::POLLIN)], Duration::ZERO)
                 .is_ok_and(|r| r[0] != 0);
-        let at = if pending {
-            0
-        } else {
-            inner.now().as_nanos().max(1)
-        };
+        let at = if pending { 0 } else { inner.stamp() };
         inner.led_at.store(at, Ordering::SeqCst);
         inner.leader.store(false, Ordering::SeqCst);
         if pending {
@@ -68,9 +64,7 @@ struct Waiting<'a>(&'a Inner);
 impl<'a> Waiting<'a> {
     fn new(inner: &'a Inner) -> Self {
         if inner.waiting.fetch_add(1, Ordering::SeqCst) > 0 {
-            inner
-                .crowded_at
-                .store(inner.now().as_nanos().max(1), Ordering::SeqCst);
+            inner.crowded_at.store(inner.stamp(), Ordering::SeqCst);
         }
         Waiting(inner)
     }
@@ -86,8 +80,18 @@ impl Inner {
     /// Whether several threads waited on the node at once within [`CROWD_HOLD`]: then
     /// nobody leads, and the I/O thread serves them all.
     fn crowded(&self) -> bool {
-        let at = self.crowded_at.load(Ordering::SeqCst);
-        at != 0 && self.now().as_nanos().saturating_sub(at) < CROWD_HOLD.as_nanos() as u64
+        self.within(&self.crowded_at, CROWD_HOLD)
+    }
+
+    /// Engine nanoseconds now, for `led_at` and `crowded_at` (never 0, which means never).
+    fn stamp(&self) -> u64 {
+        self.now().as_nanos().max(1)
+    }
+
+    /// Whether the stamp in `at` is less than `window` old.
+    fn within(&self, at: &AtomicU64, window: Duration) -> bool {
+        let at = at.load(Ordering::SeqCst);
+        at != 0 && self.now().as_nanos().saturating_sub(at) < window.as_nanos() as u64
     }
 
     /// Waits up to `timeout` until `ready()` reports something (a readable or writable socket,
@@ -114,15 +118,16 @@ impl Inner {
                 .leader
                 .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
-        let mut asks = fds.map(|fd| (fd, libc::POLLIN)).to_vec();
+        // The socket's descriptors, the other one, and (for the leader) the node's epoll set.
+        let [a, b, c] = fds.map(|fd| (fd, libc::POLLIN));
+        let asks = [a, b, c, (self.epoll.raw_fd(), libc::POLLIN)];
         if !leads {
-            sys::poll_for(&asks, timeout)?;
+            sys::poll_for(&asks[..3], timeout)?;
             return Ok(ready());
         }
         let _leading = Leading(self);
         // A timeout too long to add to the clock (Duration::MAX, say) waits without end.
         let deadline = std::time::Instant::now().checked_add(timeout);
-        asks.push((self.epoll.raw_fd(), libc::POLLIN));
         loop {
             let left = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(std::time::Instant::now())
@@ -165,10 +170,6 @@ impl Inner {
     /// Whether the I/O thread stays off the epoll set now (a thread leads or left less than
     /// [`GRACE`] ago).
     pub(crate) fn led(&self) -> bool {
-        if self.leader.load(Ordering::SeqCst) {
-            return true;
-        }
-        let at = self.led_at.load(Ordering::SeqCst);
-        at != 0 && self.now().as_nanos().saturating_sub(at) < GRACE.as_nanos() as u64
+        self.leader.load(Ordering::SeqCst) || self.within(&self.led_at, GRACE)
     }
 }

@@ -129,9 +129,17 @@ impl Waiter {
     /// Whether the readiness eventfds are signalled now: `(readable, writable)` as last
     /// brought in line with the socket ([`Waiter::update_fds`]).
     pub(crate) fn signaled(&self) -> (bool, bool) {
-        let on =
-            |slot: &Mutex<Option<(OwnedFd, bool)>>| lock(slot).as_ref().is_some_and(|(_, s)| *s);
-        (on(&self.rx_fd), on(&self.tx_fd))
+        let on = |rx| lock(self.slot(rx)).as_ref().is_some_and(|(_, s)| *s);
+        (on(true), on(false))
+    }
+
+    /// The readable (`rx`) or the writable eventfd's slot.
+    pub(crate) fn slot(&self, rx: bool) -> &Mutex<Option<(OwnedFd, bool)>> {
+        if rx {
+            &self.rx_fd
+        } else {
+            &self.tx_fd
+        }
     }
 
     /// Brings the readiness eventfds in line with the socket's state.

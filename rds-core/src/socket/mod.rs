@@ -111,12 +111,11 @@ impl Bound {
     /// The readiness eventfd (`rx`: POLLIN, else POLLOUT), created on demand and brought in
     /// line with the socket; `core` is the node's engine, locked.
     fn ready_fd(&self, core: &crate::node::Core, rx: bool) -> io::Result<RawFd> {
-        let slot = if rx {
-            &self.waiter.rx_fd
-        } else {
-            &self.waiter.tx_fd
-        };
-        let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self
+            .waiter
+            .slot(rx)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             *g = Some((sys::eventfd()?, false));
         }
@@ -130,6 +129,22 @@ impl Bound {
             self.waiter.update_fds(true, true);
         }
         Ok(fd)
+    }
+
+    /// [`Bound::ready_fd`] without the engine lock once the descriptor exists (every wake of
+    /// the socket keeps it in line): a wait loop asks for it on every round.
+    fn fd(&self, rx: bool) -> io::Result<RawFd> {
+        let known = self
+            .waiter
+            .slot(rx)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(f, _)| f.as_raw_fd());
+        match known {
+            Some(fd) => Ok(fd),
+            None => self.ready_fd(&self.node.inner.lock_core(), rx),
+        }
     }
 
     /// A blocking receive's wait until the socket is readable or `deadline` (`ETIMEDOUT`
@@ -1117,9 +1132,9 @@ impl Socket {
                 tx && r & (libc::POLLOUT | bad) != 0,
             ));
         }
-        let rfd = if rx { self.fd()? } else { -1 };
-        let tfd = if tx { self.send_fd()? } else { -1 };
         if let Some(b) = self.embedded() {
+            let rfd = if rx { b.fd(true)? } else { -1 };
+            let tfd = if tx { b.fd(false)? } else { -1 };
             let inner = &b.node.inner;
             let r = inner.wait_leading([rfd, tfd, ofd], timeout, || {
                 let (r, w) = b.waiter.signaled();
@@ -1128,6 +1143,8 @@ impl Socket {
             // A node gone: ready, as a socket with an error (the next call says ENETDOWN).
             return Ok(if inner.is_running() { r } else { (rx, tx) });
         }
+        let rfd = if rx { self.fd()? } else { -1 };
+        let tfd = if tx { self.send_fd()? } else { -1 };
         let asks = [
             (rfd, libc::POLLIN),
             (tfd, libc::POLLIN),
