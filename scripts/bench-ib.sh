@@ -8,6 +8,8 @@
 # Usage: scripts/bench-ib.sh [TPUT_PLAN [RR_PLAN]]
 #   plans are SIZE:COUNT,... (defaults 64:1000,4096:500,65536:100 and 64:300,4096:200,65536:50)
 #   BENCH_PERFTEST_ARGS (default -e: completion events instead of busy polling)
+#   BENCH_CAPTURES=DIR keeps the captures of the lab bridge (one per contender and round; the
+#   run prints each one's profile of its longest run of round trips: turnarounds, packets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then

@@ -2,6 +2,7 @@
 //! fault-injecting proxies, tshark). Each submodule documents its own contract.
 
 pub mod faultnet;
+pub mod guestcpu;
 pub mod ib;
 pub mod interop;
 pub mod lab;
@@ -10,6 +11,7 @@ pub mod peer;
 pub mod proc;
 pub mod raw;
 pub mod stress;
+pub mod wireprof;
 
 /// The project's dissector, `wireshark/rds.lua`.
 pub fn lua_script() -> std::path::PathBuf {

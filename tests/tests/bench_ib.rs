@@ -25,6 +25,11 @@
 //! Counts (env, `SIZE:COUNT,…`): `BENCH_TPUT` (default 64:1000,4096:500,65536:100) and
 //! `BENCH_RR` (default 64:300,4096:200,65536:50).
 //!
+//! Each contender's run is captured on the lab bridge (`udp port 4791`; `BENCH_CAPTURES=DIR`
+//! keeps the files) and its longest run of alike round trips (the size with the most rounds)
+//! is profiled (`rds_tests::wireprof`): each guest's turnaround and the packets per round
+//! trip, printed before the tables.
+//!
 //! Results (2026-11-23, commit 9f80ba3 + this comment; 2-core host shared with other builds,
 //! TCG, 1 vCPU per guest; medians of 3 rounds, default counts; latency = RTT/2, µs):
 //!
@@ -78,7 +83,8 @@ use rds_tests::ib::{
     step, GUEST_ENV,
 };
 use rds_tests::interop::{errno_of, field_u64, fields, ok_line, send_queue_wait, MAX_MSG};
-use rds_tests::lab::{guest_addr, GuestJob, Lab};
+use rds_tests::lab::{guest_addr, GuestJob, Lab, NETNS};
+use rds_tests::wireprof::{profile, Capture, Proto};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -450,6 +456,8 @@ struct Results {
     /// (size, contender index, round) -> that round's figures.
     rows: std::collections::BTreeMap<(usize, usize, usize), Row>,
     notes: Vec<String>,
+    /// Wire profile of each contender's longest run of round trips, per round.
+    profiles: Vec<String>,
 }
 
 impl Results {
@@ -838,7 +846,12 @@ fn bench_ib() {
         round: 0,
         rows: Default::default(),
         notes: Vec::new(),
+        profiles: Vec::new(),
     };
+    // BENCH_CAPTURES keeps the captures there; else a temporary directory.
+    let tmp = tempfile::tempdir().expect("a directory for the captures");
+    let captures = std::env::var_os("BENCH_CAPTURES")
+        .map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
     let mut jobs = Vec::new();
     let phase = |name: &str, r: Result<()>| rds_tests::report_phase(name, t0, r);
     let rounds: usize = match std::env::var("BENCH_ROUNDS") {
@@ -857,11 +870,23 @@ fn bench_ib() {
         for k in 0..3 {
             let which = (round + k) % 3;
             let name = format!("round {} {}", round + 1, CONTENDERS[which]);
+            // The capture on the lab bridge: where each round trip's time goes (g2 asks,
+            // g1 answers, for all three).
+            let file = captures.join(format!("ib-{}-{}.pcap", round + 1, CONTENDERS[which]));
+            let cap = Capture::start(NETNS, Proto::Roce, "udp port 4791", &file, RUN_LIMIT * 8);
             let pr = match which {
                 0 => perftest(&lab, &mut res, &tput, &rr),
                 1 => kernel(&lab, &mut res, &tput, &rr),
                 _ => ours(&lab, &mut res, (&tput_s, &rr_s), &mut jobs),
             };
+            let prof = cap.and_then(|c| c.finish()).and_then(|pkts| {
+                profile(&pkts, guest_addr(2), guest_addr(1), 10)
+                    .with_context(|| format!("no 10 round trips in {} packets", pkts.len()))
+            });
+            res.profiles.push(match prof {
+                Ok(p) => format!("{name}: {p}"),
+                Err(e) => format!("{name}: no wire profile: {e:#}"),
+            });
             r = phase(&name, pr);
             if r.is_err() {
                 break;
@@ -886,6 +911,15 @@ fn bench_ib() {
     lab.stop().expect("lab stop");
     for n in &res.notes {
         println!("{n}");
+    }
+    println!(
+        "\nfrom a capture on the lab bridge, each contender's longest run of round trips (the \
+         {} B rounds; g2 asks, g1 answers; a turnaround is the time from the last packet in to \
+         the first packet out of that guest):",
+        rr.iter().max_by_key(|r| r.1).map_or(0, |r| r.0)
+    );
+    for p in &res.profiles {
+        println!("  {p}");
     }
     let done_rounds = res.rows.keys().map(|k| k.2 + 1).max().unwrap_or(0);
     for round in 0..done_rounds {

@@ -9,7 +9,10 @@
 //! two places:
 //! - two guests over TCP, g1 (198.18.0.2, active) to g2 (198.18.0.4, passive). Kernel: C
 //!   rds-stress on `rds_tcp` in both guests. Ours: our rds-stress in both guests with no kernel
-//!   RDS module loaded, each an embedded node (`RDS_NO_DAEMON=1 --stack user`);
+//!   RDS module loaded, each an embedded node (`RDS_NO_DAEMON=1 --stack user --transport
+//!   tcp`: the guests' addresses are on soft-RoCE devices, where a socket of the default node
+//!   otherwise binds RDS/IB, as the kernel's does with `rds_rdma` loaded; the runs before the
+//!   wire profile was added lacked the flag and measured our RDS/IB over rxe in these rows);
 //! - one guest, two local addresses: g1's 198.18.0.2 (active) and 198.18.0.6 (passive, added
 //!   to g1's `eth0` for this). Kernel: both C rds-stress processes in g1 (the kernel sends
 //!   between two local addresses over its loopback transport; the run checks that
@@ -25,6 +28,16 @@
 //! Table: row, kernel req/s, ours req/s, ours/kernel and issue 19's target for it. No timing
 //! assertion: the benchmark fails only when a run fails (a non-zero exit status, no average
 //! line, a guest command over its time limit).
+//!
+//! Where the time goes: the two-guest `-t 1 -d 1` runs (kernel and ours) and a qperf `tcp_lat`
+//! run between the same guests (the reference for any program over TCP there) are captured
+//! on the lab bridge (`BENCH_CAPTURES=DIR` keeps the files; [`profile_pcap`] reads one again)
+//! and profiled by `rds_tests::wireprof`: each guest's turnaround, the time within a turn and
+//! the packets per round trip, with both guests' CPU shares over the run (`/proc/stat`).
+//! A capture or profile that fails is a note, not a failure.
+//!
+//! Results below (4c6cd4a) predate `--transport tcp` on our two-guest runs: those measured
+//! our RDS/IB over rxe (the README has the corrected runs and the profiles).
 //!
 //! Results (2026-11-26, commit 4c6cd4a; the 2-core development VM, shared with other work;
 //! TCG, 1 vCPU and 768 MB per guest; `-T 5`; run time 186 s, boot included):
@@ -54,11 +67,14 @@
 //! with them (commit c29aa49) the daemon rows gave 0.21 / 0.81 / 0.33 (README, Performance).
 
 use anyhow::{bail, ensure, Context, Result};
+use rds_tests::guestcpu::{CpuShares, CpuTicks};
 use rds_tests::ib::release_bin;
-use rds_tests::lab::{guest_addr, GuestJob, Lab};
+use rds_tests::lab::{guest_addr, GuestJob, Lab, NETNS};
 use rds_tests::stress::{average, c_rds_stress, our_rds_stress, TX_PER_SEC};
+use rds_tests::wireprof::{Capture, Profile, Proto};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The C rds-stress version (the one the lab's interop test calls the original).
@@ -128,6 +144,11 @@ enum Who {
 struct Results {
     tx: BTreeMap<(Place, usize, Who), f64>,
     notes: Vec<String>,
+    /// Wire profiles of the two-guest depth-1 runs (and of the TCP reference), by run, with
+    /// the CPU shares of g1 and g2 over the run.
+    profiles: Vec<(String, Profile, [Option<CpuShares>; 2])>,
+    /// qperf `tcp_lat` between the guests: round trip, microseconds.
+    tcp_rtt_us: Option<f64>,
     /// Runs that failed (the others still ran).
     failures: Vec<String>,
 }
@@ -150,6 +171,10 @@ struct Bench<'a> {
     res: Results,
     /// The daemon's job while it runs (killed on failure).
     daemon: Option<GuestJob>,
+    /// Where the captures of the profiled runs go (`BENCH_CAPTURES`, else a temporary
+    /// directory, removed at the end).
+    captures: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl Bench<'_> {
@@ -249,6 +274,80 @@ impl Bench<'_> {
         }
     }
 
+    /// Runs `f` under a capture on the lab bridge (`filter`, between g1 and g2) and keeps the
+    /// wire profile of its round trips (g1 requests, g2 answers). A capture or profile that
+    /// fails is a note; the run's own result is returned as it is.
+    fn profiled<R>(
+        &mut self,
+        who: &str,
+        filter: &str,
+        f: impl FnOnce(&mut Self) -> Result<R>,
+    ) -> Result<R> {
+        let file = self.captures.join(format!(
+            "{}.pcap",
+            who.split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join("-")
+        ));
+        let cap = Capture::start(NETNS, Proto::Tcp, filter, &file, self.limit() * 2);
+        let before = [self.cpu(1), self.cpu(2)];
+        let r = f(self);
+        let after = [self.cpu(1), self.cpu(2)];
+        let cpu = [0, 1].map(|i| match (before[i], after[i]) {
+            (Some(b), Some(a)) => b.shares(&a),
+            _ => None,
+        });
+        let prof = cap.and_then(|c| c.finish()).and_then(|pkts| {
+            rds_tests::wireprof::profile(&pkts, guest_addr(1), guest_addr(2), 10)
+                .with_context(|| format!("no 10 round trips in {} packets", pkts.len()))
+        });
+        match prof {
+            Ok(p) => self.res.profiles.push((who.to_string(), p, cpu)),
+            Err(e) => self
+                .res
+                .notes
+                .push(format!("{who}: no wire profile: {e:#}")),
+        }
+        r
+    }
+
+    /// Guest `g`'s CPU ticks (`/proc/stat`), or `None` (a note says why).
+    fn cpu(&mut self, g: usize) -> Option<CpuTicks> {
+        match self.lab.exec_ok(g, "head -n 1 /proc/stat", T) {
+            Ok(o) => CpuTicks::parse(&o.stdout),
+            Err(e) => {
+                self.res.notes.push(format!("g{g}: no /proc/stat: {e:#}"));
+                None
+            }
+        }
+    }
+
+    /// The TCP reference between the guests: qperf `tcp_lat` (g1 client, g2 server), with
+    /// its wire profile. Returns the round trip in microseconds (qperf prints one way).
+    fn tcp_reference(&mut self) -> Result<f64> {
+        let secs = self.secs;
+        let server = self.lab.spawn(2, "exec qperf", self.limit())?;
+        let g2 = guest_addr(2);
+        let r = self.profiled("TCP, qperf tcp_lat (userspace both sides)", "tcp", |b| {
+            // The server needs a moment to listen; qperf's client does not retry.
+            std::thread::sleep(Duration::from_millis(1500));
+            b.lab
+                .exec(1, &format!("qperf -t {secs} {g2} tcp_lat"), b.limit())?
+                .check("qperf tcp_lat g1 -> g2")
+        });
+        server.kill();
+        let _ = server.wait();
+        let out = r?.stdout;
+        self.res.notes.push(format!(
+            "qperf g1 -> g2 tcp_lat: {}",
+            out.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+        let one_way = qperf_latency_us(&out)
+            .with_context(|| format!("no latency in qperf's output:\n{out}"))?;
+        Ok(one_way * 2.0)
+    }
+
     /// Keeps a run's figure, or its failure (printed at once; the other runs go on).
     fn record(&mut self, place: Place, i: usize, who: Who, r: Result<f64>) {
         match r {
@@ -290,15 +389,27 @@ impl Bench<'_> {
         let [c1, c2] = self.progs.c.clone();
         let secs = self.secs;
         for (i, pat) in PATTERNS.iter().enumerate() {
-            let tx = self.pair(
-                &format!("kernel, two guests, {}", pat.name),
-                (2, &format!("{c2} -r {g2} -p {{P}}")),
-                (
-                    1,
-                    &format!("{c1} -r {g1} -s {g2} -p {{P}} {} -T {secs}", pat.args),
-                ),
-            );
+            let who = format!("kernel, two guests, {}", pat.name);
+            let run = |b: &mut Self| {
+                b.pair(
+                    &who,
+                    (2, &format!("{c2} -r {g2} -p {{P}}")),
+                    (
+                        1,
+                        &format!("{c1} -r {g1} -s {g2} -p {{P}} {} -T {secs}", pat.args),
+                    ),
+                )
+            };
+            let tx = if i == 0 {
+                self.profiled("kernel RDS/TCP (C rds-stress)", "tcp", run)
+            } else {
+                run(self)
+            };
             self.record(Place::TwoGuests, i, Who::Kernel, tx);
+        }
+        match self.tcp_reference() {
+            Ok(us) => self.res.tcp_rtt_us = Some(us),
+            Err(e) => self.res.notes.push(format!("no qperf reference: {e:#}")),
         }
         for (i, pat) in PATTERNS.iter().enumerate() {
             let tx = self.pair(
@@ -360,20 +471,30 @@ impl Bench<'_> {
         let [s1, s2] = self.progs.ours.clone();
         let secs = self.secs;
         for (i, pat) in PATTERNS.iter().enumerate() {
-            let tx = self.pair(
-                &format!("ours, two guests (embedded nodes), {}", pat.name),
-                (
-                    2,
-                    &format!("{ENV} RDS_NO_DAEMON=1 {s2} --stack user -r {g2} -p {{P}}"),
-                ),
-                (
-                    1,
-                    &format!(
-                        "{ENV} RDS_NO_DAEMON=1 {s1} --stack user -r {g1} -s {g2} -p {{P}} {} -T {secs}",
-                        pat.args
+            let who = format!("ours, two guests (embedded nodes), {}", pat.name);
+            let run = |b: &mut Self| {
+                b.pair(
+                    &who,
+                    (
+                        2,
+                        &format!(
+                            "{ENV} RDS_NO_DAEMON=1 {s2} --stack user --transport tcp -r {g2} -p {{P}}"
+                        ),
                     ),
-                ),
-            );
+                    (
+                        1,
+                        &format!(
+                            "{ENV} RDS_NO_DAEMON=1 {s1} --stack user --transport tcp -r {g1} -s {g2} -p {{P}} {} -T {secs}",
+                            pat.args
+                        ),
+                    ),
+                )
+            };
+            let tx = if i == 0 {
+                self.profiled("ours, embedded nodes (our rds-stress)", "tcp", run)
+            } else {
+                run(self)
+            };
             self.record(Place::TwoGuests, i, Who::Ours, tx);
         }
         for (i, pat) in PATTERNS.iter().enumerate() {
@@ -437,6 +558,41 @@ impl Bench<'_> {
         }
         Ok(())
     }
+}
+
+/// qperf's `latency  =  1.23 ms` (or us, sec) in microseconds.
+fn qperf_latency_us(out: &str) -> Option<f64> {
+    let rest = out.lines().find_map(|l| l.trim().strip_prefix("latency"))?;
+    let mut w = rest.trim_start().strip_prefix('=')?.split_whitespace();
+    let v: f64 = w.next()?.parse().ok()?;
+    let scale = match w.next()? {
+        "ns" => 1e-3,
+        "us" => 1.0,
+        "ms" => 1e3,
+        "sec" | "s" => 1e6,
+        _ => return None,
+    };
+    Some(v * scale)
+}
+
+/// Where the time of the two-guest depth-1 rows goes: the wire profiles and the TCP reference.
+fn profiles(res: &Results) -> String {
+    let mut s = String::from(
+        "two guests, -t 1 -d 1, from a capture on the lab bridge (g1 requests, g2 answers; a \
+         turnaround is the time from the last packet in to the first packet out of that guest):\n",
+    );
+    for (who, p, cpu) in &res.profiles {
+        s += &format!("  {who}: {p}\n");
+        for (g, c) in cpu.iter().enumerate() {
+            if let Some(c) = c {
+                s += &format!("    g{} CPU over the run: {c}\n", g + 1);
+            }
+        }
+    }
+    if let Some(us) = res.tcp_rtt_us {
+        s += &format!("  qperf tcp_lat round trip (2 x its latency): {us:.0} us\n");
+    }
+    s
 }
 
 /// The table: one line per row, with ratio and target.
@@ -536,6 +692,13 @@ fn bench_lab_app_path() {
     release_bin("rds-ctrl").unwrap_or_else(|e| panic!("{e:#}"));
     let c_path = c_rds_stress(C_VERSION).unwrap_or_else(|e| panic!("{e:#}"));
     let c = std::fs::read(&c_path).unwrap_or_else(|e| panic!("reading {}: {e}", c_path.display()));
+    let (captures, tmp) = match std::env::var_os("BENCH_CAPTURES") {
+        Some(d) => (PathBuf::from(d), None),
+        None => {
+            let t = tempfile::tempdir().expect("a directory for the captures");
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
     let t0 = Instant::now();
     let lab = Lab::boot_without_rds_rdma(2);
     let progs = match install(&lab, &c) {
@@ -549,6 +712,8 @@ fn bench_lab_app_path() {
         progs,
         res: Results::default(),
         daemon: None,
+        captures,
+        _tmp: tmp,
     };
     let phase = |name: &str, r: Result<()>| rds_tests::report_phase(name, t0, r);
     let mut r = phase("kernel rows", b.kernel());
@@ -575,7 +740,7 @@ fn bench_lab_app_path() {
         }
     }
     let res = std::mem::take(&mut b.res);
-    let table = table(&res);
+    let table = table(&res) + "\n" + &profiles(&res);
     drop(b);
     lab.stop().expect("lab stop");
     for n in &res.notes {
@@ -597,4 +762,44 @@ fn bench_lab_app_path() {
         res.failures.len(),
         res.failures.join("\n")
     );
+}
+
+#[test]
+fn qperf_latency_in_microseconds() {
+    let out = "tcp_lat:\n    latency  =  1.93 ms\n";
+    assert_eq!(qperf_latency_us(out), Some(1930.0));
+    assert_eq!(
+        qperf_latency_us("tcp_lat:\n    latency  =  29.8 us\n"),
+        Some(29.8)
+    );
+    assert_eq!(
+        qperf_latency_us("tcp_lat:\n    latency  =  2 parsecs\n"),
+        None
+    );
+    assert_eq!(qperf_latency_us("failed to connect"), None);
+}
+
+/// Reads a capture kept by `BENCH_CAPTURES` again: `BENCH_PCAP=FILE cargo test --release -p
+/// rds-tests --test bench_lab_app_path -- --ignored --nocapture profile_pcap` prints its
+/// profile (g1 requests, g2 answers; `BENCH_PROTO=roce` for a RoCE capture of bench-ib.sh,
+/// where g2 requests).
+#[test]
+#[ignore = "tool: reads BENCH_PCAP"]
+fn profile_pcap() {
+    let file = PathBuf::from(std::env::var_os("BENCH_PCAP").expect("BENCH_PCAP names a pcap"));
+    let roce = std::env::var("BENCH_PROTO").is_ok_and(|p| p == "roce");
+    let (proto, a, b) = if roce {
+        (Proto::Roce, guest_addr(2), guest_addr(1))
+    } else {
+        (Proto::Tcp, guest_addr(1), guest_addr(2))
+    };
+    let pkts = rds_tests::wireprof::read_pcap(proto, &file).unwrap_or_else(|e| panic!("{e:#}"));
+    match rds_tests::wireprof::profile(&pkts, a, b, 10) {
+        Some(p) => println!("{}: {p}", file.display()),
+        None => panic!(
+            "{}: no 10 round trips in {} packets",
+            file.display(),
+            pkts.len()
+        ),
+    }
 }
