@@ -173,9 +173,10 @@ pub struct Args {
     /// Print the summary as one JSON document on stdout (progress goes to stderr)
     #[arg(long = "json", help_heading = EXT)]
     pub json: bool,
-    /// RDS transport of the tasks: tcp (the daemon's node or an embedded RDS/TCP node) or ib
-    /// (an embedded node running RDS/IB on the local address); default ib with -D when the
-    /// address is on an RDMA device, else tcp
+    /// RDS transport of the tasks: tcp (the daemon's node or an embedded node, the sockets
+    /// pinned to RDS/TCP) or ib (an embedded node running RDS/IB on the local address);
+    /// default: ib with -D when the address is on an RDMA device, else the node's choice, as
+    /// the kernel's (IB on an RDMA device where the node runs IB, else TCP)
     #[arg(long = "transport", value_name = "tcp|ib", help_heading = EXT)]
     pub transport: Option<String>,
     /// Which RDS the tasks use.
