@@ -29,9 +29,9 @@
 //! assertion: the benchmark fails only when a run fails (a non-zero exit status, no average
 //! line, a guest command over its time limit).
 //!
-//! Where the time goes: the two-guest `-t 1 -d 1` runs (kernel and ours) and a qperf `tcp_lat`
-//! run between the same guests (the reference for any program over TCP there) are captured
-//! on the lab bridge (`BENCH_CAPTURES=DIR` keeps the files; [`profile_pcap`] reads one again)
+//! Where the time goes: the two-guest `-t 1 -d 1` and 64 KiB runs (kernel and ours) and a
+//! qperf `tcp_lat` run between the same guests (the reference for any program over TCP there)
+//! are captured on the lab bridge (`BENCH_CAPTURES=DIR` keeps the files; [`profile_pcap`] reads one again)
 //! and profiled by `rds_tests::wireprof`: each guest's turnaround, the time within a turn and
 //! the packets per round trip, with both guests' CPU shares over the run (`/proc/stat`).
 //! A capture or profile that fails is a note, not a failure.
@@ -98,6 +98,8 @@ struct Pattern {
     two: Option<f64>,
     /// Target for the one-guest (daemon) row.
     one: Option<f64>,
+    /// Its two-guest runs are captured and profiled.
+    profiled: bool,
 }
 
 const PATTERNS: [Pattern; 3] = [
@@ -106,18 +108,21 @@ const PATTERNS: [Pattern; 3] = [
         args: "-q 64 -a 64 -t 1 -d 1",
         two: Some(1.0),
         one: Some(0.5),
+        profiled: true,
     },
     Pattern {
         name: "-t 2 -d 32",
         args: "-q 64 -a 64 -t 2 -d 32",
         two: Some(1.0),
         one: Some(0.8),
+        profiled: false,
     },
     Pattern {
         name: "64 KiB -d 4",
         args: "-q 65536 -a 64 -t 1 -d 4",
         two: Some(1.0),
         one: None,
+        profiled: true,
     },
 ];
 
@@ -329,7 +334,7 @@ impl Bench<'_> {
         let secs = self.secs;
         let server = self.lab.spawn(2, "exec qperf", self.limit())?;
         let g2 = guest_addr(2);
-        let r = self.profiled("TCP, qperf tcp_lat (userspace both sides)", "tcp", |b| {
+        let r = self.profiled("qperf tcp_lat: TCP, user space both sides", "tcp", |b| {
             // The server needs a moment to listen; qperf's client does not retry.
             std::thread::sleep(Duration::from_millis(1500));
             b.lab
@@ -400,8 +405,9 @@ impl Bench<'_> {
                     ),
                 )
             };
-            let tx = if i == 0 {
-                self.profiled("kernel RDS/TCP (C rds-stress)", "tcp", run)
+            let tx = if pat.profiled {
+                let who = format!("{}: kernel RDS/TCP (C rds-stress)", pat.name);
+                self.profiled(&who, "tcp", run)
             } else {
                 run(self)
             };
@@ -490,8 +496,9 @@ impl Bench<'_> {
                     ),
                 )
             };
-            let tx = if i == 0 {
-                self.profiled("ours, embedded nodes (our rds-stress)", "tcp", run)
+            let tx = if pat.profiled {
+                let who = format!("{}: ours, embedded nodes (our rds-stress)", pat.name);
+                self.profiled(&who, "tcp", run)
             } else {
                 run(self)
             };
@@ -578,8 +585,9 @@ fn qperf_latency_us(out: &str) -> Option<f64> {
 /// Where the time of the two-guest depth-1 rows goes: the wire profiles and the TCP reference.
 fn profiles(res: &Results) -> String {
     let mut s = String::from(
-        "two guests, -t 1 -d 1, from a capture on the lab bridge (g1 requests, g2 answers; a \
-         turnaround is the time from the last packet in to the first packet out of that guest):\n",
+        "two guests, from a capture on the lab bridge (g1 requests, g2 answers; a turnaround is \
+         the time from the last packet in to the first packet out of that guest; with -d 4 a \
+         turn holds several requests):\n",
     );
     for (who, p, cpu) in &res.profiles {
         s += &format!("  {who}: {p}\n");
