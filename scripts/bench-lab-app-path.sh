@@ -7,9 +7,9 @@
 #     clients of our daemon; our rds-stress --loopback as an extra, informational row).
 # Prints per row kernel req/s, ours req/s (the (average) line's tx/s of the active side),
 # ours/kernel and the issue's target (tests/tests/bench_lab_app_path.rs has the details), then
-# where the two-guest depth-1 time goes: a capture on the lab bridge split into each guest's
-# turnaround and packets per round trip, both guests' CPU over the run, for the kernel, ours
-# and qperf tcp_lat between the same guests.
+# where the two-guest depth-1 and 64 KiB time goes: a capture on the lab bridge split into
+# each guest's turnaround and packets per round trip, both guests' CPU over the run, for the
+# kernel, ours and qperf tcp_lat between the same guests.
 # Not part of the CI test run; needs root (namespaces, taps, qemu) and a git clone of
 # oracle/rds-tools for the C rds-stress (the project keeps no copy of it).
 # Usage: RDS_TOOLS_GIT=/path/to/rds-tools.git scripts/bench-lab-app-path.sh

@@ -215,7 +215,7 @@ pub struct Capture {
 const SNAPLEN: &str = "128";
 
 impl Capture {
-    /// Starts `tshark` on `br0` in network namespace `netns` with capture filter `filter` (none if empty),
+    /// Starts `tshark` on `br0` in network namespace `netns` with capture filter `filter`,
     /// writing `file`; returns once it captures. `limit` bounds the capture (it stops by
     /// itself then).
     pub fn start(
@@ -229,12 +229,7 @@ impl Capture {
             .args([
                 "netns", "exec", netns, "tshark", "-i", "br0", "-s", SNAPLEN, "-q",
             ])
-            .args(if filter.is_empty() {
-                vec![]
-            } else {
-                vec!["-f", filter]
-            })
-            .arg("-w")
+            .args(["-f", filter, "-w"])
             .arg(file)
             .arg("-a")
             .arg(format!("duration:{}", limit.as_secs().max(1)))
@@ -272,6 +267,36 @@ impl Capture {
         }
         read_pcap(self.proto, &self.file)
     }
+
+    /// Stops the capture and profiles its round trips ([`profile_packets`]; `a` asks, `b`
+    /// answers).
+    pub fn profile(self, a: Ipv4Addr, b: Ipv4Addr, min_rounds: usize) -> Result<Profile> {
+        profile_packets(&self.finish()?, a, b, min_rounds)
+    }
+}
+
+/// [`profile`], or an error that says how many packets held fewer than `min_rounds` round
+/// trips.
+pub fn profile_packets(
+    pkts: &[Pkt],
+    a: Ipv4Addr,
+    b: Ipv4Addr,
+    min_rounds: usize,
+) -> Result<Profile> {
+    profile(pkts, a, b, min_rounds)
+        .with_context(|| format!("no {min_rounds} round trips in {} packets", pkts.len()))
+}
+
+/// Where a benchmark's captures go: the directory `BENCH_CAPTURES` names (kept), else a
+/// temporary one, removed when the returned guard drops.
+pub fn captures_dir() -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    Ok(match std::env::var_os("BENCH_CAPTURES") {
+        Some(d) => (PathBuf::from(d), None),
+        None => {
+            let t = tempfile::tempdir().context("a temporary directory for the captures")?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    })
 }
 
 impl Drop for Capture {

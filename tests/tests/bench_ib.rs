@@ -84,7 +84,7 @@ use rds_tests::ib::{
 };
 use rds_tests::interop::{errno_of, field_u64, fields, ok_line, send_queue_wait, MAX_MSG};
 use rds_tests::lab::{guest_addr, GuestJob, Lab, NETNS};
-use rds_tests::wireprof::{profile, Capture, Proto};
+use rds_tests::wireprof::{captures_dir, Capture, Proto};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -848,10 +848,7 @@ fn bench_ib() {
         notes: Vec::new(),
         profiles: Vec::new(),
     };
-    // BENCH_CAPTURES keeps the captures there; else a temporary directory.
-    let tmp = tempfile::tempdir().expect("a directory for the captures");
-    let captures = std::env::var_os("BENCH_CAPTURES")
-        .map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
+    let (captures, _tmp) = captures_dir().unwrap_or_else(|e| panic!("{e:#}"));
     let mut jobs = Vec::new();
     let phase = |name: &str, r: Result<()>| rds_tests::report_phase(name, t0, r);
     let rounds: usize = match std::env::var("BENCH_ROUNDS") {
@@ -879,10 +876,7 @@ fn bench_ib() {
                 1 => kernel(&lab, &mut res, &tput, &rr),
                 _ => ours(&lab, &mut res, (&tput_s, &rr_s), &mut jobs),
             };
-            let prof = cap.and_then(|c| c.finish()).and_then(|pkts| {
-                profile(&pkts, guest_addr(2), guest_addr(1), 10)
-                    .with_context(|| format!("no 10 round trips in {} packets", pkts.len()))
-            });
+            let prof = cap.and_then(|c| c.profile(guest_addr(2), guest_addr(1), 10));
             res.profiles.push(match prof {
                 Ok(p) => format!("{name}: {p}"),
                 Err(e) => format!("{name}: no wire profile: {e:#}"),

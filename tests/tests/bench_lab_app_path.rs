@@ -31,8 +31,8 @@
 //!
 //! Where the time goes: the two-guest `-t 1 -d 1` and 64 KiB runs (kernel and ours) and a
 //! qperf `tcp_lat` run between the same guests (the reference for any program over TCP there)
-//! are captured on the lab bridge (`BENCH_CAPTURES=DIR` keeps the files; [`profile_pcap`] reads one again)
-//! and profiled by `rds_tests::wireprof`: each guest's turnaround, the time within a turn and
+//! are captured on the lab bridge (`BENCH_CAPTURES=DIR` keeps the files; [`profile_pcap`]
+//! reads one again) and profiled by `rds_tests::wireprof`: each guest's turnaround, the time within a turn and
 //! the packets per round trip, with both guests' CPU shares over the run (`/proc/stat`).
 //! A capture or profile that fails is a note, not a failure.
 //!
@@ -71,7 +71,7 @@ use rds_tests::guestcpu::{CpuShares, CpuTicks};
 use rds_tests::ib::release_bin;
 use rds_tests::lab::{guest_addr, GuestJob, Lab, NETNS};
 use rds_tests::stress::{average, c_rds_stress, our_rds_stress, TX_PER_SEC};
-use rds_tests::wireprof::{Capture, Profile, Proto};
+use rds_tests::wireprof::{captures_dir, profile_packets, read_pcap, Capture, Profile, Proto};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -149,7 +149,7 @@ enum Who {
 struct Results {
     tx: BTreeMap<(Place, usize, Who), f64>,
     notes: Vec<String>,
-    /// Wire profiles of the two-guest depth-1 runs (and of the TCP reference), by run, with
+    /// Wire profiles of the profiled two-guest runs (and of the TCP reference), by run, with
     /// the CPU shares of g1 and g2 over the run.
     profiles: Vec<(String, Profile, [Option<CpuShares>; 2])>,
     /// qperf `tcp_lat` between the guests: round trip, microseconds.
@@ -279,15 +279,10 @@ impl Bench<'_> {
         }
     }
 
-    /// Runs `f` under a capture on the lab bridge (`filter`, between g1 and g2) and keeps the
-    /// wire profile of its round trips (g1 requests, g2 answers). A capture or profile that
+    /// Runs `f` under a capture of TCP on the lab bridge and keeps the wire profile of its
+    /// round trips between g1 (requests) and g2 (answers), with both guests' CPU shares. A capture or profile that
     /// fails is a note; the run's own result is returned as it is.
-    fn profiled<R>(
-        &mut self,
-        who: &str,
-        filter: &str,
-        f: impl FnOnce(&mut Self) -> Result<R>,
-    ) -> Result<R> {
+    fn profiled<R>(&mut self, who: &str, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
         let file = self.captures.join(format!(
             "{}.pcap",
             who.split(|c: char| !c.is_ascii_alphanumeric())
@@ -295,7 +290,7 @@ impl Bench<'_> {
                 .collect::<Vec<_>>()
                 .join("-")
         ));
-        let cap = Capture::start(NETNS, Proto::Tcp, filter, &file, self.limit() * 2);
+        let cap = Capture::start(NETNS, Proto::Tcp, "tcp", &file, self.limit() * 2);
         let before = [self.cpu(1), self.cpu(2)];
         let r = f(self);
         let after = [self.cpu(1), self.cpu(2)];
@@ -303,10 +298,7 @@ impl Bench<'_> {
             (Some(b), Some(a)) => b.shares(&a),
             _ => None,
         });
-        let prof = cap.and_then(|c| c.finish()).and_then(|pkts| {
-            rds_tests::wireprof::profile(&pkts, guest_addr(1), guest_addr(2), 10)
-                .with_context(|| format!("no 10 round trips in {} packets", pkts.len()))
-        });
+        let prof = cap.and_then(|c| c.profile(guest_addr(1), guest_addr(2), 10));
         match prof {
             Ok(p) => self.res.profiles.push((who.to_string(), p, cpu)),
             Err(e) => self
@@ -334,7 +326,7 @@ impl Bench<'_> {
         let secs = self.secs;
         let server = self.lab.spawn(2, "exec qperf", self.limit())?;
         let g2 = guest_addr(2);
-        let r = self.profiled("qperf tcp_lat: TCP, user space both sides", "tcp", |b| {
+        let r = self.profiled("qperf tcp_lat: TCP, user space both sides", |b| {
             // The server needs a moment to listen; qperf's client does not retry.
             std::thread::sleep(Duration::from_millis(1500));
             b.lab
@@ -407,7 +399,7 @@ impl Bench<'_> {
             };
             let tx = if pat.profiled {
                 let who = format!("{}: kernel RDS/TCP (C rds-stress)", pat.name);
-                self.profiled(&who, "tcp", run)
+                self.profiled(&who, run)
             } else {
                 run(self)
             };
@@ -498,7 +490,7 @@ impl Bench<'_> {
             };
             let tx = if pat.profiled {
                 let who = format!("{}: ours, embedded nodes (our rds-stress)", pat.name);
-                self.profiled(&who, "tcp", run)
+                self.profiled(&who, run)
             } else {
                 run(self)
             };
@@ -582,7 +574,7 @@ fn qperf_latency_us(out: &str) -> Option<f64> {
     Some(v * scale)
 }
 
-/// Where the time of the two-guest depth-1 rows goes: the wire profiles and the TCP reference.
+/// Where the time of the profiled two-guest rows goes: the wire profiles and the TCP reference.
 fn profiles(res: &Results) -> String {
     let mut s = String::from(
         "two guests, from a capture on the lab bridge (g1 requests, g2 answers; a turnaround is \
@@ -700,13 +692,7 @@ fn bench_lab_app_path() {
     release_bin("rds-ctrl").unwrap_or_else(|e| panic!("{e:#}"));
     let c_path = c_rds_stress(C_VERSION).unwrap_or_else(|e| panic!("{e:#}"));
     let c = std::fs::read(&c_path).unwrap_or_else(|e| panic!("reading {}: {e}", c_path.display()));
-    let (captures, tmp) = match std::env::var_os("BENCH_CAPTURES") {
-        Some(d) => (PathBuf::from(d), None),
-        None => {
-            let t = tempfile::tempdir().expect("a directory for the captures");
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
+    let (captures, tmp) = captures_dir().unwrap_or_else(|e| panic!("{e:#}"));
     let t0 = Instant::now();
     let lab = Lab::boot_without_rds_rdma(2);
     let progs = match install(&lab, &c) {
@@ -801,13 +787,8 @@ fn profile_pcap() {
     } else {
         (Proto::Tcp, guest_addr(1), guest_addr(2))
     };
-    let pkts = rds_tests::wireprof::read_pcap(proto, &file).unwrap_or_else(|e| panic!("{e:#}"));
-    match rds_tests::wireprof::profile(&pkts, a, b, 10) {
-        Some(p) => println!("{}: {p}", file.display()),
-        None => panic!(
-            "{}: no 10 round trips in {} packets",
-            file.display(),
-            pkts.len()
-        ),
-    }
+    let p = read_pcap(proto, &file)
+        .and_then(|pkts| profile_packets(&pkts, a, b, 10))
+        .unwrap_or_else(|e| panic!("{}: {e:#}", file.display()));
+    println!("{}: {p}", file.display());
 }
