@@ -1,7 +1,8 @@
 //! `--plot FILE.svg`: the run drawn as one SVG image, from the numbers the text output prints.
 //!
 //! The upper chart has the requests sent and received in each report interval (the `tx/s` and
-//! `rx/s` columns of the per-second lines, one point per line); the lower one the round-trip
+//! `rx/s` columns of the per-second lines, one point per line, each with a dot up to
+//! [`MAX_MARKED_INTERVALS`]); the lower one the round-trip
 //! time by percentile, p0 to p99.99 on a "nines" axis, read from the same histogram as the
 //! percentile line ([`RttDistribution`]), with p50, p90, p99 and p99.9 marked and labelled
 //! with the line's values. The file name is checked before the run ([`Target::check`]), so
@@ -33,6 +34,10 @@ pub const TX_RGB: u32 = 0x1f77b4;
 pub const RX_RGB: u32 = 0xff7f0e;
 /// Colour of the round-trip-time curve and its marks.
 pub const RTT_RGB: u32 = 0x2ca02c;
+
+/// The most report intervals whose points get a marker (a dot) on the rate lines: past that the
+/// dots would merge into a thick line (an hour has 3600 intervals).
+pub const MAX_MARKED_INTERVALS: usize = 120;
 
 /// The percentiles marked on the latency curve: (name, quantile), as the percentile line.
 pub const MARKS: [(&str, f64); 4] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)];
@@ -288,13 +293,15 @@ fn draw_rates(area: &Area<'_>, intervals: &[Interval]) -> DrawResult<()> {
             .map_err(err)?
             .label(name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], color.filled()));
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 3, color.filled())),
-            )
-            .map_err(err)?;
+        if points.len() <= MAX_MARKED_INTERVALS {
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, color.filled())),
+                )
+                .map_err(err)?;
+        }
     }
     chart
         .configure_series_labels()
@@ -327,8 +334,10 @@ fn draw_rtt(area: &Area<'_>, rtt: &RttDistribution) -> DrawResult<()> {
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!(
-                "round-trip time by percentile (us, log scale): {} samples, max {} us",
-                p.count, p.max
+                "round-trip time by percentile (us, log scale): {} sample{}, max {} us",
+                p.count,
+                if p.count == 1 { "" } else { "s" },
+                p.max
             ),
             (FONT, 19),
         )
@@ -384,6 +393,52 @@ mod tests {
                 assert_eq!(percentile_name(n), name);
             }
         }
+    }
+
+    fn count(svg: &str, needle: &str) -> usize {
+        svg.matches(needle).count()
+    }
+
+    #[test]
+    fn edge_runs_render() {
+        // No interval and no round trip (a run stopped in its start-up).
+        let empty = RttDistribution::of(&[]);
+        let title = ["a".to_string(), "b".to_string()];
+        let svg = render(&Run {
+            title: title.clone(),
+            intervals: &[],
+            rtt: &empty,
+        })
+        .unwrap();
+        assert!(svg.contains("requests per second: 0 report intervals"));
+        assert!(svg.contains("no round-trip times were measured"));
+        // A long run: every point on the line, no dots; one sample: a flat curve.
+        let t = std::sync::Arc::new(crate::stats::TaskStats::default());
+        t.inc(crate::stats::Stat::RttUsecs, 40);
+        t.rtt(40);
+        let one = RttDistribution::of(&[t]);
+        let long: Vec<Interval> = (1..=MAX_MARKED_INTERVALS as u64 + 1)
+            .map(|i| Interval {
+                end_secs: i as f64,
+                tx: 1000 + i,
+                rx: 0,
+            })
+            .collect();
+        let svg = render(&Run {
+            title,
+            intervals: &long,
+            rtt: &one,
+        })
+        .unwrap();
+        let tx = format!("#{TX_RGB:06X}");
+        assert_eq!(count(&svg, &format!("stroke=\"{tx}\"")), 1);
+        assert_eq!(
+            count(&svg, &format!("fill=\"{tx}\"")),
+            1,
+            "the legend's box only"
+        );
+        assert!(svg.contains("1 sample, max 40 us"));
+        assert!(svg.contains("p99.9 40 us"));
     }
 
     #[test]

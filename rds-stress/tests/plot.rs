@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rds_stress::plot::{CURVE_NINES, RTT_RGB, RX_RGB, SIZE, TX_RGB};
+use rds_stress::plot::{CURVE_NINES, MAX_MARKED_INTERVALS, RTT_RGB, RX_RGB, SIZE, TX_RGB};
 
 /// Runs rds-stress to its end: (stdout, stderr, exit code).
 fn run(args: &[&str]) -> (String, String, Option<i32>) {
@@ -162,6 +162,7 @@ fn check_rates(svg: &Svg, lines: &[&str]) {
     let rx = svg.series(RX_RGB);
     assert_eq!(tx.len(), lines.len(), "one tx point per line: {lines:?}");
     assert_eq!(rx.len(), lines.len(), "one rx point per line");
+    assert!(lines.len() <= MAX_MARKED_INTERVALS);
     assert_eq!(svg.circles(TX_RGB), lines.len());
     assert_eq!(svg.circles(RX_RGB), lines.len());
     assert!(tx.windows(2).all(|w| w[0].0 < w[1].0), "{tx:?}");
