@@ -78,15 +78,21 @@ const FDS_BASE: u64 = 256;
 
 /// Raises the soft limit of open files towards the hard one when `dests` destinations may
 /// need more (an embedded node opens up to 8 TCP connections to each peer, and the soft
-/// limit is often 1024). Best effort: the node lives with the limit it finds.
-fn raise_fd_limit(dests: usize) {
+/// limit is often 1024). Returns what they may need and the limit, when the limit stays
+/// below.
+fn raise_fd_limit(dests: usize) -> Option<(u64, u64)> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let want = FDS_BASE + FDS_PER_DEST * dests as u64;
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < want {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, want.min(hard), hard);
-        }
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= want {
+        return None;
     }
+    let raised = want.min(hard);
+    let now = match setrlimit(Resource::RLIMIT_NOFILE, raised, hard) {
+        Ok(()) => raised,
+        Err(_) => soft,
+    };
+    (now < want).then_some((want, now))
 }
 
 /// Pings every destination of `opts` and returns their totals, in the order given.
@@ -94,7 +100,14 @@ fn raise_fd_limit(dests: usize) {
 /// # Errors
 /// Route lookups and socket setup (the original's messages), `poll` failures.
 pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Vec<Summary>, Fatal> {
-    raise_fd_limit(opts.dests.len());
+    if let Some((want, limit)) = raise_fd_limit(opts.dests.len()) {
+        let _ = writeln!(
+            io.err,
+            "rds-ping: {} destinations may need up to {want} open files, more than the limit \
+             of {limit} (ulimit -n): some may not connect",
+            opts.dests.len()
+        );
+    }
     // Sources: -I, else each destination's route; one group of sockets per source.
     let mut srcs: Vec<IpAddr> = Vec::new();
     let mut group_of = Vec::with_capacity(opts.dests.len());

@@ -327,6 +327,33 @@ fn several_nodes_on_loopback() {
     check_answered(lines[1], "127.66.1.3", 10, 5);
     let (code, out, _) = run(&["-a", "-I", "127.66.1.1", "-c", "1", "127.66.1.2"]);
     assert_eq!((code, out.as_str()), (0, "127.66.1.2\n"));
+
+    // A limit of open files that cannot be raised to what the list may need: said first.
+    let o = StdCommand::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 300 && exec {} -I 127.66.1.1 -c 1 127.66.1.2 127.66.1.3 127.66.1.9",
+            assert_cmd::cargo::cargo_bin("rds-ping").display()
+        ))
+        .env("RDS_NO_DAEMON", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(
+        err.lines().next(),
+        Some(
+            "rds-ping: 3 destinations may need up to 304 open files, more than the limit of \
+             300 (ulimit -n): some may not connect"
+        ),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" = 1/1/0%")).count(),
+        2,
+        "{out}"
+    );
 }
 
 /// A late pong (after its ping's timeout) is not taken for the answer to a later ping: the
