@@ -331,6 +331,25 @@ pub fn take_error(fd: RawFd) -> io::Result<Option<io::Error>> {
     Ok((e != 0).then(|| io::Error::from_raw_os_error(e)))
 }
 
+/// `SO_PEERPIDFD` (asm-generic, Linux 6.5): a pidfd for the process that connected.
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// A pidfd of the process at the other end of the Unix stream socket `fd`, the one that
+/// connected (`SO_PEERPIDFD`; `ENOPROTOOPT` before Linux 6.5). It stays that process's even
+/// after its pid is reused; it polls readable once the process has exited.
+///
+/// # Errors
+/// `getsockopt(2)` errors.
+pub fn peer_pidfd(fd: RawFd) -> io::Result<OwnedFd> {
+    let pidfd = getsockopt_int(fd, libc::SOL_SOCKET, SO_PEERPIDFD)?;
+    if pidfd < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: SO_PEERPIDFD installs a fresh descriptor in this process and returns it; nobody
+    // else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(pidfd) })
+}
+
 /// `SIOCOUTQ`: bytes written to a TCP socket and not yet acknowledged by the peer.
 pub fn outq(fd: RawFd) -> io::Result<usize> {
     let mut v: libc::c_int = 0;

@@ -36,6 +36,12 @@ pub struct Tunables {
     /// pongs, reassembly and per-peer state; 0 = automatic (a node uses min(256 MiB,
     /// RAM / 8), the bare engine 256 MiB).
     pub mem_budget: u64,
+    /// `net.rds.uid_mem_share`: percent of the node budget that the sockets of one user
+    /// other than root may hold (queued messages both ways).
+    pub uid_mem_share: u8,
+    /// `net.rds.root_mem_reserve`: percent of the node budget that only root's sockets and
+    /// the node itself (pongs, reassembly, connections) may use.
+    pub root_mem_reserve: u8,
     /// `net.rds.ras_level`: what the node's RAS event ring keeps (1 minimal, 2 normal,
     /// 3 detail, 4 maximal; see [`crate::ras`]).
     pub ras_level: u8,
@@ -56,6 +62,8 @@ impl Default for Tunables {
             sndbuf_max: 64 << 20,
             rcvbuf_max: 64 << 20,
             mem_budget: 0,
+            uid_mem_share: 25,
+            root_mem_reserve: 10,
             ras_level: DEFAULT_RAS_LEVEL,
         }
     }
@@ -220,6 +228,30 @@ pub const TUNABLES: &[TunableDef] = &[
         kernel: false,
         get: |t| t.mem_budget,
         set: |t, v| t.mem_budget = v,
+    },
+    TunableDef {
+        name: "net.rds.uid_mem_share",
+        desc: "percent of mem_budget the sockets of one user other than root may hold; past \
+               it that user's sends fail (ENOBUFS) and arrivals to its sockets are dropped",
+        unit: "percent",
+        min: 1,
+        max: 100,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.uid_mem_share),
+        set: |t, v| t.uid_mem_share = v as u8,
+    },
+    TunableDef {
+        name: "net.rds.root_mem_reserve",
+        desc: "percent of mem_budget kept for root's sockets and the node itself (pongs, \
+               reassembly, connections): other users' sockets cannot use it",
+        unit: "percent",
+        min: 0,
+        max: 90,
+        zero_ok: true,
+        kernel: false,
+        get: |t| u64::from(t.root_mem_reserve),
+        set: |t, v| t.root_mem_reserve = v as u8,
     },
     TunableDef {
         name: "net.rds.ras_level",

@@ -289,6 +289,15 @@ static int mode_calls(const char *A, const char *B, const char *N)
 	show("sendto(short address)", sendto(s, "x", 1, 0, (struct sockaddr *)&b, 8));
 	char *huge = calloc(1, (1 << 20) + 1);
 	show("sendto(1 MiB + 1)", sendto(s, huge, (1 << 20) + 1, 0, (struct sockaddr *)&b, sizeof(b)));
+	/* Lengths no buffer has: checked before any memory is touched. */
+	show("send(SIZE_MAX bytes)", send(s, huge, (size_t)-1, 0));
+	show("send(kernel address)", send(s, (void *)(uintptr_t)-4096, 10, 0));
+	struct iovec bad_iov[2] = { { huge, 1 }, { huge, (size_t)-1 } };
+	show("writev(iov_len SIZE_MAX)", writev(s, bad_iov, 2));
+	struct iovec big_iov[2] = { { huge, 1 << 20 }, { huge, 1 << 20 } };
+	show("writev(2 x 1 MiB)", writev(s, big_iov, 2));
+	show("recv(SIZE_MAX / 2 bytes, MSG_DONTWAIT)", recv(t, huge, (size_t)-1 >> 1, MSG_DONTWAIT));
+	show("recv(kernel address, MSG_DONTWAIT)", recv(t, (void *)(uintptr_t)-4096, 10, MSG_DONTWAIT));
 	free(huge);
 
 	union {

@@ -35,6 +35,8 @@ pub(crate) struct OutMsg {
     pub rdma: Option<std::sync::Arc<super::rdma::RdmaOp>>,
     /// An answer to a ping (counted against the connection's pong cap).
     pub pong: bool,
+    /// Whose share of the node budget it is charged to ([`super::budget`]).
+    pub owner: u32,
 }
 
 /// An IB message being fragmented.

@@ -33,6 +33,7 @@
 //!
 //! Where this engine departs from the kernel, the item's documentation says so and why.
 
+pub mod budget;
 mod conn;
 pub mod driver;
 mod frag;

@@ -31,6 +31,8 @@ pub(crate) struct Sock {
     pub notify_q: VecDeque<crate::message::RdmaNotify>,
     /// `jhash_1word(port, initval)`, fixed at bind.
     pub lane_hash: u32,
+    /// The user whose share of the node budget its messages draw on ([`super::budget`]).
+    pub owner: u32,
 }
 
 impl Sock {
@@ -51,6 +53,7 @@ impl Sock {
             recverr: false,
             notify_q: VecDeque::new(),
             lane_hash: 0,
+            owner: super::budget::NODE,
         }
     }
 

@@ -10,7 +10,8 @@
 //! reaches it through a 128-bit capability ([`Request::SockCap`], [`Request::SockAttach`]).
 //! Binding a port below 1024 needs uid 0 or `CAP_NET_BIND_SERVICE`. Caps: [`SOCKS_PER_UID`]
 //! sockets per unprivileged uid, [`SOCKS_PER_NODE`] in all; [`RINGS_PER_UID`] and
-//! [`RINGS_PER_NODE`] shared-memory rings (a socket without one uses the control socket).
+//! [`RINGS_PER_NODE`] shared-memory rings (a socket without one uses the control socket);
+//! [`ATTACHED_PER_CONN`] attached sockets per connection.
 //!
 //! Operations that may wait (send, receive, readiness wait) never block the caller: they
 //! answer at once or park the request on the socket's readiness descriptors
@@ -40,6 +41,9 @@ pub const SOCKS_PER_NODE: usize = 4096;
 pub const RINGS_PER_UID: usize = 64;
 /// Shared-memory rings all uids together may have.
 pub const RINGS_PER_NODE: usize = 512;
+/// Sockets one control connection may reach through capabilities ([`Request::SockAttach`]; a
+/// daemon client uses one per readiness watcher connection).
+pub const ATTACHED_PER_CONN: usize = 64;
 /// How often a blocking send that found no room (or a congested destination) tries again,
 /// besides when its socket's send buffer signals room.
 const SEND_RETRY: Duration = Duration::from_millis(10);
@@ -87,6 +91,7 @@ impl ClientSockets for SocketHost {
             caps: self.caps.clone(),
             socks: HashMap::new(),
             next_sock: 1,
+            attached: 0,
             rings: HashSet::new(),
             ring_count: self.rings.clone(),
         })
@@ -117,6 +122,8 @@ struct Table {
     caps: Caps,
     socks: HashMap<u64, Slot>,
     next_sock: u64,
+    /// Entries of `socks` reached through a capability.
+    attached: usize,
     /// Sockets with a shared-memory ring.
     rings: HashSet<u64>,
     ring_count: RingCount,
@@ -163,7 +170,10 @@ impl SockTable for Table {
                     lock(&self.caps).remove(&cap);
                     reply(Reply::Ok)
                 }
-                Some(Slot::Attached(_)) => reply(Reply::Ok),
+                Some(Slot::Attached(_)) => {
+                    self.attached -= 1;
+                    reply(Reply::Ok)
+                }
                 None => reply(Reply::error(
                     libc::EBADF,
                     format!("no client socket {token}"),
@@ -242,6 +252,12 @@ impl Table {
 
     /// Reaches a socket of another connection of the same uid through its capability.
     fn attach(&mut self, cap: &str) -> Action {
+        if self.attached >= ATTACHED_PER_CONN {
+            return reply(Reply::error(
+                libc::EMFILE,
+                format!("too many attached sockets on this connection (cap {ATTACHED_PER_CONN})"),
+            ));
+        }
         let found = u128::from_str_radix(cap, 16)
             .ok()
             .filter(|_| cap.len() == 32)
@@ -257,6 +273,7 @@ impl Table {
                 let token = self.next_sock;
                 self.next_sock += 1;
                 self.socks.insert(token, Slot::Attached(w));
+                self.attached += 1;
                 reply(Reply::Sock { sock: token })
             }
             None => reply(Reply::error(
@@ -268,7 +285,7 @@ impl Table {
 
     fn sock_open(&mut self, node: &Node) -> Result<Action, Failed> {
         let cap = new_cap()?;
-        let s = Arc::new(Socket::with_node(node));
+        let s = Arc::new(Socket::with_node_for(node, self.peer.uid));
         {
             let mut caps = lock(&self.caps);
             if caps.len() >= SOCKS_PER_NODE {
@@ -313,8 +330,7 @@ impl Table {
             } => {
                 let s = self.sock(t)?;
                 let p = self.peer;
-                if addr.port() != 0 && addr.port() < 1024 && p.uid != 0 && !can_bind_service(p.pid)
-                {
+                if addr.port() != 0 && addr.port() < 1024 && !p.bind_service {
                     return Err(Failed(
                         libc::EACCES,
                         format!(
@@ -336,7 +352,12 @@ impl Table {
             }
             Request::SockSet { sock: t, opt } => {
                 let s = self.sock(t)?;
+                // Other users get the kernel's caps for SO_SNDBUF/SO_RCVBUF (root may go
+                // further, as with SO_SNDBUFFORCE).
+                let unpriv = !self.peer.privileged;
                 match opt {
+                    SockOpt::Sndbuf(v) if unpriv => s.set_send_buffer_size(v.min(wmem_max())),
+                    SockOpt::Rcvbuf(v) if unpriv => s.set_recv_buffer_size(v.min(rmem_max())),
                     SockOpt::Sndbuf(v) => s.set_send_buffer_size(v),
                     SockOpt::Rcvbuf(v) => s.set_recv_buffer_size(v),
                     SockOpt::CongMonitor(v) => s.set_cong_monitor(v),
@@ -565,20 +586,21 @@ fn new_cap() -> Result<u128, Failed> {
     Ok(u128::from_be_bytes(b))
 }
 
-/// Whether the process `pid` has `CAP_NET_BIND_SERVICE` in its effective set (false when
-/// that cannot be read).
-fn can_bind_service(pid: i32) -> bool {
-    const CAP_NET_BIND_SERVICE: u32 = 10;
-    if pid <= 0 {
-        return false;
-    }
-    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    st.lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
+/// The kernel's caps for unprivileged socket buffers (`net.core.wmem_max`, `rmem_max`), read
+/// from the host; 212992 (the kernel's default) when they cannot be read.
+fn wmem_max() -> usize {
+    core_sysctl("wmem_max")
+}
+
+fn rmem_max() -> usize {
+    core_sysctl("rmem_max")
+}
+
+fn core_sysctl(name: &str) -> usize {
+    std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(212_992)
 }
 
 /// The deadline of a request that may block: `None` waits forever (a zero timeout too, as

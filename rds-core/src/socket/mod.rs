@@ -97,6 +97,8 @@ struct Pending {
     cong_monitor: bool,
     recverr: bool,
     connected: Option<SocketAddr>,
+    /// Whose share of the node budget the socket draws on (0: root's, the default).
+    owner: u32,
 }
 
 /// A socket of a node in this process.
@@ -271,6 +273,14 @@ impl Socket {
         Self::make(Some(node.clone()))
     }
 
+    /// A socket of `node` opened on behalf of user `uid` (the daemon's client sockets): what
+    /// it holds draws on that user's share of the node budget (`net.rds.uid_mem_share`).
+    pub(crate) fn with_node_for(node: &Node, uid: u32) -> Socket {
+        let s = Self::make(Some(node.clone()));
+        s.pending().owner = uid;
+        s
+    }
+
     fn make(node: Option<Node>) -> Socket {
         Socket {
             node,
@@ -381,6 +391,7 @@ impl Socket {
         }
         core.stack.set_cong_monitor(id, p.cong_monitor);
         core.stack.set_recverr(id, p.recverr);
+        core.stack.set_owner(id, p.owner);
         if let Some(c) = p.connected {
             let _ = core.stack.connect(id, c);
         }

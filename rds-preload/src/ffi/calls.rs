@@ -38,28 +38,77 @@ fn done<T: TryFrom<isize> + From<i8>>(call: impl FnOnce() -> String, r: Result<i
     }
 }
 
-/// `len` bytes at `p` (empty for a null pointer or zero length).
+/// The largest message, and so the most of a receive buffer ever written.
+const MAX_MSG: usize = rds_core::socket::MAX_MSG_SIZE;
+
+/// The kernel's `MAX_RW_COUNT`: one call moves at most this many bytes, whatever length it
+/// was given.
+const MAX_RW_COUNT: usize = (i32::MAX as usize) & !4095;
+
+/// Whether `[p, p + len)` (`len` clipped to [`MAX_RW_COUNT`], as the kernel does) is a range
+/// a program may pass (the kernel's `access_ok`): `EFAULT` for a null pointer with a length,
+/// or a range that wraps or ends past `isize::MAX` (no slice may be longer). Checked before
+/// any slice of the program's memory is made.
+fn user_range(p: *const c_void, len: usize) -> Result<(), i32> {
+    let len = len.min(MAX_RW_COUNT);
+    if len == 0 {
+        return Ok(());
+    }
+    match (p as usize).checked_add(len) {
+        Some(end) if !p.is_null() && end <= isize::MAX as usize => Ok(()),
+        _ => Err(libc::EFAULT),
+    }
+}
+
+/// `len` bytes at `p` (empty for a null pointer or zero length; `len` checked by the
+/// caller with [`user_range`]).
 ///
 /// # Safety
 /// `p` must point to `len` readable bytes when not null.
 unsafe fn bytes<'a>(p: *const c_void, len: usize) -> &'a [u8] {
-    if p.is_null() || len == 0 {
+    if p.is_null() || len == 0 || len > MAX_RW_COUNT || user_range(p, len).is_err() {
         return &[];
     }
-    // SAFETY: the caller's promise.
+    // SAFETY: the caller's promise; the range is one a slice may cover.
     unsafe { std::slice::from_raw_parts(p.cast(), len) }
 }
 
-/// `len` writable bytes at `p` (empty for a null pointer or zero length).
+/// `len` writable bytes at `p` (empty for a null pointer or zero length; `len` checked by
+/// the caller with [`user_range`]).
 ///
 /// # Safety
 /// `p` must point to `len` writable bytes when not null.
 unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> &'a mut [u8] {
-    if p.is_null() || len == 0 {
+    if p.is_null() || len == 0 || len > MAX_RW_COUNT || user_range(p, len).is_err() {
         return &mut [];
     }
-    // SAFETY: the caller's promise.
+    // SAFETY: the caller's promise; the range is one a slice may cover.
     unsafe { std::slice::from_raw_parts_mut(p.cast(), len) }
+}
+
+/// A message to send from `len` bytes at `p`: `EFAULT` ([`user_range`]), `EMSGSIZE` past the
+/// largest message (as the kernel, before it copies anything).
+///
+/// # Safety
+/// `p` must point to `len` readable bytes when the range is valid.
+unsafe fn send_bytes(p: *const c_void, len: usize) -> Result<Bytes, i32> {
+    user_range(p, len)?;
+    if len > MAX_MSG {
+        return Err(libc::EMSGSIZE);
+    }
+    // SAFETY: the caller's promise.
+    Ok(Bytes::copy_from_slice(unsafe { bytes(p, len) }))
+}
+
+/// A receive buffer of `len` bytes at `p`: `EFAULT` ([`user_range`]); only its first
+/// [`MAX_MSG`] bytes (no message is longer).
+///
+/// # Safety
+/// `p` must point to `len` writable bytes when the range is valid.
+unsafe fn recv_bytes<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], i32> {
+    user_range(p, len)?;
+    // SAFETY: the caller's promise, for a prefix of the buffer.
+    Ok(unsafe { bytes_mut(p, len.min(MAX_MSG)) })
 }
 
 /// Stores an address the kernel's way: at most `*len` bytes, `*len` set to its full size.
@@ -94,7 +143,15 @@ unsafe fn iovecs<'a>(iov: *const iovec, n: usize) -> Result<&'a [iovec], i32> {
         return Err(libc::EFAULT);
     }
     // SAFETY: the caller's promise.
-    Ok(unsafe { std::slice::from_raw_parts(iov, n) })
+    let v = unsafe { std::slice::from_raw_parts(iov, n) };
+    for x in v {
+        // A length with the sign bit set is EINVAL, as in the kernel's iovec import.
+        if isize::try_from(x.iov_len).is_err() {
+            return Err(libc::EINVAL);
+        }
+        user_range(x.iov_base, x.iov_len)?;
+    }
+    Ok(v)
 }
 
 /// The payload of a gather list as one message.
@@ -104,13 +161,20 @@ unsafe fn iovecs<'a>(iov: *const iovec, n: usize) -> Result<&'a [iovec], i32> {
 unsafe fn gather(iov: *const iovec, n: usize) -> Result<Bytes, i32> {
     // SAFETY: the caller's promise.
     let v = unsafe { iovecs(iov, n)? };
+    let total = v
+        .iter()
+        .try_fold(0usize, |t, x| t.checked_add(x.iov_len))
+        .ok_or(libc::EINVAL)?;
+    if total > MAX_MSG {
+        return Err(libc::EMSGSIZE);
+    }
     if v.len() == 1 {
         // SAFETY: the iovec describes the program's readable buffer.
         return Ok(Bytes::copy_from_slice(unsafe {
             bytes(v[0].iov_base, v[0].iov_len)
         }));
     }
-    let mut out = Vec::with_capacity(v.iter().map(|x| x.iov_len).sum());
+    let mut out = Vec::with_capacity(total);
     for x in v {
         // SAFETY: as above.
         out.extend_from_slice(unsafe { bytes(x.iov_base, x.iov_len) });
@@ -131,17 +195,25 @@ unsafe fn scatter_recv(
     // SAFETY: the caller's promise.
     let v = unsafe { iovecs(iov, n)? };
     if v.len() == 1 {
-        // SAFETY: the iovec describes the program's writable buffer.
-        let buf = unsafe { bytes_mut(v[0].iov_base, v[0].iov_len) };
+        // SAFETY: the iovec describes the program's writable buffer (its first bytes).
+        let buf = unsafe { bytes_mut(v[0].iov_base, v[0].iov_len.min(MAX_MSG)) };
         return ops::recv(e, buf, flags);
     }
-    let mut tmp = vec![0u8; v.iter().map(|x| x.iov_len).sum()];
+    // No message is longer than MAX_MSG: a larger list is never filled past it.
+    let room = v
+        .iter()
+        .fold(0usize, |t, x| t.saturating_add(x.iov_len))
+        .min(MAX_MSG);
+    let mut tmp = vec![0u8; room];
     let r = ops::recv(e, &mut tmp, flags)?;
     let mut left = &tmp[..r.ret.min(tmp.len())];
     for x in v {
+        if left.is_empty() {
+            break;
+        }
         let k = left.len().min(x.iov_len);
-        // SAFETY: as above; `k` is within the iovec.
-        unsafe { bytes_mut(x.iov_base, x.iov_len)[..k].copy_from_slice(&left[..k]) };
+        // SAFETY: as above; `k` bytes are within the iovec.
+        unsafe { bytes_mut(x.iov_base, k).copy_from_slice(&left[..k]) };
         left = &left[k..];
     }
     Ok(r)
@@ -273,17 +345,9 @@ pub unsafe extern "C" fn sendto(
         Some(Ok(e)) => e,
     };
     // SAFETY: the program's buffers of the lengths it gave.
-    let (data, dest) = unsafe { (bytes(buf, len), bytes(addr.cast(), alen as usize)) };
+    let (data, dest) = unsafe { (send_bytes(buf, len), bytes(addr.cast(), alen as usize)) };
     let dest = (!addr.is_null()).then_some(dest);
-    send_common(
-        fd,
-        &e,
-        Ok(Bytes::copy_from_slice(data)),
-        dest,
-        flags,
-        &[],
-        "sendto",
-    )
+    send_common(fd, &e, data, dest, flags, &[], "sendto")
 }
 
 /// `send(2)`.
@@ -298,16 +362,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
         Some(Ok(e)) => e,
     };
     // SAFETY: the program's buffer of `len` bytes.
-    let data = unsafe { bytes(buf, len) };
-    send_common(
-        fd,
-        &e,
-        Ok(Bytes::copy_from_slice(data)),
-        None,
-        flags,
-        &[],
-        "send",
-    )
+    let data = unsafe { send_bytes(buf, len) };
+    send_common(fd, &e, data, None, flags, &[], "send")
 }
 
 /// `write(2)`: a send without flags on an RDS descriptor.
@@ -322,16 +378,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
         Some(Ok(e)) => e,
     };
     // SAFETY: the program's buffer of `len` bytes.
-    let data = unsafe { bytes(buf, len) };
-    send_common(
-        fd,
-        &e,
-        Ok(Bytes::copy_from_slice(data)),
-        None,
-        0,
-        &[],
-        "write",
-    )
+    let data = unsafe { send_bytes(buf, len) };
+    send_common(fd, &e, data, None, 0, &[], "write")
 }
 
 /// `writev(2)`: one message from the gather list.
@@ -407,8 +455,7 @@ pub unsafe extern "C" fn recvfrom(
         Some(Ok(e)) => e,
     };
     // SAFETY: the program's buffer of `len` bytes.
-    let b = unsafe { bytes_mut(buf, len) };
-    let r = ops::recv(&e, b, flags);
+    let r = unsafe { recv_bytes(buf, len) }.and_then(|b| ops::recv(&e, b, flags));
     if let Ok(x) = &r {
         // SAFETY: the program's address buffer of `*alen` bytes (null ones are skipped).
         unsafe { put_addr(addr, alen, &addr_of(x.from)) };
@@ -428,8 +475,8 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
         Some(Ok(e)) => e,
     };
     // SAFETY: the program's buffer of `len` bytes.
-    let b = unsafe { bytes_mut(buf, len) };
-    recv_done(fd, "recv", ops::recv(&e, b, flags))
+    let r = unsafe { recv_bytes(buf, len) }.and_then(|b| ops::recv(&e, b, flags));
+    recv_done(fd, "recv", r)
 }
 
 /// `read(2)`: a receive without flags on an RDS descriptor.
@@ -444,8 +491,8 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
         Some(Ok(e)) => e,
     };
     // SAFETY: the program's buffer of `len` bytes.
-    let b = unsafe { bytes_mut(buf, len) };
-    recv_done(fd, "read", ops::recv(&e, b, 0))
+    let r = unsafe { recv_bytes(buf, len) }.and_then(|b| ops::recv(&e, b, 0));
+    recv_done(fd, "read", r)
 }
 
 /// `readv(2)`: one message into the scatter list.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, RingServe, RingStop, Watch,
+    no_client_sockets, requests, send, Action, Conn, Ctx, Park, RingServe, RingStop, Watch,
     ACCEPT_BACKOFF, BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM,
     PRIVILEGED_RESERVE, REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
 };
@@ -123,21 +123,6 @@ pub(super) struct EventLoop {
     again: Vec<u64>,
     /// Rings of closed connections still running the sends their clients posted.
     closing: Vec<Box<dyn RingServe>>,
-}
-
-fn peer_of(stream: &UnixStream, owner_uid: u32) -> Peer {
-    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
-        Ok(c) => Peer {
-            uid: c.uid(),
-            pid: c.pid(),
-            privileged: c.uid() == 0 || c.uid() == owner_uid,
-        },
-        Err(_) => Peer {
-            uid: u32::MAX,
-            pid: 0,
-            privileged: false,
-        },
-    }
 }
 
 /// Writes an error frame without blocking (best effort: the connection is being dropped).
@@ -278,7 +263,7 @@ impl EventLoop {
     }
 
     fn admit(&mut self, stream: UnixStream) {
-        let peer = peer_of(&stream, self.ctx.owner_uid);
+        let peer = super::peer::peer_of(&stream, self.ctx.owner_uid);
         let uid_conns = self.conns_by_uid.get(&peer.uid).copied().unwrap_or(0);
         let cap = if peer.privileged {
             (self.conns_total >= CONNS_PER_NODE + PRIVILEGED_HEADROOM).then(|| {

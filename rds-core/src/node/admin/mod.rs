@@ -32,6 +32,7 @@
 
 mod event_loop;
 mod info;
+mod peer;
 mod ras;
 mod requests;
 mod trace;
@@ -90,7 +91,7 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// [`MAX_JSON`] (the count left out is in [`crate::ctl::InfoOmitted`]).
 pub const INFO_LIST_MAX: usize = 1000;
 
-/// Who is at the other end of a control connection (`SO_PEERCRED`).
+/// Who is at the other end of a control connection (`SO_PEERCRED`, see `peer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
     /// User id.
@@ -99,6 +100,9 @@ pub struct Peer {
     pub pid: i32,
     /// Root or the node's owner.
     pub privileged: bool,
+    /// May bind RDS ports below 1024: uid 0, or `CAP_NET_BIND_SERVICE` in the node's user
+    /// namespace when it connected (`peer`).
+    pub bind_service: bool,
 }
 
 /// What a request leads to.

@@ -8,6 +8,7 @@ use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{ExtHeader, HeaderRepr, MPATH_WORKERS, PROBE_PORT};
 
+use crate::proto::budget::NODE;
 use crate::proto::conn::OutMsg;
 use crate::proto::ConnId;
 
@@ -33,6 +34,7 @@ impl Stack {
             first_tx: None,
             rdma: None,
             pong: false,
+            owner: NODE,
         };
         // Ahead of fresh messages, behind the ones being retransmitted (they carry older
         // sequence numbers, which must reach the wire first).

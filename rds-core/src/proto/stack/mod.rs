@@ -21,6 +21,7 @@ use crate::time::Instant;
 use crate::tunables::Tunables;
 use crate::wire::CongMap;
 
+use super::budget::{Budget, Limits, NODE};
 use super::conn::{ConnTable, SeqMemo};
 use super::rng::Rng;
 use super::sock::Sock;
@@ -101,8 +102,8 @@ pub struct Stack {
     next_sock: u32,
     binds: BTreeMap<(IpAddr, u16), SockId>,
     conns: ConnTable,
-    /// Bytes of the node budget in use: queued messages both ways, reassembly, connections.
-    mem_used: usize,
+    /// The node budget in use: queued messages both ways, reassembly, connections.
+    budget: Budget,
     conn_index: BTreeMap<(IpAddr, IpAddr, TransportKind), ConnId>,
     /// Sequence state of freed connections, by peer (at most [`SEQ_MEMO_MAX`]).
     seq_memos: BTreeMap<(IpAddr, IpAddr, TransportKind), SeqMemo>,
@@ -137,7 +138,7 @@ impl Stack {
             next_sock: 1,
             binds: BTreeMap::new(),
             conns: ConnTable::default(),
-            mem_used: 0,
+            budget: Budget::default(),
             conn_index: BTreeMap::new(),
             seq_memos: BTreeMap::new(),
             seq_memo_order: VecDeque::new(),
@@ -229,7 +230,12 @@ impl Stack {
     /// Bytes of the node's memory budget in use (queued messages both ways, reassembly,
     /// connections).
     pub fn mem_used(&self) -> usize {
-        self.mem_used
+        self.budget.used()
+    }
+
+    /// Bytes of the node budget held for the sockets of `uid` (0: root's and the node's own).
+    pub fn mem_used_by(&self, uid: u32) -> usize {
+        self.budget.used_by(uid)
     }
 
     /// The node's memory budget in bytes (the `mem_budget` tunable; 0 means
@@ -243,18 +249,34 @@ impl Stack {
         usize::try_from(b).unwrap_or(usize::MAX)
     }
 
-    /// Whether `bytes` more fit in the budget.
+    fn mem_limits(&self) -> Limits {
+        Limits::new(self.mem_budget(), &self.tun)
+    }
+
+    /// Whether `bytes` more fit in the budget (for the node itself).
     pub(super) fn mem_fits(&self, bytes: usize) -> bool {
-        self.mem_used.saturating_add(bytes) <= self.mem_budget()
+        self.mem_fits_for(NODE, bytes)
+    }
+
+    /// Whether `bytes` more fit in the budget and in `owner`'s share.
+    pub(super) fn mem_fits_for(&self, owner: u32, bytes: usize) -> bool {
+        self.budget.fits(owner, bytes, &self.mem_limits())
     }
 
     pub(super) fn mem_charge(&mut self, bytes: usize) {
-        self.mem_used = self.mem_used.saturating_add(bytes);
+        self.budget.charge(NODE, bytes);
+    }
+
+    pub(super) fn mem_charge_for(&mut self, owner: u32, bytes: usize) {
+        self.budget.charge(owner, bytes);
     }
 
     pub(super) fn mem_release(&mut self, bytes: usize) {
-        debug_assert!(self.mem_used >= bytes, "budget accounting underflow");
-        self.mem_used = self.mem_used.saturating_sub(bytes);
+        self.budget.release(NODE, bytes);
+    }
+
+    pub(super) fn mem_release_for(&mut self, owner: u32, bytes: usize) {
+        self.budget.release(owner, bytes);
     }
 
     /// The receive queue cap of a socket (see [`RCVQ_CAP_FACTOR`]).

@@ -500,7 +500,7 @@ impl Stack {
         p.drain_epoch = None;
         let epoch = p.epoch;
         c.last_active = now;
-        self.mem_used = self.mem_used.saturating_sub(frag_charge);
+        self.mem_release(frag_charge);
         let c = &mut self.conns[ci];
         if kind != TransportKind::Loopback {
             c.map_queued = true;

@@ -11,6 +11,7 @@ use crate::wire::{flags, CongMap, ExtHeader, HeaderRepr, PROBE_PORT};
 
 use crate::info::PathState;
 use crate::message::InMsg;
+use crate::proto::budget::NODE;
 use crate::proto::conn::OutMsg;
 use crate::proto::stream::{Frame, StreamError};
 use crate::proto::{ConnId, DropReason, Event, TransportKind};
@@ -334,11 +335,12 @@ impl Stack {
             self.stats.inc(Counter::RecvDropRcvqFull);
             return Ok(());
         }
-        if !self.mem_fits(len + MSG_COST) {
+        let owner = s.owner;
+        if !self.mem_fits_for(owner, len + MSG_COST) {
             self.stats.inc(Counter::RecvDropNoMem);
             return Ok(());
         }
-        self.mem_charge(len + MSG_COST);
+        self.mem_charge_for(owner, len + MSG_COST);
         let c = &mut self.conns[ci];
         c.app_traffic = true;
         c.last_active = now;
@@ -415,6 +417,7 @@ impl Stack {
             first_tx: None,
             rdma: None,
             pong: true,
+            owner: NODE,
         };
         self.stats.inc(Counter::SendPong);
         self.queue_msg(now, cid, path, msg);

@@ -116,7 +116,8 @@ impl Stack {
         } else {
             CONN_COST
         };
-        if !self.mem_fits(len + MSG_COST + conn_cost) {
+        let owner = s.owner;
+        if !self.mem_fits_for(owner, len + MSG_COST) || !self.mem_fits(len + MSG_COST + conn_cost) {
             self.stats.inc(Counter::MemSendError);
             return Err(SendError::NoBufs);
         }
@@ -182,6 +183,7 @@ impl Stack {
             first_tx: None,
             rdma: extras.rdma.clone(),
             pong: false,
+            owner,
         };
         if dport != 0 {
             // Pings (to port 0) are not application traffic.
@@ -244,7 +246,7 @@ impl Stack {
     /// Queues a message (its budget is charged here; callers checked that it fits).
     pub(super) fn queue_msg(&mut self, now: Instant, cid: ConnId, lane: usize, msg: OutMsg) {
         self.stats.inc(Counter::SendQueued);
-        self.mem_charge(msg.payload.len() + MSG_COST);
+        self.mem_charge_for(msg.owner, msg.payload.len() + MSG_COST);
         let ci = cid.0 as usize;
         let c = &mut self.conns[ci];
         c.last_active = now;
@@ -318,7 +320,7 @@ impl Stack {
     /// A message of connection `ci` left the queues: give its bytes back to the node budget
     /// and to the sending socket.
     pub(super) fn release(&mut self, ci: usize, m: &OutMsg) {
-        self.mem_release(m.payload.len() + MSG_COST);
+        self.mem_release_for(m.owner, m.payload.len() + MSG_COST);
         if m.pong {
             if let Some(c) = self.conns.get_mut(ci) {
                 c.pongs = c.pongs.saturating_sub(1);

@@ -146,6 +146,16 @@ impl Stack {
         }
     }
 
+    /// Charges what `sock` holds from now on to `uid`'s share of the node budget (before it
+    /// holds anything: a daemon client's socket, at bind).
+    pub fn set_owner(&mut self, sock: SockId, uid: u32) {
+        if let Some(s) = self.socks.get_mut(&sock) {
+            if s.rcv_q.is_empty() && s.snd_bytes == 0 {
+                s.owner = uid;
+            }
+        }
+    }
+
     /// Sets the usable receive buffer (bytes, capped by the tunable).
     pub fn set_rcvbuf(&mut self, sock: SockId, bytes: usize) {
         let max = self.tun.rcvbuf_max as usize;
@@ -247,7 +257,8 @@ impl Stack {
             msg.payload.truncate(max_len);
         }
         if !peek {
-            self.mem_release(full_len + MSG_COST);
+            let owner = s.owner;
+            self.mem_release_for(owner, full_len + MSG_COST);
             self.stats.inc(Counter::RecvDelivered);
             self.stats
                 .add(Counter::CopyToUser, msg.payload.len() as u64);
@@ -266,7 +277,7 @@ impl Stack {
             return;
         };
         self.wakes.remove(&sock);
-        self.mem_release(s.rcv_bytes + s.rcv_q.len() * MSG_COST);
+        self.mem_release_for(s.owner, s.rcv_bytes + s.rcv_q.len() * MSG_COST);
         if let Some(b) = s.bound {
             self.binds.remove(&(b.ip(), b.port()));
             if s.congested {

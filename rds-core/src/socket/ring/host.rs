@@ -478,3 +478,61 @@ impl RingServe for RingHost {
         served.watch
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{CtlMode, Node, NodeConfig};
+
+    /// A closing ring runs the sends its client posted a turn's worth at a time, and no more
+    /// than a ring's worth in all, however many the client keeps writing.
+    #[test]
+    fn a_closing_ring_drains_in_bounded_turns() {
+        let ip: std::net::IpAddr = "127.173.0.1".parse().unwrap();
+        let mut cfg = NodeConfig::new([ip]);
+        cfg.ctl = CtlMode::Off;
+        let node = Node::start(cfg).unwrap();
+        let tx = Arc::new(Socket::with_node(&node));
+        tx.bind(SocketAddr::new(ip, 4000)).unwrap();
+        let rx = Socket::with_node(&node);
+        rx.bind(SocketAddr::new(ip, 4001)).unwrap();
+        rx.set_recv_buffer_size(8 << 20);
+        let Action::Ring { fds, mut ring, .. } = start(&tx).unwrap() else {
+            panic!("no ring");
+        };
+        let shm = sys::Shm::map(fds[0].as_raw_fd(), SEG_LEN).unwrap();
+        let mut client = RingEnd::client(shm).unwrap();
+        let post = |c: &mut RingEnd, i: u32| {
+            let rec = Rec {
+                op: OP_SEND,
+                flags: F_POSTED,
+                addr: Some(SocketAddr::new(ip, 4001)),
+                ..Rec::default()
+            };
+            c.push(rec, &i.to_be_bytes()).unwrap();
+        };
+        for i in 0..200 {
+            post(&mut client, i);
+        }
+        let mut turns = 0;
+        while !ring.finish() {
+            turns += 1;
+            // A client that keeps writing after it left.
+            for i in 0..FINISH_TURN as u32 {
+                post(&mut client, 1000 + i);
+            }
+            assert!(turns < 1000, "the drain does not end");
+        }
+        // Every turn ran a turn's worth, and the total stopped at a ring's worth of records.
+        let most = RING_CAP / REC_HDR;
+        assert_eq!(turns, most.div_ceil(FINISH_TURN));
+        rx.set_nonblocking(true);
+        let mut buf = [0u8; 8];
+        let mut got = 0;
+        while rx.recv_from(&mut buf).is_ok() {
+            got += 1;
+        }
+        assert_eq!(got, most);
+        node.shutdown();
+    }
+}
