@@ -2,8 +2,7 @@
 //! a process of its own with a private runtime directory) under attack from remote RDS/TCP
 //! peers and from local control clients, with its resident memory, CPU time, threads and
 //! descriptors read from `/proc/<pid>`. Each case prints its figures on stderr (lines starting
-//! with `FIGURE`, for the README's reliability section) and asserts the hard bounds of the
-//! issue:
+//! with `FIGURE`, for docs/limits.md) and asserts the hard bounds of the issue:
 //!
 //! - a. 1,000,000 pings from a peer that never reads: RSS growth under 64 MiB; once the peer
 //!   is gone its queued pongs are freed within seconds.
