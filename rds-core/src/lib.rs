@@ -36,6 +36,7 @@ pub mod rdma;
 pub mod sim;
 pub mod socket;
 pub mod stats;
+pub mod threads;
 pub mod time;
 pub mod trace;
 pub mod tunables;

@@ -6,13 +6,22 @@
 //! that never answers is given up on after [`ping::GIVE_UP_AFTER_LOST`] lost pings. The exit
 //! status is 0 only when replies came and no ping failed with an error ([`exit_code`]).
 //!
+//! Several destinations (or `-f FILE`, `-a`, `-u`) are pinged in parallel ([`multi`], over
+//! the shared sockets of [`pool`], the list read and checked by [`targets`]) and end with one
+//! line per destination, or a JSON array ([`report::multi_lines`], [`report::Totals`]); the
+//! exit status is then 0 when every destination answered, 1 when one did not, 2 for a refused
+//! command line or a failed setup ([`multi_exit_code`], [`ERROR_STATUS`]).
+//!
 //! Sockets come from `rds_core::Socket::new` with the `--stack` choice: through the host
 //! daemon when one owns the source address, else the kernel's RDS when loaded, else an
 //! embedded node started in this process.
 
+pub mod multi;
 pub mod opts;
 pub mod ping;
+pub mod pool;
 pub mod report;
+pub mod targets;
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -22,41 +31,63 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::opts::OptError;
 
+/// The exit status of an error in the several-destination form: a refused command line, a
+/// destination list that cannot be read, a failed setup (as `rds_cli::error_status` gives
+/// every error of the other tools). The one-destination form keeps the original's 1.
+pub const ERROR_STATUS: i32 = rds_cli::USAGE_STATUS as i32;
+
 /// Runs rds-ping with `args` (without the program name); returns the exit code.
 pub fn main_with<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let o = match opts::parse(args) {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let o = match opts::parse(args.iter().cloned()) {
         Ok(o) => o,
-        Err(OptError::Info(t)) => {
-            print!("{t}");
-            return 0;
-        }
-        Err(OptError::Usage(m)) => {
-            eprint!("{}", opts::usage_text(&m));
-            return 1;
-        }
-        Err(OptError::Fatal(m)) => {
-            eprintln!("{}", m.trim_end());
-            return 1;
+        Err(e) => {
+            let code = if opts::multi_form(&args) {
+                ERROR_STATUS
+            } else {
+                1
+            };
+            return match e {
+                OptError::Info(t) => {
+                    print!("{t}");
+                    0
+                }
+                OptError::Usage(m) => {
+                    eprint!("{}", opts::usage_text(&m));
+                    code
+                }
+                OptError::Fatal(m) => {
+                    eprintln!("{}", m.trim_end());
+                    code
+                }
+            };
         }
     };
+    let error = if o.multi { ERROR_STATUS } else { 1 };
     if let Err(m) = rds_cli::apply_stack("rds-ping", o.stack) {
         eprintln!("{m}");
-        return 1;
+        return error;
     }
-    let code = run(&o);
+    let code = with_stop(|io| {
+        if o.multi {
+            run_multi(&o, io)
+        } else {
+            run(&o, io)
+        }
+    });
     // The embedded node's control socket goes with it, on every path that ends the run.
     rds_core::socket::shutdown_default_node();
     code
 }
 
-/// Runs the pings and prints the result; returns the exit code.
-fn run(o: &opts::Opts) -> i32 {
-    // Ctrl-C and SIGTERM end the run with its summary. They are taken through a signalfd,
-    // blocked before the node's threads start so that none of them takes the signal.
+/// Runs `f` with stdout, stderr and Ctrl-C (and SIGTERM) as the way to stop: the signals are
+/// taken through a signalfd, blocked before the node's threads start so that none of them
+/// takes the signal.
+fn with_stop(f: impl FnOnce(&mut ping::Io<'_>) -> i32) -> i32 {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGINT);
     mask.add(Signal::SIGTERM);
@@ -77,13 +108,19 @@ fn run(o: &opts::Opts) -> i32 {
         stop_fd,
         stop: &mut stop,
     };
-    let sum = match ping::run(o, &mut io) {
+    f(&mut io)
+}
+
+/// Runs the pings of the one-destination form and prints the result; returns the exit code.
+fn run(o: &opts::Opts, io: &mut ping::Io<'_>) -> i32 {
+    let sum = match ping::run(o, io) {
         Ok(s) => s,
         Err(ping::Fatal(m)) => {
             eprintln!("{m}");
             return 1;
         }
     };
+    let out = &mut io.out;
     if o.json {
         match serde_json::to_string_pretty(&sum) {
             Ok(j) => {
@@ -99,6 +136,44 @@ fn run(o: &opts::Opts) -> i32 {
     }
     let _ = out.flush();
     exit_code(&sum)
+}
+
+/// Runs the several-destination form and prints one line (or JSON object) per destination.
+fn run_multi(o: &opts::Opts, io: &mut ping::Io<'_>) -> i32 {
+    let sums = match multi::run(o, io) {
+        Ok(s) => s,
+        Err(ping::Fatal(m)) => {
+            eprintln!("{m}");
+            return ERROR_STATUS;
+        }
+    };
+    let out = &mut io.out;
+    if o.json {
+        let list: Vec<report::Totals> = sums
+            .iter()
+            .filter(|s| report::shown(o.show, s))
+            .map(report::Totals::from)
+            .collect();
+        match serde_json::to_string_pretty(&list) {
+            Ok(j) => {
+                let _ = writeln!(out, "{j}");
+            }
+            Err(e) => {
+                eprintln!("rds-ping: cannot encode the result: {e}");
+                return ERROR_STATUS;
+            }
+        }
+    } else {
+        let _ = write!(out, "{}", report::multi_lines(&sums, o.show));
+    }
+    let _ = out.flush();
+    multi_exit_code(&sums)
+}
+
+/// The exit status of the several-destination form: 0 when every destination answered and
+/// no ping failed with an error, else 1.
+pub fn multi_exit_code(sums: &[report::Summary]) -> i32 {
+    i32::from(!sums.iter().all(|s| report::answered(s) && s.errors == 0))
 }
 
 /// The exit status of a run: 1 when no reply came or a ping failed with an error (the
@@ -125,5 +200,26 @@ mod tests {
         s.errors = 0;
         s.received = 0;
         assert_eq!(exit_code(&s), 1);
+    }
+
+    #[test]
+    fn every_destination_must_answer() {
+        let ok = report::Summary {
+            transmitted: 3,
+            received: 1,
+            ..Default::default()
+        };
+        let silent = report::Summary {
+            transmitted: 3,
+            ..Default::default()
+        };
+        let failing = report::Summary {
+            errors: 1,
+            ..ok.clone()
+        };
+        assert_eq!(multi_exit_code(&[ok.clone(), ok.clone()]), 0);
+        assert_eq!(multi_exit_code(&[ok.clone(), silent]), 1);
+        assert_eq!(multi_exit_code(&[ok, failing]), 1);
+        assert_eq!(ERROR_STATUS, 2);
     }
 }

@@ -1,6 +1,7 @@
 //! Command line: the options of rds-ping 2.3 (`-c -n -i -I -Q`), parsed and validated with the
-//! original's messages, plus `-w` (deadline), `-W` (reply timeout), `--json` and `-v` (name
-//! the node).
+//! original's messages, plus `-w` (deadline), `-W` (reply timeout), `--json`, `-v` (name the
+//! node), and the several-destination form: more than one destination, `-f FILE`, `-a`, `-u`
+//! ([`Opts::multi`]; the list itself is read and checked in [`crate::targets`]).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -28,7 +29,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
                   waits forever for replies that do not come."
 )]
 struct Cli {
-    /// Stop after COUNT pings (0 = no limit); suffixes k, m, g
+    /// Stop after COUNT pings (to each destination; 0 = no limit); suffixes k, m, g
     #[arg(short = 'c', value_name = "COUNT", allow_hyphen_values = true)]
     count: Option<String>,
     /// Number of RDS sockets used, 1 to 32 (default 8, or COUNT when it is smaller)
@@ -49,7 +50,8 @@ struct Cli {
     /// Count a ping as lost when no reply came within SECONDS (default 10)
     #[arg(short = 'W', value_name = "SECONDS", allow_hyphen_values = true)]
     timeout: Option<String>,
-    /// Print the result as one JSON object instead of lines and a summary
+    /// Print the result as one JSON object (with several destinations, an array of them)
+    /// instead of lines and a summary
     #[arg(long)]
     json: bool,
     /// Name the RDS node the pings go through on standard error (for --node in the other tools)
@@ -57,9 +59,39 @@ struct Cli {
     verbose: bool,
     #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP)]
     stack: Option<String>,
-    /// Destination host or address
+    /// Read destinations from FILE, one per line ("-": standard input; blank lines and
+    /// #-comments ignored)
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: Option<std::path::PathBuf>,
+    /// With several destinations: print only those that answered
+    #[arg(short = 'a', long = "alive", conflicts_with = "unreach")]
+    alive: bool,
+    /// With several destinations: print only those that did not answer
+    #[arg(short = 'u', long = "unreach")]
+    unreach: bool,
+    /// Destination host or address; several are pinged in parallel, one summary line each
     #[arg(value_name = "DESTINATION")]
     dest: Vec<String>,
+}
+
+/// A destination: as given, and its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dest {
+    /// As given on the command line or in the file.
+    pub name: String,
+    /// The address it resolved to.
+    pub addr: IpAddr,
+}
+
+/// Which destinations the several-destination form lists (`-a`, `-u`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    /// A summary line for each.
+    All,
+    /// The names of those that answered (`-a`).
+    Alive,
+    /// The names of those that did not (`-u`).
+    Unreachable,
 }
 
 /// What to do, validated.
@@ -83,12 +115,22 @@ pub struct Opts {
     pub json: bool,
     /// Name the node on stderr (`-v`).
     pub verbose: bool,
-    /// The destination as given.
-    pub dest_name: String,
-    /// The destination's address.
-    pub dest: IpAddr,
+    /// The destinations, in the order given (one in the original form).
+    pub dests: Vec<Dest>,
+    /// The several-destination form: more than one destination, `-f`, `-a` or `-u`. It pings
+    /// in parallel and ends with one line per destination; without it, the original's output.
+    pub multi: bool,
+    /// What the several-destination form prints.
+    pub show: Show,
     /// Which RDS serves the sockets (`--stack`).
     pub stack: rds_cli::Stack,
+}
+
+impl Opts {
+    /// The destination of the one-destination form.
+    pub fn dest(&self) -> &Dest {
+        &self.dests[0]
+    }
 }
 
 /// Why the command line was refused.
@@ -96,9 +138,10 @@ pub struct Opts {
 pub enum OptError {
     /// Help or version was asked for: print this text on stdout, exit 0.
     Info(String),
-    /// Print this message, then the usage block (exit 1).
+    /// Print this message, then the usage block (exit 1, or 2 in the several-destination
+    /// form).
     Usage(String),
-    /// Print this message (exit 1).
+    /// Print this message (exit 1, or 2 in the several-destination form).
     Fatal(String),
 }
 
@@ -135,7 +178,13 @@ pub fn resolve(name: &str) -> Option<IpAddr> {
     {
         return Some(ip);
     }
-    if name.is_empty() || name.contains(char::is_whitespace) {
+    // Only what a host name (or an address with a scope, fe80::1%eth0) can hold goes to the
+    // resolver.
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'))
+    {
         return None;
     }
     let addrs: Vec<SocketAddr> = (name, 0u16).to_socket_addrs().ok()?.collect();
@@ -151,10 +200,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(
-        std::iter::once(std::ffi::OsString::from("rds-ping"))
-            .chain(args.into_iter().map(Into::into)),
-    ) {
+    let cli = match Cli::try_parse_from(with_name(args)) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -208,25 +254,39 @@ where
     };
     let deadline = secs(&cli.deadline, "deadline")?;
     let timeout = secs(&cli.timeout, "timeout")?.unwrap_or(DEFAULT_TIMEOUT);
-    match cli.dest.as_slice() {
-        [] => return Err(OptError::Usage("Missing destination address".into())),
-        [_] => {}
-        [_, extra, ..] => {
-            return Err(OptError::Usage(format!(
-                "One destination address only: extra operand '{extra}'"
-            )))
+    let multi = cli.dest.len() > 1 || cli.file.is_some() || cli.alive || cli.unreach;
+    let mut names: Vec<crate::targets::Named> = cli
+        .dest
+        .iter()
+        .map(|d| (d.clone(), String::new()))
+        .collect();
+    if let Some(path) = &cli.file {
+        names.extend(crate::targets::read_file(path).map_err(fatal)?);
+        if names.is_empty() {
+            return Err(fatal(format!(
+                "No destination in <{}>",
+                crate::targets::file_label(path)
+            )));
         }
     }
-    let dest_name = cli.dest[0].clone();
-    let dest = resolve(&dest_name)
-        .ok_or_else(|| fatal(format!("Cannot parse destination address <{dest_name}>")))?;
+    if names.is_empty() {
+        return Err(OptError::Usage("Missing destination address".into()));
+    }
+    let dests = crate::targets::resolve_all(&names, resolve).map_err(fatal)?;
     if let Some(src) = source {
-        if src.is_ipv4() != dest.is_ipv4() {
+        if dests.iter().any(|d| src.is_ipv4() != d.addr.is_ipv4()) {
             return Err(fatal(
                 "Source and destination address family are not the same".into(),
             ));
         }
     }
+    let show = if cli.alive {
+        Show::Alive
+    } else if cli.unreach {
+        Show::Unreachable
+    } else {
+        Show::All
+    };
     Ok(Opts {
         count,
         sockets,
@@ -237,10 +297,70 @@ where
         timeout,
         json: cli.json,
         verbose: cli.verbose,
-        dest_name,
-        dest,
+        dests,
+        multi,
+        show,
         stack,
     })
+}
+
+fn with_name<I, T>(args: I) -> impl Iterator<Item = std::ffi::OsString>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    std::iter::once(std::ffi::OsString::from("rds-ping")).chain(args.into_iter().map(Into::into))
+}
+
+/// Whether `args` ask for the several-destination form (more than one destination, `-f`,
+/// `-a` or `-u`), read as far as they can be when they are not a valid command line: the
+/// exit status of a refused command line depends on it. Options are told from operands
+/// with clap's own list of which options take a value; an unknown option is taken as a flag.
+pub fn multi_form(args: &[std::ffi::OsString]) -> bool {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let find_short = |c: char| cmd.get_arguments().find(|a| a.get_short() == Some(c));
+    let find_long = |l: &str| cmd.get_arguments().find(|a| a.get_long() == Some(l));
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    let (mut operands, mut multi) = (0usize, false);
+    let mut mark = |a: &clap::Arg| {
+        if matches!(a.get_id().as_str(), "file" | "alive" | "unreach") {
+            multi = true;
+        }
+    };
+    let mut it = args.iter().map(|a| a.to_string_lossy());
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            operands += it.by_ref().count();
+            break;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((n, _)) => (n, true),
+                None => (long, false),
+            };
+            if let Some(a) = find_long(name) {
+                mark(a);
+                if takes_value(a) && !inline {
+                    it.next();
+                }
+            }
+        } else if let Some(shorts) = arg.strip_prefix('-').filter(|s| !s.is_empty()) {
+            for (i, c) in shorts.char_indices() {
+                let Some(a) = find_short(c) else { continue };
+                mark(a);
+                if takes_value(a) {
+                    if i + c.len_utf8() == shorts.len() {
+                        it.next();
+                    }
+                    break;
+                }
+            }
+        } else {
+            operands += 1;
+        }
+    }
+    multi || operands > 1
 }
 
 fn fatal(m: String) -> OptError {
@@ -299,10 +419,53 @@ mod tests {
             Err(OptError::Usage("Missing destination address".into()))
         );
         assert_eq!(
-            p(&["a", "b"]),
-            Err(OptError::Usage(
-                "One destination address only: extra operand 'b'".into()
-            ))
+            f(&["127.0.0.2", "bad!", "127.0.0.3"]),
+            "Cannot parse destination address <bad!>"
         );
+        assert_eq!(
+            f(&["-I", "::1", "::2", "127.0.0.2"]),
+            "Source and destination address family are not the same"
+        );
+    }
+
+    #[test]
+    fn the_several_destination_form() {
+        let o = p(&["127.0.0.1"]).unwrap();
+        assert!(!o.multi);
+        assert_eq!(o.show, Show::All);
+        let o = p(&["-c", "2", "127.0.0.2", "::1", "127.0.0.3"]).unwrap();
+        assert!(o.multi);
+        let names: Vec<&str> = o.dests.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["127.0.0.2", "::1", "127.0.0.3"]);
+        assert_eq!(o.count, 2);
+        // -a or -u alone make it, with one destination too.
+        assert_eq!(p(&["-a", "127.0.0.2"]).unwrap().show, Show::Alive);
+        assert!(p(&["-a", "127.0.0.2"]).unwrap().multi);
+        assert_eq!(p(&["-u", "127.0.0.2"]).unwrap().show, Show::Unreachable);
+        let args = |a: &[&str]| -> Vec<std::ffi::OsString> { a.iter().map(Into::into).collect() };
+        assert!(!multi_form(&args(&["-c", "x", "127.0.0.2"])));
+        assert!(!multi_form(&args(&["-x", "127.0.0.2"])));
+        assert!(multi_form(&args(&["-x", "127.0.0.2", "127.0.0.3"])));
+        assert!(multi_form(&args(&["-c", "x", "-f", "hosts"])));
+        assert!(multi_form(&args(&["-au", "127.0.0.2"])));
+        assert!(multi_form(&args(&["-Z", "-u", "127.0.0.2"])));
+        assert!(multi_form(&args(&["-fhosts"])));
+        assert!(multi_form(&args(&["--file=hosts", "-c"])));
+        assert!(multi_form(&args(&["--alive"])));
+        // Values are not destinations; a value that looks like an option is a value.
+        assert!(!multi_form(&args(&[
+            "-c",
+            "3",
+            "-I",
+            "::1",
+            "-Q",
+            "-1",
+            "127.0.0.2"
+        ])));
+        assert!(!multi_form(&args(&[
+            "-c3", "-n", "2", "--stack", "user", "h"
+        ])));
+        assert!(!multi_form(&args(&["-i", "-f", "h"])));
+        assert!(multi_form(&args(&["-c3", "h", "--", "-h2"])));
     }
 }

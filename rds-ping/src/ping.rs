@@ -25,7 +25,7 @@ pub const GIVE_UP_AFTER_LOST: u64 = 3;
 /// The node counter of outgoing RDS/TCP connections refused by the peer.
 const REFUSED_COUNTER: &str = "tcp_connect_refused";
 /// Longest single wait, so that a stop request is seen promptly.
-const MAX_WAIT: Duration = Duration::from_millis(200);
+pub const MAX_WAIT: Duration = Duration::from_millis(200);
 
 /// A fatal error: the message to print (exit 1).
 #[derive(Debug)]
@@ -98,7 +98,12 @@ impl Slot {
     }
 }
 
-fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
+/// An RDS socket bound to `src` with a random port, and the descriptor to poll for its
+/// replies.
+///
+/// # Errors
+/// The original's messages; an address held by another program or node is named.
+pub fn open_socket(src: IpAddr) -> Result<(Socket, RawFd), Fatal> {
     let sock = Socket::new().map_err(|e| die_errno("socket(PF_RDS) failed", &e))?;
     sock.bind(SocketAddr::new(src, 0)).map_err(|e| {
         let mut f = die_errno(&format!("bind() to {src} failed"), &e);
@@ -111,6 +116,53 @@ fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
     let fd = sock
         .fd()
         .map_err(|e| die_errno("cannot poll the RDS socket", &e))?;
+    Ok((sock, fd))
+}
+
+/// Outgoing RDS/TCP connections the peers refused so far, on an embedded node (0 without
+/// one: the daemon's and the kernel's are not seen from here).
+pub fn refused_count(node: Option<&rds_core::Node>) -> u64 {
+    node.map_or(0, |n| {
+        n.stats()
+            .iter()
+            .find(|(name, _)| *name == REFUSED_COUNTER)
+            .map_or(0, |&(_, v)| v)
+    })
+}
+
+/// The `-v` line: which RDS node the pings go through.
+pub fn announce(node: Option<&rds_core::Node>) {
+    match node {
+        Some(n) => {
+            let addrs: Vec<String> = n.addrs().iter().map(ToString::to_string).collect();
+            eprintln!(
+                "rds-ping: embedded RDS node {} ({})",
+                n.name(),
+                addrs.join(" ")
+            );
+        }
+        None => eprintln!("rds-ping: through the RDS daemon"),
+    }
+}
+
+/// The message of a destination whose RDS/TCP connection was refused.
+pub fn refused_message(dest: IpAddr) -> String {
+    format!(
+        "rds-ping: connection to {} refused: no RDS node there",
+        SocketAddr::new(dest, RDS_TCP_PORT)
+    )
+}
+
+/// The message of a destination given up on after `lost` pings without a reply.
+pub fn give_up_message(dest: IpAddr, lost: u64, timeout: Duration) -> String {
+    format!(
+        "rds-ping: no reply from {dest}: {lost} pings unanswered after {:.3} s each, giving up",
+        timeout.as_secs_f64()
+    )
+}
+
+fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
+    let (sock, fd) = open_socket(src)?;
     Ok(Slot {
         sock,
         fd,
@@ -138,17 +190,18 @@ pub struct Io<'a> {
 /// # Errors
 /// Socket setup failures (the original's messages).
 pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
+    let dest = opts.dest().addr;
     let src = match opts.source {
         Some(s) => s,
-        None => route_source(opts.dest)?,
+        None => route_source(dest)?,
     };
     let mut slots = (0..opts.sockets)
         .map(|_| open_slot(src))
         .collect::<Result<Vec<_>, _>>()?;
-    let dst = SocketAddr::new(opts.dest, 0);
+    let dst = SocketAddr::new(dest, 0);
     let mut sum = Summary {
-        destination: opts.dest_name.clone(),
-        address: opts.dest.to_string(),
+        destination: opts.dest().name.clone(),
+        address: dest.to_string(),
         source: src.to_string(),
         ..Summary::default()
     };
@@ -162,27 +215,10 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
     // An embedded node counts the connections the destination refused: with no reply yet,
     // one more refusal means no RDS node listens there, and waiting is pointless.
     let node = slots[0].sock.node().cloned();
-    let refused = |n: &Option<rds_core::Node>| {
-        n.as_ref().map_or(0, |n| {
-            n.stats()
-                .iter()
-                .find(|(name, _)| *name == REFUSED_COUNTER)
-                .map_or(0, |&(_, v)| v)
-        })
-    };
+    let refused = |n: &Option<rds_core::Node>| refused_count(n.as_ref());
     let refused_before = refused(&node);
     if opts.verbose {
-        match &node {
-            Some(n) => {
-                let addrs: Vec<String> = n.addrs().iter().map(ToString::to_string).collect();
-                eprintln!(
-                    "rds-ping: embedded RDS node {} ({})",
-                    n.name(),
-                    addrs.join(" ")
-                );
-            }
-            None => eprintln!("rds-ping: through the RDS daemon"),
-        }
+        announce(node.as_ref());
     }
     let emit = |sum: &mut Summary, r: Reply, io: &mut Io<'_>| {
         if !opts.json {
@@ -214,10 +250,8 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                 if recv_all == 0 && sum.timed_out >= GIVE_UP_AFTER_LOST {
                     let _ = writeln!(
                         io.err,
-                        "rds-ping: no reply from {}: {} pings unanswered after {:.3} s each, giving up",
-                        opts.dest,
-                        sum.timed_out,
-                        opts.timeout.as_secs_f64()
+                        "{}",
+                        give_up_message(dest, sum.timed_out, opts.timeout)
                     );
                     sum.stopped = Some("no reply".into());
                     break 'run;
@@ -225,11 +259,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
             }
         }
         if recv_all == 0 && sum.transmitted > 0 && refused(&node) > refused_before {
-            let _ = writeln!(
-                io.err,
-                "rds-ping: connection to {} refused: no RDS node there",
-                SocketAddr::new(opts.dest, RDS_TCP_PORT)
-            );
+            let _ = writeln!(io.err, "{}", refused_message(dest));
             sum.timed_out += slots.iter().filter(|s| s.pending).count() as u64;
             sum.stopped = Some("refused".into());
             break 'run;
@@ -296,7 +326,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                 };
                 match s.sock.recv_msg(&mut [], flags) {
                     Ok(m) => {
-                        let r = s.received(Ok(m.from.map(|f| f.ip())), opts.dest);
+                        let r = s.received(Ok(m.from.map(|f| f.ip())), dest);
                         recv_all += 1;
                         if r.dup {
                             sum.duplicates += 1;
@@ -313,7 +343,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                         // pending, as in the original).
                         sum.errors += 1;
                         let n = e.raw_os_error().unwrap_or(libc::EIO);
-                        emit(&mut sum, s.received(Err(n), opts.dest), io);
+                        emit(&mut sum, s.received(Err(n), dest), io);
                         break;
                     }
                 }

@@ -1,10 +1,14 @@
-//! What rds-ping prints: the original's reply lines, and the summary and JSON it adds.
+//! What rds-ping prints: the original's reply lines, and the summary and JSON it adds; with
+//! several destinations, one line (or one JSON object) per destination ([`multi_lines`],
+//! [`Totals`]).
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::Serialize;
+
+use crate::opts::Show;
 
 /// One event for the output: a reply, or a send that failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -83,7 +87,7 @@ pub struct Summary {
     /// Round-trip times of the first replies, in microseconds.
     pub rtt_us: Option<Rtt>,
     /// Why the run stopped before its count, if it did ("deadline", "interrupted",
-    /// "no reply").
+    /// "no reply", "refused").
     pub stopped: Option<String>,
     /// Every reply and error, in order.
     pub replies: Vec<Reply>,
@@ -156,6 +160,113 @@ pub fn summary_text(s: &Summary) -> String {
     o
 }
 
+/// Whether a destination answered: at least one of its pings had a reply.
+pub fn answered(s: &Summary) -> bool {
+    s.received > 0
+}
+
+/// One destination of the several-destination form's JSON: the totals of [`Summary`]
+/// without the replies, and whether it answered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    /// Destination as given.
+    pub destination: String,
+    /// Its address.
+    pub address: String,
+    /// Source address used.
+    pub source: String,
+    /// Pings sent.
+    pub transmitted: u64,
+    /// Pings answered.
+    pub received: u64,
+    /// Extra replies.
+    pub duplicates: u64,
+    /// Sends or receives that failed.
+    pub errors: u64,
+    /// Pings declared lost after the reply timeout.
+    pub timed_out: u64,
+    /// Share of pings without a reply, in percent.
+    pub loss_percent: f64,
+    /// Time from the first ping to this destination's end, in milliseconds.
+    pub time_ms: u64,
+    /// Round-trip times of the first replies, in microseconds.
+    pub rtt_us: Option<Rtt>,
+    /// Why pinging this destination stopped before its count.
+    pub stopped: Option<String>,
+    /// At least one ping had a reply ([`answered`]).
+    pub answered: bool,
+}
+
+impl From<&Summary> for Totals {
+    fn from(s: &Summary) -> Totals {
+        Totals {
+            destination: s.destination.clone(),
+            address: s.address.clone(),
+            source: s.source.clone(),
+            transmitted: s.transmitted,
+            received: s.received,
+            duplicates: s.duplicates,
+            errors: s.errors,
+            timed_out: s.timed_out,
+            loss_percent: s.loss_percent,
+            time_ms: s.time_ms,
+            rtt_us: s.rtt_us,
+            stopped: s.stopped.clone(),
+            answered: answered(s),
+        }
+    }
+}
+
+/// Whether `show` lists this destination.
+pub fn shown(show: Show, s: &Summary) -> bool {
+    match show {
+        Show::All => true,
+        Show::Alive => answered(s),
+        Show::Unreachable => !answered(s),
+    }
+}
+
+/// What the several-destination form prints on stdout: one line per destination, its name
+/// padded to the longest, `xmt/rcv/%loss` and the round-trip range of the replies (left out
+/// when none came); with `-a` or `-u` only the names of those that answered, or did not:
+///
+/// ```text
+/// 10.0.0.2  : xmt/rcv/%loss = 5/5/0%, min/avg/max = 61/74.2/89 usec
+/// 10.0.0.13 : xmt/rcv/%loss = 3/0/100%
+/// ```
+pub fn multi_lines(sums: &[Summary], show: Show) -> String {
+    let mut o = String::new();
+    if show != Show::All {
+        for s in sums.iter().filter(|s| shown(show, s)) {
+            let _ = writeln!(o, "{}", s.destination);
+        }
+        return o;
+    }
+    let width = sums
+        .iter()
+        .map(|s| s.destination.chars().count())
+        .max()
+        .unwrap_or(0);
+    for s in sums {
+        let _ = write!(
+            o,
+            "{:<width$} : xmt/rcv/%loss = {}/{}/{}%",
+            s.destination, s.transmitted, s.received, s.loss_percent
+        );
+        if s.duplicates > 0 {
+            let _ = write!(o, ", +{} duplicates", s.duplicates);
+        }
+        if s.errors > 0 {
+            let _ = write!(o, ", +{} errors", s.errors);
+        }
+        if let Some(r) = s.rtt_us {
+            let _ = write!(o, ", min/avg/max = {}/{:.1}/{} usec", r.min, r.avg, r.max);
+        }
+        o.push('\n');
+    }
+    o
+}
+
 /// Milliseconds of a duration, rounded down.
 pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -224,6 +335,44 @@ mod tests {
             "\n--- peer rds-ping statistics ---\n\
              2 packets transmitted, 0 received, 100% packet loss, time 10ms\n"
         );
+    }
+
+    fn dest(name: &str, sent: u64, rtts: &[u64]) -> Summary {
+        let received = rtts.len() as u64;
+        Summary {
+            destination: name.into(),
+            address: name.into(),
+            transmitted: sent,
+            received,
+            loss_percent: loss_percent(sent, received),
+            rtt_us: Rtt::of(rtts),
+            ..Summary::default()
+        }
+    }
+
+    #[test]
+    fn one_line_per_destination() {
+        let mut b = dest("peer-b.example", 3, &[100, 150, 200]);
+        b.duplicates = 1;
+        let mut c = dest("10.0.0.13", 3, &[]);
+        c.errors = 2;
+        let sums = [dest("10.0.0.2", 3, &[61, 89]), b, c];
+        assert_eq!(
+            multi_lines(&sums, Show::All),
+            "10.0.0.2       : xmt/rcv/%loss = 3/2/33.3333%, min/avg/max = 61/75.0/89 usec\n\
+             peer-b.example : xmt/rcv/%loss = 3/3/0%, +1 duplicates, min/avg/max = 100/150.0/200 usec\n\
+             10.0.0.13      : xmt/rcv/%loss = 3/0/100%, +2 errors\n"
+        );
+        assert_eq!(
+            multi_lines(&sums, Show::Alive),
+            "10.0.0.2\npeer-b.example\n"
+        );
+        assert_eq!(multi_lines(&sums, Show::Unreachable), "10.0.0.13\n");
+        assert_eq!(multi_lines(&[], Show::All), "");
+        let t = Totals::from(&sums[2]);
+        assert!(!t.answered);
+        assert_eq!((t.transmitted, t.received, t.errors), (3, 0, 2));
+        assert!(Totals::from(&sums[0]).answered);
     }
 
     #[test]

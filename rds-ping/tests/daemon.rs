@@ -48,6 +48,46 @@ fn through_a_daemon_node() {
     assert_eq!(peer.counter(Counter::RecvPing), 3 + 1);
     // The daemon's node sent them.
     assert!(daemon.counter(Counter::SendQueued) >= 3);
+
+    // Several destinations through the daemon's sockets too: one line each, exit 0.
+    let other = responder("127.6.5.3");
+    let sent = daemon.counter(Counter::SendQueued);
+    let o = Command::cargo_bin("rds-ping")
+        .unwrap()
+        .env("RDS_RUNTIME_DIR", &run_dir)
+        .env_remove("RDS_NO_DAEMON")
+        .args([
+            "-I",
+            "127.6.5.1",
+            "-c",
+            "2",
+            "-i",
+            "0.1",
+            "-v",
+            "127.6.5.2",
+            "127.6.5.3",
+        ])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(
+        (o.status.code(), err.as_str()),
+        (Some(0), "rds-ping: through the RDS daemon\n"),
+        "{out}"
+    );
+    let line = Regex::new(
+        r"^127\.6\.5\.[23] : xmt/rcv/%loss = 2/2/0%, min/avg/max = \d+/\d+\.\d/\d+ usec$",
+    )
+    .unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines.iter().all(|l| line.is_match(l)), "{out}");
+    assert!(lines[0].starts_with("127.6.5.2 ") && lines[1].starts_with("127.6.5.3 "));
+    assert_eq!(peer.counter(Counter::RecvPing), 3 + 1 + 2);
+    assert_eq!(other.counter(Counter::RecvPing), 2 + 1);
+    assert!(daemon.counter(Counter::SendQueued) >= sent + 4);
 }
 
 fn check_output(out: &str, n: usize) {

@@ -8,6 +8,7 @@
 //! - [`task`]: one thread per task, each with its own RDS socket.
 //! - [`stats`]: counters, histograms, percentiles and the `-c` CPU soakers.
 //! - [`output`]: the exact output formats.
+//! - [`plot`]: `--plot`, the run drawn as an SVG image from the same numbers.
 //! - `run`: the active and passive roles and `--loopback`.
 //! - `nodes`: the embedded nodes, shut down before the process exits.
 #![warn(missing_docs)]
@@ -18,6 +19,7 @@ pub mod msg;
 mod nodes;
 pub mod opts;
 pub mod output;
+pub mod plot;
 pub mod rdma;
 mod run;
 pub mod stats;

@@ -179,6 +179,10 @@ pub struct Args {
     /// the kernel's (IB on an RDMA device where the node runs IB, else TCP)
     #[arg(long = "transport", value_name = "tcp|ib", help_heading = EXT)]
     pub transport: Option<String>,
+    /// Draw the run into an SVG image: requests per second in each report interval and the
+    /// round-trip time by percentile (checked before the run; .png is not supported)
+    #[arg(long = "plot", value_name = "FILE.svg", help_heading = EXT)]
+    pub plot: Option<String>,
     /// Which RDS the tasks use.
     #[arg(long = "stack", value_name = "kernel|user|auto", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto", help_heading = EXT)]
@@ -277,6 +281,8 @@ pub struct Resolved {
     pub json: bool,
     /// `--transport`: `Some(true)` = ib, `Some(false)` = tcp, `None` = chosen by `-D`.
     pub transport_ib: Option<bool>,
+    /// `--plot`: the image file, checked to be writable.
+    pub plot: Option<crate::plot::Target>,
 }
 
 fn flag(b: bool) -> u8 {
@@ -451,6 +457,12 @@ impl Args {
         if self.json && !active {
             // The passive side has no summary of its own choosing; it still honours --json.
         }
+        // After the original's checks: a bad file name fails before anything runs.
+        let plot = self
+            .plot
+            .as_deref()
+            .map(crate::plot::Target::check)
+            .transpose()?;
         Ok(Resolved {
             wire: w,
             active,
@@ -468,6 +480,7 @@ impl Args {
             loopback: self.loopback,
             json: self.json,
             transport_ib,
+            plot,
         })
     }
 }

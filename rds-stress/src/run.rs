@@ -21,6 +21,7 @@ use crate::control::{
 use crate::msg::header_size;
 use crate::opts::{check_limits, set_addr, Args, Fatal, Resolved};
 use crate::output::{self, JsonInterval, JsonSummary, ProcStat};
+use crate::plot;
 use crate::rdma;
 use crate::stats::{self, Counter, Snapshotter, Soakers, Stat, NR_STATS};
 use crate::task::{Control, Env, Tasks};
@@ -761,6 +762,11 @@ fn release_and_wait(
     mut stream: Option<TcpStream>,
     active: bool,
 ) -> Result<i32, Fatal> {
+    let role = match (&other, active) {
+        (Some(_), _) => "--loopback",
+        (None, true) => "active",
+        (None, false) => "passive",
+    };
     let start = Instant::now() + Duration::from_secs(2);
     tasks.ctl.release(start);
     if let Some(o) = &other {
@@ -830,6 +836,7 @@ fn release_and_wait(
     let mut cpu_total = 0.0;
     let mut last_ts = first_ts;
     let mut intervals = Vec::new();
+    let mut plotted = Vec::new();
     let mut last_perf = Instant::now();
     while stop_signal().is_none() {
         let peer_gone = wait_interval(stream.as_mut());
@@ -870,6 +877,11 @@ fn release_and_wait(
                 p.out(&output::interval(nr, &disp, scale, cpu));
             }
         }
+        plotted.push(plot::Interval {
+            end_secs: now.duration_since(first_ts).as_secs_f64(),
+            tx: disp[Stat::ReqTx as usize].nr,
+            rx: disp[Stat::ReqRx as usize].nr,
+        });
         intervals.push(JsonInterval {
             tx: disp[Stat::ReqTx as usize].nr,
             rx: disp[Stat::ReqRx as usize].nr,
@@ -923,7 +935,8 @@ fn release_and_wait(
     if r.show_histogram {
         p.out(&output::histogram(&stats::histogram(&stats_list)));
     }
-    let pct = stats::percentiles(&stats_list);
+    let rtt = stats::RttDistribution::of(&stats_list);
+    let pct = rtt.percentiles();
     p.out(&output::percentile_line(&pct));
     if let Some(line) = rdma::failure_line(&rdma_failed) {
         eprint!("{line}");
@@ -955,6 +968,13 @@ fn release_and_wait(
         };
         let text = serde_json::to_string_pretty(&s).unwrap_or_else(|_| "{}".into());
         println!("{text}");
+    }
+    if let Some(target) = &r.plot {
+        target.write(&plot::Run {
+            title: plot::title(role, w),
+            intervals: &plotted,
+            rtt: &rtt,
+        })?;
     }
     let _ = control::RDS_VERSION;
     Ok(stop_signal().map_or(0, |n| 128 + n))

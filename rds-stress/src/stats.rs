@@ -261,38 +261,72 @@ pub struct Percentiles {
     pub max: u64,
 }
 
-/// Percentiles over all tasks.
-pub fn percentiles(tasks: &[Arc<TaskStats>]) -> Percentiles {
-    let mut h = vec![0u64; FINE_BUCKETS];
-    for t in tasks {
-        for (a, b) in h.iter_mut().zip(t.fine()) {
-            *a += b;
-        }
-    }
-    let count: u64 = h.iter().sum();
-    let max = total(tasks)[Stat::RttUsecs as usize].max;
-    if count == 0 {
-        return Percentiles::default();
-    }
-    let at = |q: f64| -> u64 {
-        let rank = ((q * count as f64).ceil() as u64).clamp(1, count);
-        let mut seen = 0;
-        for (i, n) in h.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return fine_floor(i).min(max);
+/// The round-trip times of all tasks merged in one fine histogram, with the exact maximum:
+/// the percentile line and the `--plot` curve both read their quantiles from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RttDistribution {
+    fine: Vec<u64>,
+    count: u64,
+    max: u64,
+}
+
+impl RttDistribution {
+    /// Merges the tasks' histograms.
+    pub fn of(tasks: &[Arc<TaskStats>]) -> Self {
+        let mut fine = vec![0u64; FINE_BUCKETS];
+        for t in tasks {
+            for (a, b) in fine.iter_mut().zip(t.fine()) {
+                *a += b;
             }
         }
-        max
-    };
-    Percentiles {
-        count,
-        p50: at(0.50),
-        p90: at(0.90),
-        p99: at(0.99),
-        p99_9: at(0.999),
-        max,
+        RttDistribution {
+            count: fine.iter().sum(),
+            max: total(tasks)[Stat::RttUsecs as usize].max,
+            fine,
+        }
     }
+
+    /// Samples.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The `q` quantile (0.0 to 1.0) in µs: the floor of the bucket holding the sample of rank
+    /// ceil(q × count) (at least the first), never above the exact maximum; 0 without samples.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (i, n) in self.fine.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return fine_floor(i).min(self.max);
+            }
+        }
+        self.max
+    }
+
+    /// p50, p90, p99, p99.9 and the maximum.
+    pub fn percentiles(&self) -> Percentiles {
+        if self.count == 0 {
+            return Percentiles::default();
+        }
+        Percentiles {
+            count: self.count,
+            p50: self.quantile(0.50),
+            p90: self.quantile(0.90),
+            p99: self.quantile(0.99),
+            p99_9: self.quantile(0.999),
+            max: self.max,
+        }
+    }
+}
+
+/// Percentiles over all tasks.
+pub fn percentiles(tasks: &[Arc<TaskStats>]) -> Percentiles {
+    RttDistribution::of(tasks).percentiles()
 }
 
 /// One CPU soak thread's state.
@@ -412,6 +446,14 @@ mod tests {
         assert!((480..=500).contains(&p.p50), "{p:?}");
         assert!((870..=900).contains(&p.p90), "{p:?}");
         assert!((960..=990).contains(&p.p99), "{p:?}");
+        // The plot's curve reads the same quantiles: p0 is the smallest, p100 the floor of the
+        // largest one's bucket (1000 is in [992, 1024)).
+        let d = RttDistribution::of(std::slice::from_ref(&t));
+        assert_eq!(d.percentiles(), p);
+        assert_eq!(d.count(), 1000);
+        assert_eq!((d.quantile(0.0), d.quantile(1.0)), (1, 992));
+        assert_eq!(d.quantile(0.5), p.p50);
+        assert_eq!(RttDistribution::of(&[]).quantile(0.5), 0);
         let c = t.snapshot()[Stat::RttUsecs as usize];
         assert_eq!((c.nr, c.min, c.max, c.sum), (1000, 1, 1000, 500_500));
         let mut s = Snapshotter::new(1);

@@ -3,6 +3,7 @@
 
 pub mod faultnet;
 pub mod guestcpu;
+pub mod hostdaemon;
 pub mod ib;
 pub mod interop;
 pub mod lab;

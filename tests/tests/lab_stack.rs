@@ -3,7 +3,9 @@
 //! table), `rds-ctrl stats` and `rds-stress` (against ours in g2, both on kernel sockets, and
 //! against ours on the host, an embedded node in the lab namespace) run with no flags and give
 //! the kernel's view, cross-checked against `rdstool`'s raw reading of the same `RDS_INFO_*`
-//! tables; `rds-stress -D` does RDMA through the kernel's `rds_rdma` (regions, RDMA
+//! tables; our `rds-ping` on the host (an embedded node in the lab namespace) checks both
+//! kernel guests at once, with one more address that refuses, as an operator checks a
+//! cluster (summary lines, `-a`, `-u`, `--json`, exit statuses); `rds-stress -D` does RDMA through the kernel's `rds_rdma` (regions, RDMA
 //! operations, notifications; `-v` checks every byte); `--stack user` there meets port 16385
 //! held by the kernel and says so in one line. Then, with the kernel's RDS modules removed
 //! from g1, `rds-ping` with no flags runs an embedded node that picks RDS/IB by itself (the
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::ib::{diag, release_bin};
-use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1};
+use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1, HOST_ADDR2};
 
 const T: Duration = Duration::from_secs(120);
 const ENV: &str = "mkdir -p /tmp/rds-stack; RDS_RUNTIME_DIR=/tmp/rds-stack";
@@ -447,6 +449,140 @@ fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
     Ok(())
 }
 
+/// `recv_ping` of guest `g`'s kernel.
+fn kernel_pings(lab: &Lab, g: usize) -> Result<u64> {
+    let o = lab.exec_ok(g, "rdstool info counter recv_ping", T)?;
+    o.stdout.trim().parse().context("recv_ping")
+}
+
+/// rds-ping with several destinations from the host (an embedded node on 198.18.0.1 in the
+/// lab namespace, over RDS/TCP) to both guests' kernels, and to 198.18.0.3, a host address
+/// where no RDS node listens.
+fn cluster_check(lab: &Lab) -> Result<()> {
+    let (g1, g2) = (guest_addr(1).to_string(), guest_addr(2).to_string());
+    let host = HOST_ADDR1.to_string();
+    let nobody = HOST_ADDR2.to_string();
+    let run_dir = tempfile::tempdir()?;
+    let exe = release_bin("rds-ping")?;
+    let ping = |args: &[&str]| -> Result<(i32, String, String)> {
+        let o = lab
+            .ns_command(exe.to_str().context("utf-8 path")?)
+            .args(["-I", &host, "-W", "3"])
+            .args(args)
+            .env("RDS_RUNTIME_DIR", run_dir.path())
+            .env("RDS_NO_DAEMON", "1")
+            .stdin(Stdio::null())
+            .output()
+            .context("rds-ping on the host")?;
+        Ok((
+            o.status.code().unwrap_or(-1),
+            String::from_utf8(o.stdout)?,
+            String::from_utf8(o.stderr)?,
+        ))
+    };
+    let t0 = Instant::now();
+    let before = [kernel_pings(lab, 1)?, kernel_pings(lab, 2)?];
+    let (code, out, err) = ping(&["-c", "3", "-i", "0.2", &g1, &g2])?;
+    print!("{out}");
+    ensure!(
+        code == 0 && err.is_empty(),
+        "rds-ping g1 g2: exit {code}\n{out}{err}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    ensure!(lines.len() == 2, "rds-ping g1 g2:\n{out}");
+    for (l, g) in lines.iter().zip([&g1, &g2]) {
+        ensure!(
+            answered_3_of_3(l, g),
+            "rds-ping g1 g2: line {l:?} is not {g} answering 3 of 3"
+        );
+    }
+    let after = [kernel_pings(lab, 1)?, kernel_pings(lab, 2)?];
+    for g in 0..2 {
+        ensure!(
+            after[g] >= before[g] + 3,
+            "g{}'s kernel counted {} pings",
+            g + 1,
+            after[g] - before[g]
+        );
+    }
+
+    let (code, out, err) = ping(&["-c", "2", "-i", "0.2", "--json", &g1, &g2, &nobody])?;
+    ensure!(
+        code == 1,
+        "rds-ping --json g1 g2 {nobody}: exit {code}\n{out}{err}"
+    );
+    ensure!(
+        err == format!("rds-ping: connection to {nobody}:16385 refused: no RDS node there\n"),
+        "stderr: {err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).context("JSON")?;
+    let got: Vec<String> = v
+        .as_array()
+        .context("a JSON array")?
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {} {} {}",
+                o["destination"], o["source"], o["received"], o["answered"]
+            )
+        })
+        .collect();
+    ensure!(
+        got == [
+            format!("\"{g1}\" \"{host}\" 2 true"),
+            format!("\"{g2}\" \"{host}\" 2 true"),
+            format!("\"{nobody}\" \"{host}\" 0 false"),
+        ],
+        "rds-ping --json:\n{out}"
+    );
+    // Sent: the count to the guests; to the refusing address, those sent before the refusal.
+    let sent: Vec<u64> = (0..3)
+        .filter_map(|i| v[i]["transmitted"].as_u64())
+        .collect();
+    ensure!(
+        sent.len() == 3 && sent[..2] == [2, 2] && (1..=2).contains(&sent[2]),
+        "rds-ping --json:\n{out}"
+    );
+    ensure!(v[2]["stopped"] == "refused", "{out}");
+    for (flag, want) in [
+        ("-a", format!("{g1}\n{g2}\n")),
+        ("-u", format!("{nobody}\n")),
+    ] {
+        let (code, out, err) = ping(&[flag, "-c", "1", &g1, &g2, &nobody])?;
+        ensure!(
+            code == 1 && out == want,
+            "rds-ping {flag}: exit {code}\n{out}{err}"
+        );
+    }
+    println!(
+        "rds-ping from the host to g1, g2 (kernels) and {nobody}: exit 0, then 1, -a, -u ({:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Whether `line` is the summary line of `dest` answering 3 pings of 3:
+/// `DEST : xmt/rcv/%loss = 3/3/0%, min/avg/max = MIN/AVG/MAX usec`, MIN <= AVG <= MAX, AVG
+/// with one decimal.
+fn answered_3_of_3(line: &str, dest: &str) -> bool {
+    let prefix = format!("{dest} : xmt/rcv/%loss = 3/3/0%, min/avg/max = ");
+    let Some(nums) = line
+        .strip_prefix(&prefix)
+        .and_then(|r| r.strip_suffix(" usec"))
+    else {
+        return false;
+    };
+    let f: Vec<&str> = nums.split('/').collect();
+    let [min, avg, max] = f[..] else {
+        return false;
+    };
+    let one_decimal = avg.split_once('.').is_some_and(|(_, d)| d.len() == 1);
+    match (min.parse::<u64>(), avg.parse::<f64>(), max.parse::<u64>()) {
+        (Ok(min), Ok(avg), Ok(max)) => one_decimal && min as f64 <= avg && avg <= max as f64,
+        _ => false,
+    }
+}
+
 fn ib_auto(lab: &Lab, t: &Tools) -> Result<()> {
     let (g1, g2) = (guest_addr(1), guest_addr(2));
     lab.exec_ok(
@@ -479,6 +615,7 @@ fn tools_on_a_kernel_rds_host() {
     let booted = t0.elapsed();
     let r = install(&lab).and_then(|t| {
         kernel_view(&lab, &t)?;
+        cluster_check(&lab)?;
         ib_auto(&lab, &t)
     });
     if let Err(e) = r {

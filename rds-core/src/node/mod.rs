@@ -814,9 +814,7 @@ impl Inner {
         sys::eventfd_signal(self.wake_fd.as_raw_fd());
         let h = lock(&self.thread).take();
         if let Some(h) = h {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+            crate::threads::join_within(h, crate::threads::JOIN_LIMIT);
         }
         lock(&self.tcp).close_all();
         if let Some(ib) = lock(&self.ib).as_mut() {

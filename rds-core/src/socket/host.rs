@@ -15,7 +15,7 @@
 //! Operations that may wait (send, receive, readiness wait) never block the caller: they
 //! answer at once or park the request on the socket's readiness descriptors
 //! ([`Action::Park`]). The connection that opened a socket may move its sends and receives to
-//! a shared-memory ring ([`Request::SockRing`], `socket::ring_host`), which ends with it.
+//! a shared-memory ring ([`Request::SockRing`], `socket::ring::host`), which ends with it.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -197,7 +197,7 @@ impl SockTable for Table {
                             ),
                         ));
                     }
-                    let a = answer(super::ring_host::start(&s));
+                    let a = answer(super::ring::host::start(&s));
                     if matches!(a, Action::Ring { .. }) {
                         self.rings.insert(token);
                         *rc.entry(uid).or_insert(0) += 1;

@@ -14,10 +14,10 @@
 //! process's [`Stack`] choice (`kern`) puts the running kernel's `AF_RDS` first (`auto`, when
 //! the kernel has RDS and no daemon owns the address) or alone (`kernel`).
 //!
-//! Files: this one is the API and the embedded backend; `remote` the daemon backend; [`host`]
-//! the daemon's side, which serves client sockets to other processes; [`ring`] the
-//! shared-memory rings daemon client sockets send and receive through, and `ring_host` the
-//! daemon's side of them.
+//! Files: this one is the API and the embedded backend; `remote` the daemon backend (requests
+//! on the control connection) and `answer` what the daemon's answers become; [`host`] the
+//! daemon's side, which serves client sockets to other processes; [`ring`] the shared-memory
+//! rings daemon client sockets send and receive through (both sides).
 //!
 //! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
 //! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
@@ -32,11 +32,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+mod answer;
 pub mod host;
 mod kern;
 mod remote;
 pub mod ring;
-mod ring_host;
 
 pub use kern::{kernel_preferred, set_stack, stack, Stack};
 

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, RingServe, Watch,
+    no_client_sockets, requests, send, Action, Conn, Ctx, Park, Peer, RingServe, RingStop, Watch,
     ACCEPT_BACKOFF, BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM,
     PRIVILEGED_RESERVE, REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
 };
@@ -119,6 +119,10 @@ pub(super) struct EventLoop {
     /// Connections to close as soon as a worker gives them back (a ring of theirs faulted).
     doomed: HashSet<u64>,
     next_ring: u64,
+    /// Rings with work left from their last turn: served again before the loop sleeps.
+    again: Vec<u64>,
+    /// Rings of closed connections still running the sends their clients posted.
+    closing: Vec<Box<dyn RingServe>>,
 }
 
 fn peer_of(stream: &UnixStream, owner_uid: u32) -> Peer {
@@ -190,6 +194,8 @@ impl EventLoop {
             watched: HashMap::new(),
             doomed: HashSet::new(),
             next_ring: 1,
+            again: Vec::new(),
+            closing: Vec::new(),
         })
     }
 
@@ -197,7 +203,11 @@ impl EventLoop {
     pub(super) fn run(mut self) {
         let mut events = Vec::new();
         while !self.ctx.stop.load(Ordering::SeqCst) {
-            let timeout = self.next_timer().min(TICK);
+            let timeout = if self.again.is_empty() && self.closing.is_empty() {
+                self.next_timer().min(TICK)
+            } else {
+                Duration::ZERO
+            };
             events.clear();
             if self.ep.wait(&mut events, Some(timeout)).is_err() {
                 std::thread::sleep(Duration::from_millis(10));
@@ -206,6 +216,7 @@ impl EventLoop {
             for &(token, ev) in &events {
                 match token {
                     LISTENER => self.accept(),
+                    // The wake-up eventfd is this process's own (no client holds it).
                     WAKE => sys::eventfd_clear(self.wake.as_raw_fd()),
                     t if t & FD_TOKEN != 0 => self.fd_ready((t & !FD_TOKEN) as RawFd),
                     t if t & RING_TOKEN != 0 => self.serve_ring(t & !RING_TOKEN),
@@ -213,6 +224,10 @@ impl EventLoop {
                     id => self.conn_event(id, ev),
                 }
             }
+            for id in std::mem::take(&mut self.again) {
+                self.serve_ring(id);
+            }
+            self.closing.retain_mut(|r| !r.finish());
             while let Ok(d) = self.done_rx.try_recv() {
                 self.done(d);
             }
@@ -329,10 +344,10 @@ impl EventLoop {
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
-            if let Some(r) = self.rings.get_mut(&id) {
-                r.ring.finish();
+            // Its posted sends run in later turns, a bounded number each.
+            if let Some(r) = self.drop_ring(id) {
+                self.closing.push(r);
             }
-            self.drop_ring(id);
         }
         self.doomed.remove(&conn.id);
         if let Some(n) = self.conns_by_uid.get_mut(&conn.peer.uid) {
@@ -559,11 +574,12 @@ impl EventLoop {
         self.watch(conn, registered)
     }
 
-    /// Forgets a ring: its doorbell and the descriptors it watches leave epoll.
-    fn drop_ring(&mut self, id: u64) {
-        if let Some(r) = self.rings.remove(&id) {
+    /// Forgets a ring: its doorbell and the descriptors it watches leave epoll. Returns it.
+    fn drop_ring(&mut self, id: u64) -> Option<Box<dyn RingServe>> {
+        let ring = self.rings.remove(&id).map(|r| {
             let _ = self.ep.delete(r.ring.doorbell());
-        }
+            r.ring
+        });
         let fds: Vec<RawFd> = self
             .watched
             .iter()
@@ -574,6 +590,7 @@ impl EventLoop {
             let _ = self.ep.delete(fd);
             self.watched.remove(&fd);
         }
+        ring
     }
 
     /// The client rang a ring's doorbell (or its turn came again).
@@ -581,18 +598,23 @@ impl EventLoop {
         let Some(entry) = self.rings.get_mut(&id) else {
             return;
         };
-        sys::eventfd_clear(entry.ring.doorbell());
         match entry.ring.serve() {
             Ok(served) => {
-                if served.more {
-                    sys::eventfd_signal(entry.ring.doorbell());
+                if served.more && !self.again.contains(&id) {
+                    self.again.push(id);
                 }
                 self.add_watches(id, served.watch);
             }
-            Err(_) => {
+            Err(RingStop::Gone) => {
+                // Its posted sends still run; the connection is the client's to close.
+                if let Some(r) = self.drop_ring(id) {
+                    self.closing.push(r);
+                }
+            }
+            Err(RingStop::Fault(_)) => {
                 let owner = entry.owner;
                 self.ctx.ring_faults.fetch_add(1, Ordering::Relaxed);
-                self.drop_ring(id);
+                let _faulted = self.drop_ring(id);
                 self.close_id(owner);
             }
         }

@@ -124,20 +124,35 @@ pub enum Action {
 /// client rings [`RingServe::doorbell`], and when a socket readiness descriptor the ring
 /// asked to watch fires.
 pub trait RingServe: Send + fmt::Debug {
-    /// The eventfd the client rings (registered for input; the event loop clears it).
+    /// The descriptor the client rings (registered for input). Nothing the event loop does
+    /// with it may block: [`RingServe::serve`] clears it.
     fn doorbell(&self) -> RawFd;
 
-    /// Runs what the client queued. `Err`: the client broke the ring's rules (its
-    /// connection is closed and counted).
-    fn serve(&mut self) -> Result<Served, String>;
+    /// Clears the doorbell and runs what the client queued.
+    ///
+    /// # Errors
+    /// [`RingStop::Fault`]: the client broke the ring's rules (its connection is closed and
+    /// counted); [`RingStop::Gone`]: the client closed its end of the doorbell (the ring is
+    /// finished and forgotten, the connection stays).
+    fn serve(&mut self) -> Result<Served, RingStop>;
 
     /// A descriptor from [`Served::watch`] fired (`rx`: the receive side); what to watch
     /// next.
     fn fired(&mut self, rx: bool) -> Vec<Watch>;
 
-    /// The client's connection ended: sends it posted (already reported sent) go out;
-    /// nothing else is answered.
-    fn finish(&mut self);
+    /// The client's connection ended: sends it posted (already reported sent) go out, a
+    /// bounded number per call; nothing else is answered. Returns whether it is done (else
+    /// the event loop calls again on its next turn).
+    fn finish(&mut self) -> bool;
+}
+
+/// Why a ring is served no more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingStop {
+    /// The client wrote something a well-behaved client never writes.
+    Fault(String),
+    /// The client closed its end of the doorbell (it exited, or closed the socket).
+    Gone,
 }
 
 /// What one [`RingServe::serve`] asks of the event loop.
@@ -364,9 +379,7 @@ impl CtlServer {
         self.ctx.stop.store(true, Ordering::SeqCst);
         sys::eventfd_signal(self.wake.as_raw_fd());
         if let Some(h) = self.thread.take() {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+            crate::threads::join_within(h, crate::threads::JOIN_LIMIT);
         }
         if let Some(lock) = self.lock.take() {
             // Removed while still held: a node starting meanwhile finds the file gone (or a

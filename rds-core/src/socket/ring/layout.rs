@@ -1,36 +1,6 @@
-//! The shared-memory data path between a daemon client socket and the daemon: one sealed memfd
-//! ([`crate::sys::memfd_sealed`]) holding a header page and two single-producer,
-//! single-consumer byte rings, client to daemon (requests) and daemon to client (results).
-//! The daemon creates the segment and its eventfds and passes them over the control
-//! connection that owns the socket ([`crate::ctl::Request::SockRing`]).
-//!
-//! Layout: the header page holds, each in its own 64-byte line, the ring positions (`u64`
-//! byte counts that only grow; the offset in a ring is the position modulo [`RING_CAP`]) and
-//! three flags: the daemon is idle (the client rings the daemon's doorbell only then), the
-//! client sleeps on its result doorbell (the daemon rings it only then), and the readiness
-//! directions the client watches ([`WANT_RX`], [`WANT_TX`]; the daemon keeps their
-//! descriptors signalled exactly while the socket is ready). A record is a [`REC_HDR`]-byte
-//! header ([`Rec`]) and its payload, written across the ring's end when it wraps.
-//!
-//! Requests without a wait: a send marked [`F_POSTED`] gets no result. The client posts one
-//! only to a destination its last waited-for send reached, and only within the send-buffer
-//! room the last result reported ([`Rec::room`], less what it posted since), so the daemon's
-//! non-blocking send accepts it; it queues one that met congestion anyway (congestion is
-//! advisory; at most [`POST_WINDOW`] bytes of them until a waited-for send to that destination
-//! succeeds, `ENOBUFS` beyond) and raises the stop flag, after which the client waits for its
-//! sends again. Any other failure of a posted send is kept in the error word and returned by
-//! the client's next send. A receive marked [`F_BATCH`] may bring several messages: each but the last
-//! result carries [`F_MORE`]. While the client watches its receive descriptor, the daemon also
-//! pushes messages into the result ring as they reach the socket ([`F_PUSHED`], sequence 0).
-//! The daemon counts the messages it handed (the handed word), the client the ones it took
-//! (the taken word); the receive descriptor stays signalled while they differ. A client that
-//! took the last one, when the daemon last saw its socket empty (the socket word), clears the
-//! descriptor itself, then signals it again if something was handed or queued meanwhile.
-//!
-//! Trust: the daemon treats every byte of the segment as hostile. It keeps its own copy of the
-//! positions it writes, checks every position and length it reads before use, and copies a
-//! record out of the ring before looking at it; anything inconsistent is a [`Fault`], which
-//! ends that client's connection and nothing else.
+//! The segment's layout and records: the header page's words, the two byte rings, and
+//! [`RingEnd`], one process's end of them. Everything read from the segment is checked here
+//! before use (see the trust rule in [`super`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, Ordering};
@@ -51,7 +21,7 @@ pub const SEG_LEN: usize = HDR + 2 * RING_CAP;
 /// Bytes of a record header.
 pub const REC_HDR: usize = 64;
 /// The first word of the segment.
-const MAGIC: u64 = u64::from_be_bytes(*b"RDSRING1");
+const MAGIC: u64 = u64::from_be_bytes(*b"RDSRING2");
 
 const OFF_MAGIC: usize = 0;
 const OFF_C2D_HEAD: usize = 64;
@@ -61,6 +31,9 @@ const OFF_D2C_TAIL: usize = 256;
 const OFF_DAEMON_IDLE: usize = 320;
 const OFF_CLIENT_WAIT: usize = 384;
 const OFF_WANT: usize = 448;
+/// Byte offset of the word of watched directions (`WANT_*`, little-endian), for clients that
+/// write the segment through its file (tests, hostile clients).
+pub const WANT_WORD: usize = OFF_WANT;
 const OFF_POST_ERR: usize = 512;
 const OFF_POST_STOP: usize = 576;
 const OFF_HANDED: usize = 640;

@@ -1,14 +1,15 @@
-//! The daemon's side of a client socket's shared-memory ring ([`super::ring`]): set up on
-//! [`crate::ctl::Request::SockRing`] by the connection that owns the socket, served by the
-//! control server's event loop ([`RingServe`]). Sends and receives run non-blocking on the
-//! daemon's socket; the client waits on its readiness descriptors, which this side keeps
-//! signalled while the socket is ready (or the client holds messages it was handed), for each
-//! direction the client watches. While the client watches its receive side, messages that
-//! reach the socket are pushed into the ring as they come (up to [`PUSH_WINDOW`] bytes
+//! The daemon's side of a client socket's shared-memory ring ([`super`] documents the
+//! protocol): set up on [`crate::ctl::Request::SockRing`] by the connection that owns the
+//! socket, served by the control server's event loop ([`RingServe`]). Sends and receives run
+//! non-blocking on the daemon's socket; the client waits on its readiness signals, which this
+//! side keeps set while the socket is ready (or the client holds messages it was handed), for
+//! each direction the client watches. While the client watches its receive side, messages
+//! that reach the socket are pushed into the ring as they come (up to [`PUSH_WINDOW`] bytes
 //! waiting there), so that the client's next receive finds them without asking.
 //!
-//! Everything read from the segment is checked ([`super::ring::RingEnd`]); a fault ends the
-//! client's connection (the event loop counts it), never the daemon.
+//! Everything read from the segment is checked ([`super::RingEnd`]); a fault ends the
+//! client's connection (the event loop counts it), never the daemon. Every call on a
+//! descriptor the client shares is non-blocking by its own flags ([`super::bell`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,16 +18,17 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 
-use super::ring::{
+use super::bell::{self, Signal};
+use super::{
     Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_READABLE,
     F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, POST_WINDOW, REC_HDR,
     RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
 };
-use super::{RecvFlags, Socket};
 use crate::ctl::{Failed, Reply};
 use crate::message::Received;
-use crate::node::admin::{Action, RingServe, Served, Watch};
+use crate::node::admin::{Action, RingServe, RingStop, Served, Watch};
 use crate::proto::SendExtras;
+use crate::socket::{RecvFlags, Socket};
 use crate::sys;
 use crate::wire::MAX_MSG_SIZE;
 
@@ -38,12 +40,15 @@ const BATCH_MOST: usize = 32;
 /// beside them: [`RING_CAP`] is larger by more than this).
 const PUSH_WINDOW: usize = 64 << 10;
 
-/// One readiness direction the client may watch. The client may clear (and signal again) the
+/// Records a closing ring runs per turn of the event loop (the rest wait for the next turn).
+const FINISH_TURN: usize = 64;
+
+/// One readiness direction the client may watch. The client may clear (and set again) the
 /// receive side itself (after it took the last message it held, when the daemon's socket was
 /// empty), so there every change is written, even one that `signalled` says is done.
 #[derive(Debug)]
 struct Ready {
-    fd: OwnedFd,
+    sig: Signal,
     signalled: bool,
     watching: bool,
     client_clears: bool,
@@ -52,7 +57,7 @@ struct Ready {
 impl Ready {
     fn new(client_clears: bool) -> io::Result<Ready> {
         Ok(Ready {
-            fd: sys::eventfd()?,
+            sig: Signal::new()?,
             signalled: false,
             watching: false,
             client_clears,
@@ -63,9 +68,9 @@ impl Ready {
         // Where the client also writes, the last state this side wrote may be stale.
         if self.client_clears || self.signalled != ready {
             if ready {
-                sys::eventfd_signal(self.fd.as_raw_fd());
+                self.sig.set();
             } else {
-                sys::eventfd_clear(self.fd.as_raw_fd());
+                self.sig.clear();
             }
         }
         self.signalled = ready;
@@ -74,13 +79,12 @@ impl Ready {
 
 /// A socket's ring, daemon side.
 #[derive(Debug)]
-pub(super) struct RingHost {
+pub(crate) struct RingHost {
     end: RingEnd,
     sock: Weak<Socket>,
-    /// The client rings this one.
+    /// This side's end of the doorbell: the client rings it for requests, this side rings
+    /// it for results.
     bell: OwnedFd,
-    /// This side rings the client's (results).
-    done: OwnedFd,
     rx: Ready,
     tx: Ready,
     /// Bytes of posted sends queued past congestion since a waited-for send to `forced_to`
@@ -88,31 +92,34 @@ pub(super) struct RingHost {
     /// destination gets `ENOBUFS` instead).
     forced: usize,
     forced_to: Option<Option<SocketAddr>>,
+    /// Records a closing ring may still run ([`RingServe::finish`]).
+    finish_left: Option<usize>,
 }
 
-/// Sets up a ring for `sock`: the reply, the descriptors to pass (segment, daemon doorbell,
-/// result doorbell, receive and send readiness) and the served ring.
-pub(super) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
+/// Sets up a ring for `sock`: the reply, the descriptors to pass (in the order of [`super`]'s
+/// pieces) and the served ring.
+pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
     let fail = |e: io::Error| Failed::io(&e);
     let seg = sys::memfd_sealed("rds-ring", SEG_LEN).map_err(fail)?;
     let shm = sys::Shm::map(seg.as_raw_fd(), SEG_LEN).map_err(fail)?;
     let end = RingEnd::daemon(shm).ok_or_else(|| Failed(libc::EIO, "ring setup".into()))?;
+    let (bell, client_bell) = bell::pair().map_err(fail)?;
     let host = RingHost {
         end,
         sock: Arc::downgrade(sock),
-        bell: sys::eventfd().map_err(fail)?,
-        done: sys::eventfd().map_err(fail)?,
+        bell,
         rx: Ready::new(true).map_err(fail)?,
         tx: Ready::new(false).map_err(fail)?,
         forced: 0,
         forced_to: None,
+        finish_left: None,
     };
     let fds = vec![
         seg,
-        host.bell.try_clone().map_err(fail)?,
-        host.done.try_clone().map_err(fail)?,
-        host.rx.fd.try_clone().map_err(fail)?,
-        host.tx.fd.try_clone().map_err(fail)?,
+        client_bell,
+        host.rx.sig.read_end().map_err(fail)?,
+        host.rx.sig.write_end().map_err(fail)?,
+        host.tx.sig.read_end().map_err(fail)?,
     ];
     Ok(Action::Ring {
         reply: Reply::SockRing { seg_len: SEG_LEN },
@@ -317,7 +324,7 @@ impl RingHost {
                 self.end.push(out, &data)?;
             }
             if self.end.must_ring() {
-                sys::eventfd_signal(self.done.as_raw_fd());
+                bell::ring(self.bell.as_raw_fd());
             }
         }
         served.more = true;
@@ -427,21 +434,33 @@ impl RingServe for RingHost {
         self.bell.as_raw_fd()
     }
 
-    fn serve(&mut self) -> Result<Served, String> {
-        self.serve_turn().map_err(|f| f.0.to_string())
+    fn serve(&mut self) -> Result<Served, RingStop> {
+        if bell::clear(self.bell.as_raw_fd()) == bell::Cleared::Closed {
+            return Err(RingStop::Gone);
+        }
+        self.serve_turn()
+            .map_err(|f| RingStop::Fault(f.0.to_string()))
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self) -> bool {
         let sock = self.sock.upgrade();
-        // At most a full ring of records (a client still writing gets no more).
-        for _ in 0..RING_CAP / REC_HDR {
+        // A turn's worth of records, and at most a full ring in all (a client that keeps
+        // writing after its connection closed gets no more).
+        let left = self.finish_left.get_or_insert(RING_CAP / REC_HDR);
+        let turn = FINISH_TURN.min(*left);
+        *left -= turn;
+        if turn == 0 {
+            return true;
+        }
+        for _ in 0..turn {
             let Ok(Some((rec, payload))) = self.end.pop() else {
-                break;
+                return true;
             };
             if rec.op == OP_SEND && rec.flags & F_POSTED != 0 {
                 self.run_posted(sock.as_ref(), &rec, payload);
             }
         }
+        false
     }
 
     fn fired(&mut self, rx: bool) -> Vec<Watch> {
