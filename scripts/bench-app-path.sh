@@ -203,8 +203,8 @@ for spec in "64 64 1 1 >= 0.8" "1048576 256 4 1 - -"; do
 	row "daemon, 2 processes, $q B -d $d" "$tx/s p50 $p50" "$b" "$rtx/s raw_tcp" "$(ratio "$tx" "$rtx")" "$op" "$tg"
 done
 
-# A row not met: where its time goes is profiled in the README (not measured here).
+# A row not met: where its time goes is profiled in docs/performance.md (not measured here).
 if [ ${#NOT_MET[@]} -gt 0 ]; then
 	printf '\nnot met: %s\n' "$(IFS=';'; echo "${NOT_MET[*]}" | sed 's/;/; /g')"
-	echo "where their time goes and what would close them: README.md, \"Where the time goes in the rows not met\" (perf, strace and lab captures)"
+	echo "where their time goes and what would close them: docs/performance.md, \"Where the time goes in the rows not met\" (perf, strace and lab captures)"
 fi

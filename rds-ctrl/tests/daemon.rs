@@ -7,6 +7,7 @@
 mod common;
 
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{pid_alive, rds_port_taken, status, text, wait_until, Daemon, Env};
@@ -159,12 +160,14 @@ fn tunables_round_trip_range_errors_and_persistence() {
     d.unload();
 }
 
-/// Runs `rds-ctrl` as nobody (uid/gid 65534) with `setpriv`.
-fn as_nobody(env: &Env, args: &[&str]) -> std::process::Output {
+/// Runs `rds-ctrl` (`ctrl`: a copy the user can reach, see [`reachable_ctrl`]) as nobody
+/// (uid/gid 65534) with `setpriv`, from `/`.
+fn run_as_nobody(env: &Env, ctrl: &Path, args: &[&str]) -> std::process::Output {
     let mut c = assert_cmd::Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(assert_cmd::cargo::cargo_bin("rds-ctrl"))
+        .arg(ctrl)
         .args(args)
+        .current_dir("/")
         .env("HOME", env.dir.path())
         .env_remove("XDG_RUNTIME_DIR")
         .env_remove("XDG_CONFIG_HOME");
@@ -174,12 +177,19 @@ fn as_nobody(env: &Env, args: &[&str]) -> std::process::Output {
     c.output().unwrap()
 }
 
+/// A copy of `rds-ctrl` that uid 65534 can run: the build tree may sit below a directory only
+/// root can enter (a clone in root's home or in `mktemp -d`, both 0700).
+fn reachable_ctrl() -> (rds_tests::users::Reachable, PathBuf) {
+    let r = rds_tests::users::Reachable::new();
+    let copy = r.copy(&assert_cmd::cargo::cargo_bin("rds-ctrl"));
+    (r, copy)
+}
+
 #[test]
 fn privileged_commands_need_root_or_the_owner() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP privileged_commands_need_root_or_the_owner: needs root (to run setpriv)");
-        return;
-    }
+    rds_tests::users::require_root("it runs rds-ctrl as uid 65534 with setpriv");
+    let (_reach, ctrl) = reachable_ctrl();
+    let as_nobody = |env: &Env, args: &[&str]| run_as_nobody(env, &ctrl, args);
     let env = Env::new();
     let mut d = Daemon::load(&env, "127.0.0.52");
     // Reading is open to everyone.

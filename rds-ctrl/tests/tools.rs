@@ -167,12 +167,13 @@ fn info_and_ping_run_the_sibling_tools() {
 
 #[test]
 fn info_alias_runs_the_real_rds_info() {
-    // The workspace's rds-info, when it was built next to rds-ctrl.
+    // The workspace's rds-info, built next to rds-ctrl.
     let real = assert_cmd::cargo::cargo_bin("rds-info");
-    if !real.exists() {
-        eprintln!("SKIP info_alias_runs_the_real_rds_info: rds-info is not built (cargo test --workspace builds it)");
-        return;
-    }
+    assert!(
+        real.exists(),
+        "{} is not built: cargo test --workspace builds it (or cargo build --release -p rds-info)",
+        real.display()
+    );
     let env = Env::new();
     let out = env.run(&["info", "-c"]);
     status(&out, 1);

@@ -27,10 +27,12 @@ fn ping(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn stack_kernel_without_kernel_rds_and_fallbacks() {
-    if rds_core::kernel::loaded() {
-        eprintln!("this host's kernel has RDS loaded: the fallback checks do not apply here");
-        return;
-    }
+    assert!(
+        !rds_core::kernel::loaded(),
+        "this host's kernel has RDS loaded, and this test checks the refusal and the fallbacks \
+         without it: run the tests on a host without the kernel's RDS (modprobe -r rds_tcp \
+         rds_rdma rds); the lab's lab_stack test covers a kernel-RDS host"
+    );
     let (code, out, err) = ping(&["--stack", "kernel", "-c", "1", "127.23.1.2"]);
     assert_eq!(code, 1, "{out}{err}");
     assert_eq!(out, "");

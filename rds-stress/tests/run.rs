@@ -362,10 +362,7 @@ fn ip(args: &[&str]) {
 
 #[test]
 fn two_network_namespaces() {
-    if !is_root() {
-        println!("SKIP two_network_namespaces: needs root (ip netns add, veth)");
-        return;
-    }
+    rds_tests::users::require_root("ip netns add, veth");
     let id = std::process::id() % 100_000;
     let (na, nb) = (format!("rsst-a-{id}"), format!("rsst-b-{id}"));
     let _guard = Netns(vec![na.clone(), nb.clone()]);

@@ -78,7 +78,7 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) ->
 /// the module file from the guests, so it is copied in from the lab's kernel tree through the
 /// share and loaded with `insmod` after its dependencies).
 pub fn load_kernel_rds_rdma(lab: &Lab, g: usize) -> Result<()> {
-    let root = crate::lab::lab_dir().join("cache/kernel/root/lib/modules");
+    let root = crate::lab::cache_dir().join("kernel/root/lib/modules");
     let ko = find_file(&root, "rds_rdma.ko", 6)
         .with_context(|| format!("rds_rdma.ko not found under {}", root.display()))?;
     let bytes = std::fs::read(&ko).with_context(|| format!("reading {}", ko.display()))?;

@@ -69,6 +69,12 @@ pub fn lab_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lab")
 }
 
+/// The lab's cache (downloaded packages, the kernel tree, the initramfs): `LAB_CACHE` when
+/// set, as `lab.sh` reads it, else `cache/` in [`lab_dir`].
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("LAB_CACHE").map_or_else(|| lab_dir().join("cache"), PathBuf::from)
+}
+
 /// Options for [`Lab::start`].
 #[derive(Clone, Debug)]
 pub struct LabOptions {

@@ -12,6 +12,7 @@ pub mod peer;
 pub mod proc;
 pub mod raw;
 pub mod stress;
+pub mod users;
 pub mod wireprof;
 
 /// The project's dissector, `wireshark/rds.lua`.
@@ -35,25 +36,20 @@ pub fn tshark_cmd(exe: &std::path::Path, home: &std::path::Path) -> std::process
     c
 }
 
-/// tshark on `PATH`, or `None` when it is missing and `RDS_SKIP_TSHARK=1` (the caller then
-/// skips its tshark checks, with a printed SKIP). Without it and without that variable this
-/// fails, saying how to install it (CI installs it: `.ci/deps.d/tshark.sh`).
-pub fn tshark() -> Option<std::path::PathBuf> {
+/// tshark on `PATH`.
+///
+/// # Panics
+/// tshark is missing; the message says how to install it (`.ci/deps.d/tshark.sh`, which
+/// `scripts/test-all.sh` runs).
+pub fn tshark() -> std::path::PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
+    std::env::split_paths(&path)
         .map(|d| d.join("tshark"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        if std::env::var_os("RDS_SKIP_TSHARK").is_some_and(|v| v == "1") {
-            eprintln!("SKIP: tshark is not installed and RDS_SKIP_TSHARK=1: tshark checks skipped");
-        } else {
-            panic!(
-                "tshark is not installed: run .ci/deps.d/tshark.sh as root (Debian: apt-get \
-                 install tshark), or set RDS_SKIP_TSHARK=1 to skip the tshark checks"
-            );
-        }
-    }
-    found
+        .find(|p| p.is_file())
+        .expect(
+            "tshark is not installed: run .ci/deps.d/tshark.sh as root (Debian: apt-get install \
+             tshark)",
+        )
 }
 
 /// A release binary of the workspace (`rds-ctrl`, `rds-ping`, ...), next to the running test's

@@ -2,8 +2,7 @@
 //! a process of its own with a private runtime directory) under attack from remote RDS/TCP
 //! peers and from local control clients, with its resident memory, CPU time, threads and
 //! descriptors read from `/proc/<pid>`. Each case prints its figures on stderr (lines starting
-//! with `FIGURE`, for the README's reliability section) and asserts the hard bounds of the
-//! issue:
+//! with `FIGURE`, for docs/limits.md) and asserts the hard bounds of the issue:
 //!
 //! - a. 1,000,000 pings from a peer that never reads: RSS growth under 64 MiB; once the peer
 //!   is gone its queued pongs are freed within seconds.
@@ -26,7 +25,10 @@
 //! a legitimate embedded `rds-ping` uses 127.171.N.1. Cases run one at a time (their figures
 //! are per process, the machine is shared). Needs the release binaries next to this test's
 //! executable (`cargo test --workspace --release` builds them), `python3` (the flooding
-//! clients), and root for case e (a child as uid 65534).
+//! clients), and root for case e (children as uids 65534 and 65533; without root it fails).
+//! What those uids run starts in `/`, and a workspace binary they run is copied out of the
+//! workspace first (`rds_tests::users`): the clone may sit below a directory only root can
+//! enter.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -466,7 +468,8 @@ impl Flood {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(u) = uid {
-            c.uid(u).gid(u);
+            // The working directory too: the workspace may be closed to that uid.
+            c.uid(u).gid(u).current_dir("/");
         }
         let mut child = c.spawn().expect("python3 is needed for the abuse suite");
         let stdin = child.stdin.take();
@@ -989,12 +992,7 @@ fn d_fd_exhaustion() {
 #[test]
 fn e_idle_control_connections_unprivileged() {
     let _g = serial();
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIP e_idle_control_connections_unprivileged: needs root (a child as uid 65534)"
-        );
-        return;
-    }
+    rds_tests::users::require_root("children run as uids 65534 and 65533");
     let mut d = Daemon::start(ip(5, 200), None);
     let start = d.proc();
     let sock = d.sock_path().to_string_lossy().into_owned();
@@ -1019,15 +1017,17 @@ fn e_idle_control_connections_unprivileged() {
         o.status,
         String::from_utf8_lossy(&o.stderr)
     );
-    // Another unprivileged user is answered too. It runs a copy of rds-ctrl in the daemon's
-    // 0755 directory: the build tree may sit below a directory that only root can enter (a
-    // clone in `mktemp -d`, which is 0700).
+    // Another unprivileged user is answered too. It runs a copy of rds-ctrl in a directory it
+    // can reach: the build tree may sit below a directory that only root can enter (a clone in
+    // root's home or in `mktemp -d`, both 0700).
     let other = {
-        let copy = d.dir.path().join("rds-ctrl");
-        std::fs::copy(bin("rds-ctrl"), &copy).expect("copying rds-ctrl for uid 65533");
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut c = d.tool_at(&copy);
-        c.arg("stats").uid(65533).gid(65533).env("HOME", "/");
+        let reach = rds_tests::users::Reachable::new();
+        let mut c = d.tool_at(&reach.copy(&bin("rds-ctrl")));
+        c.arg("stats")
+            .uid(65533)
+            .gid(65533)
+            .current_dir("/")
+            .env("HOME", "/");
         run_bounded(c, Duration::from_secs(30), "rds-ctrl stats as uid 65533")
     };
     let after = d.proc();

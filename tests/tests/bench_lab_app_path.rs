@@ -37,7 +37,7 @@
 //! A capture or profile that fails is a note, not a failure.
 //!
 //! Results below (4c6cd4a) predate `--transport tcp` on our two-guest runs: those measured
-//! our RDS/IB over rxe (the README has the corrected runs and the profiles).
+//! our RDS/IB over rxe (docs/performance.md has the corrected runs and the profiles).
 //!
 //! Results (2026-11-26, commit 4c6cd4a; the 2-core development VM, shared with other work;
 //! TCG, 1 vCPU and 768 MB per guest; `-T 5`; run time 186 s, boot included):
@@ -64,7 +64,8 @@
 //! inside the kernel (its loopback transport, no TCP); in the daemon rows ours does the same
 //! in the daemon's node, with the daemon's rings both ways; `--loopback` goes through TCP over
 //! `lo`. That run was before daemon clients posted sends and got receives batched and pushed;
-//! with them (commit c29aa49) the daemon rows gave 0.21 / 0.81 / 0.33 (README, Performance).
+//! with them (commit c29aa49) the daemon rows gave 0.21 / 0.81 / 0.33 (docs/performance.md,
+//! "The same rows on one CPU, against the kernel's RDS (the lab)").
 
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::guestcpu::{CpuShares, CpuTicks};

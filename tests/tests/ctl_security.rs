@@ -4,14 +4,17 @@
 //! from, close, attach and enumerate it, binds a privileged port, holds 500 idle control
 //! connections and stalls a half-sent request. Also: a runtime directory squatted by another
 //! uid, or writable by others, is refused with a clear error, including a squatted
-//! `/tmp/rds-65534` for uid 65534 without `XDG_RUNTIME_DIR` (this test binary re-run as that
-//! uid).
+//! `/tmp/rds-65534` for uid 65534 without `XDG_RUNTIME_DIR` (a copy of this test executable
+//! run as that uid, with a private `/tmp` of the test's own, so the host's `/tmp` is never
+//! touched).
+//!
+//! Needs root (fails otherwise). What uid 65534 runs is copied out of the workspace first
+//! (`rds_tests::users`): the clone may sit below a directory only root can enter.
 //!
 //! Loopback addresses 127.31.7.0/24. The tests share the process's `RDS_RUNTIME_DIR` and
 //! count the process's threads, so they run one at a time (`SERIAL`).
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -21,10 +24,9 @@ use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request};
 use rds_core::node::admin::{CONNS_PER_UID, WORKERS};
 use rds_core::{CtlMode, Node, NodeConfig};
+use rds_tests::users::{command_as, require_root, Reachable, NOBODY};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-const NOBODY: u32 = 65534;
 
 fn python() -> &'static str {
     if Path::new("/usr/bin/python3").exists() {
@@ -63,12 +65,10 @@ def hello(s):
 
 /// Runs `script` (after [`PY_LIB`]) as uid 65534 and returns its stdout, checking its status.
 fn run_as_nobody(ctl: &Path, script: &str) -> String {
-    let out = Command::new(python())
+    let out = command_as(NOBODY, python())
         .arg("-c")
         .arg(format!("{PY_LIB}\n{script}"))
         .env("CTL_PATH", ctl)
-        .uid(NOBODY)
-        .gid(NOBODY)
         .stdin(Stdio::null())
         .output()
         .expect("running python3 as uid 65534");
@@ -117,6 +117,7 @@ fn threads() -> usize {
 #[test]
 fn another_uid_cannot_touch_or_see_roots_socket() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_root("a child runs as uid 65534");
     let dir = tempfile::tempdir().unwrap();
     let n = node(dir.path(), "127.31.7.1", "daemon");
     let path = n.ctl_path().unwrap();
@@ -260,6 +261,7 @@ print(json.dumps({"bind80": rep80, "bind7002": rep7002.get("kind"),
 #[test]
 fn idle_connections_and_a_slowloris_stay_bounded() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_root("a child runs as uid 65534");
     let dir = tempfile::tempdir().unwrap();
     let n = node(dir.path(), "127.31.7.2", "daemon");
     let path = n.ctl_path().unwrap();
@@ -267,7 +269,7 @@ fn idle_connections_and_a_slowloris_stay_bounded() {
     let mut root = CtlClient::connect(&path).unwrap();
     root.info().unwrap();
     let before = threads();
-    let mut child = Command::new(python())
+    let mut child = command_as(NOBODY, python())
         .arg("-c")
         .arg(format!(
             "{PY_LIB}\n{}",
@@ -299,8 +301,6 @@ sys.stdin.readline()
 "#
         ))
         .env("CTL_PATH", &path)
-        .uid(NOBODY)
-        .gid(NOBODY)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -378,6 +378,7 @@ fn start_err(dir: &Path, name: &str) -> String {
 #[test]
 fn squatted_runtime_directories_are_refused() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_root("it gives a directory to uid 65534");
     let top = tempfile::tempdir().unwrap();
     // Made by another uid.
     let squat: PathBuf = top.path().join("squat");
@@ -450,9 +451,11 @@ fn stale_socket_files_are_replaced_live_ones_kept() {
     assert!(!rds_core::ctl::lock_path(&path).exists());
 }
 
-/// The child side of [`squatted_tmp_fallback_is_refused`]: runs as uid 65534 without
-/// `XDG_RUNTIME_DIR` or `RDS_RUNTIME_DIR`, so its runtime directory is `/tmp/rds-65534`.
+/// The child side of [`squatted_tmp_fallback_is_refused`], which runs a copy of this test
+/// executable with `--ignored` as uid 65534 without `XDG_RUNTIME_DIR` or `RDS_RUNTIME_DIR`, so
+/// its runtime directory is `/tmp/rds-65534`; does nothing elsewhere.
 #[test]
+#[ignore = "the child of squatted_tmp_fallback_is_refused"]
 fn squat_child() {
     if std::env::var_os("CTL_SECURITY_CHILD").is_none() {
         return;
@@ -477,19 +480,41 @@ fn squat_child() {
 /// Without `XDG_RUNTIME_DIR` a user's runtime directory is `/tmp/rds-<uid>`: one made by
 /// another uid (here root, mode 0777, with a fake daemon socket in it) is neither served in
 /// nor searched.
+///
+/// The child (a copy of this executable, in a directory uid 65534 can reach) runs in a mount
+/// namespace of its own (`unshare --mount`) where `/tmp` is a fresh directory of this test:
+/// the squatted `/tmp/rds-65534` exists only there, so nothing is made or left in the host's
+/// `/tmp`, and whatever the host's `/tmp/rds-65534` holds neither disturbs nor skips the test.
+/// That private `/tmp` goes when the test ends, also when it fails.
 #[test]
 fn squatted_tmp_fallback_is_refused() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let squat = PathBuf::from(format!("/tmp/rds-{NOBODY}"));
-    if squat.exists() {
-        println!("{} exists already; not touching it", squat.display());
-        return;
-    }
+    require_root("a child runs as uid 65534 in a mount namespace");
+    // The child's /tmp: the copy of this executable in bin/, and the squatted directory.
+    let tmp = Reachable::new();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let copy = bin.join(exe.file_name().unwrap());
+    std::fs::copy(&exe, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let squat = tmp.path().join(format!("rds-{NOBODY}"));
     std::fs::create_dir(&squat).unwrap();
     std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o777)).unwrap();
     let fake = std::os::unix::net::UnixListener::bind(squat.join("daemon.sock")).unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
+    // In the namespace: /tmp becomes `tmp`, then uid 65534 runs /tmp/bin/<copy>.
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(format!(
+            "mount --bind \"$0\" /tmp && exec setpriv --reuid={NOBODY} --regid={NOBODY} \
+             --clear-groups -- \"$@\""
+        ))
+        .arg(tmp.path())
+        .arg(Path::new("/tmp/bin").join(exe.file_name().unwrap()))
         .args([
+            "--ignored",
             "--exact",
             "squat_child",
             "--nocapture",
@@ -498,25 +523,25 @@ fn squatted_tmp_fallback_is_refused() {
         ])
         .env_clear()
         .env("CTL_SECURITY_CHILD", "1")
-        .env("PATH", "/usr/bin:/bin")
-        .uid(NOBODY)
-        .gid(NOBODY)
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .current_dir("/")
         .output()
-        .unwrap();
+        .expect("running unshare (util-linux)");
     drop(fake);
-    let _ = std::fs::remove_dir_all(&squat);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
         .find_map(|l| l.split_once("CHILD ").map(|(_, r)| r))
         .unwrap_or_else(|| {
             panic!(
-                "no child report:\n{stdout}\n{}",
+                "no child report ({}):\n{stdout}\n{}",
+                out.status,
                 String::from_utf8_lossy(&out.stderr)
             )
         });
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     println!("uid 65534 with a squatted /tmp/rds-65534: {v}");
+    assert!(out.status.success(), "{}: {stdout}", out.status);
     assert_eq!(v["dir"], "/tmp/rds-65534");
     assert!(
         !v["listed"]
@@ -532,4 +557,12 @@ fn squatted_tmp_fallback_is_refused() {
         err.starts_with("refusing the RDS runtime directory /tmp/rds-65534: it belongs to uid 0"),
         "{err}"
     );
+    // The squat was the test's own: still there, unchanged, and nothing new beside it.
+    assert!(squat.join("daemon.sock").exists());
+    let mut left: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["bin", "rds-65534"]);
 }

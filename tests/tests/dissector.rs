@@ -2,8 +2,7 @@
 //! `rds_core::trace`: tshark must decode every RDS frame to exactly the values written, put it
 //! in the packet our reader says completes it, and never report a malformed packet.
 //!
-//! tshark must be installed (`.ci/deps.d/tshark.sh` does it); these tests fail without it,
-//! unless `RDS_SKIP_TSHARK=1` (then they print SKIP and pass).
+//! tshark must be installed (`.ci/deps.d/tshark.sh` does it); these tests fail without it.
 //! Set `RDS_DISSECTOR_KEEP=DIR` to keep the captures for a look in Wireshark.
 
 use std::collections::BTreeMap;
@@ -339,12 +338,12 @@ struct Tshark {
 }
 
 impl Tshark {
-    /// `None` (the test returns early) only when tshark is missing and `RDS_SKIP_TSHARK=1`.
-    fn new() -> Option<Self> {
-        Some(Tshark {
-            exe: rds_tests::tshark()?,
+    /// Fails the test when tshark is missing ([`rds_tests::tshark`]).
+    fn new() -> Self {
+        Tshark {
+            exe: rds_tests::tshark(),
             home: tempfile::tempdir().unwrap(),
-        })
+        }
     }
 
     /// Runs tshark with the dissector loaded and a private HOME (no personal plugins or
@@ -509,7 +508,7 @@ fn ext(parts: &[&[u8]]) -> Vec<u8> {
 
 #[test]
 fn tcp_messages_of_all_kinds_decode_exactly() {
-    let Some(ts) = Tshark::new() else { return };
+    let ts = Tshark::new();
     let dir = tempfile::tempdir().unwrap();
     let c = tcp("192.0.2.1:40000", "192.0.2.2:16385");
     let mut s = Scenario::new();
@@ -760,7 +759,7 @@ fn infos(ts: &Tshark, file: &Path, extra: &[&str]) -> BTreeMap<u64, String> {
 
 #[test]
 fn header_straddling_two_segments_is_reassembled() {
-    let Some(ts) = Tshark::new() else { return };
+    let ts = Tshark::new();
     let dir = tempfile::tempdir().unwrap();
     let c = tcp("192.0.2.1:40008", "192.0.2.2:16385");
     let mut s = Scenario::new();
@@ -847,7 +846,7 @@ fn header_straddling_two_segments_is_reassembled() {
 
 #[test]
 fn lanes_directions_and_ipv6() {
-    let Some(ts) = Tshark::new() else { return };
+    let ts = Tshark::new();
     let dir = tempfile::tempdir().unwrap();
     // Three IPv4 lanes (client ports ≡ lane mod 8) and two IPv6 lanes where we are the
     // server side; both directions on each.
@@ -929,7 +928,7 @@ fn lanes_directions_and_ipv6() {
 
 #[test]
 fn snapped_frames_show_their_header_and_decoding_goes_on() {
-    let Some(ts) = Tshark::new() else { return };
+    let ts = Tshark::new();
     let dir = tempfile::tempdir().unwrap();
     let c = tcp("203.0.113.1:40016", "203.0.113.2:16385");
     let mut s = Scenario::new();
@@ -1064,7 +1063,7 @@ fn ib(solicited: bool) -> Transport {
 
 #[test]
 fn infiniband_fragments_in_erf() {
-    let Some(ts) = Tshark::new() else { return };
+    let ts = Tshark::new();
     let dir = tempfile::tempdir().unwrap();
     let mut s = Scenario::new();
     let good = |h: Hdr| Hdr {
@@ -1286,7 +1285,7 @@ fn no_exceptions(verbose: &str, any: bool) {
 
 #[test]
 fn garbage_never_breaks_the_dissector() {
-    let Some(ts) = Tshark::new() else { return };
+    let ts = Tshark::new();
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let c = tcp("192.0.2.1:40000", "192.0.2.2:16385");

@@ -5,7 +5,7 @@
 //! roles swap so that the larger address is the client. The namespaces are removed afterwards,
 //! also when the test fails (a guard with `Drop`).
 //!
-//! Needs root and `ip` (iproute2); otherwise the test prints a SKIP line naming what is missing.
+//! Needs root and `ip` (iproute2); without either the test fails, naming what is missing.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
@@ -134,14 +134,17 @@ impl Drop for Peer {
     }
 }
 
-fn skip_reason() -> Option<String> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Some("not root".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(o) if o.status.success() => None,
-        _ => Some("`ip` (iproute2) not found".into()),
-    }
+/// Fails the test, naming what is missing, unless this is root with `ip` (iproute2).
+fn require_root_and_ip() {
+    rds_tests::users::require_root("ip netns add, veth");
+    let ok = Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "`ip` (iproute2) is not found: install iproute2 (.ci/deps.d/lab.sh does, as root)"
+    );
 }
 
 /// The echo side in `echo_ns`, the client in `client_ns`; the client checks every echo.
@@ -158,10 +161,7 @@ fn exchange(echo_ns: &str, echo_addr: &str, client_ns: &str, client_addr: &str) 
 
 #[test]
 fn two_nodes_in_two_namespaces_over_veth() {
-    if let Some(why) = skip_reason() {
-        println!("SKIP netns: {why} (needs root and iproute2)");
-        return;
-    }
+    require_root_and_ip();
     let ns = Netns::create();
     // The addresses exist only inside the namespaces.
     let host = ip(&["-br", "addr"]);

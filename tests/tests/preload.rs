@@ -335,11 +335,10 @@ fn tcp_listening(port: &str) -> bool {
 
 #[test]
 fn qperf_rds_lat_and_rds_bw_between_two_preloaded_processes() {
-    if Command::new("qperf").arg("--version").output().is_err() {
-        // .ci/deps.d/preload.sh installs it; a developer machine may lack it.
-        eprintln!("SKIP: qperf is not installed (apt-get install qperf, or .ci/deps.d/preload.sh)");
-        return;
-    }
+    assert!(
+        Command::new("qperf").arg("--version").output().is_ok(),
+        "qperf is not installed: run .ci/deps.d/preload.sh as root (Debian: apt-get install qperf)"
+    );
     // The client's RDS socket takes its control connection's source address (127.0.0.1), the
     // server's the address it was reached at. One after the other: both cases use 127.0.0.1.
     // Embedded: two addresses, one node in each process.

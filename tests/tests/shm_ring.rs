@@ -12,9 +12,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rds_core::ctl::client::CtlClient;
@@ -232,12 +231,7 @@ print(json.dumps({"errnos": errnos, "opened": opened}))
 
 #[test]
 fn another_uid_cannot_set_up_or_map_a_ring() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIP another_uid_cannot_set_up_or_map_a_ring: needs root (runs a uid 65534 child)"
-        );
-        return;
-    }
+    rds_tests::users::require_root("a child runs as uid 65534");
     let dir = tempfile::tempdir().unwrap();
     let (d, sock) = rds_tests::spawn_daemon(dir.path(), &["127.20.0.3"]);
     for p in [dir.path().to_path_buf(), dir.path().join("run")] {
@@ -246,13 +240,11 @@ fn another_uid_cannot_set_up_or_map_a_ring() {
     // Root's socket with its ring, open while uid 65534 tries.
     let (mut c, seg, _bell) = raw_ring(&sock, "127.20.0.3:0");
     assert_eq!(seg.metadata().unwrap().len(), SEG_LEN as u64);
-    let out = Command::new("python3")
+    let out = rds_tests::users::command_as(rds_tests::users::NOBODY, "python3")
         .arg("-c")
         .arg(PY)
         .env("CTL_PATH", &sock)
         .env("PIDS", format!("{} {}", d.0.id(), std::process::id()))
-        .uid(65534)
-        .gid(65534)
         .stdin(Stdio::null())
         .output()
         .expect("running python3 as uid 65534");

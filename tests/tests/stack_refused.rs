@@ -5,7 +5,7 @@
 //!
 //! Addresses: 127.23.2.x.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn run(tool: &str, args: &[&str]) -> (i32, String, String) {
@@ -23,14 +23,14 @@ fn run(tool: &str, args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn stack_kernel_refused_without_kernel_rds() {
-    if rds_core::kernel::loaded() {
-        eprintln!("this host's kernel has RDS loaded: the refusal does not apply here");
-        return;
-    }
-    let pcap: PathBuf = tempfile::tempdir()
-        .unwrap()
-        .keep()
-        .join("stack-kernel.pcap");
+    assert!(
+        !rds_core::kernel::loaded(),
+        "this host's kernel has RDS loaded, and this test checks the refusal without it: run \
+         the tests on a host without the kernel's RDS (modprobe -r rds_tcp rds_rdma rds); \
+         the lab's lab_stack test covers a kernel-RDS host"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pcap: PathBuf = dir.path().join("stack-kernel.pcap");
     let pcap = pcap.to_str().unwrap();
     // (tool, arguments, exit status): usage-class tools exit 2, the others 1.
     let cases: [(&str, &[&str], i32); 4] = [
@@ -57,4 +57,6 @@ fn stack_kernel_refused_without_kernel_rds() {
         assert_ne!(code, 0, "{tool}");
         assert!(err.contains("invalid stack 'kernal'"), "{tool}: {err}");
     }
+    // rds-trace refused before it created the capture file.
+    assert!(!Path::new(pcap).exists());
 }

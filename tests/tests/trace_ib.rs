@@ -134,7 +134,7 @@ const FIELDS: [&str; 10] = [
 ];
 
 fn decode(pcap: &std::path::Path) -> Result<Vec<Row>> {
-    let exe = rds_tests::tshark().context("tshark")?;
+    let exe = rds_tests::tshark();
     let home = tempfile::tempdir()?;
     let mut c = rds_tests::tshark_cmd(&exe, home.path());
     c.arg("-r")

@@ -13,7 +13,7 @@
 //! transport events that come while nobody leads wait at most [`GRACE`] for the I/O thread.
 //!
 //! Two rules keep a dedicated I/O thread where it is faster (measured with rds-stress
-//! `--loopback`; the README has the figures):
+//! `--loopback`; docs/performance.md has the figures):
 //! - a leader that leaves with transport events already pending (deep queues) hands them to
 //!   the I/O thread at once, which works on them while the leader handles its messages;
 //! - when two threads wait on the node at once, nobody leads for [`CROWD_HOLD`]: with several

@@ -110,15 +110,3 @@ pub fn field(line: &str, i: usize) -> f64 {
         .and_then(|x| x.parse().ok())
         .unwrap_or_else(|| panic!("no field {i} in {line:?}"))
 }
-
-/// Whether this process runs as root (for the netns tests).
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
