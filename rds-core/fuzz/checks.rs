@@ -558,6 +558,7 @@ pub fn engine(data: &[u8]) {
                         let f = rds_core::proto::Frame {
                             hdr: HeaderRepr::from_bytes(&raw).unwrap(),
                             payload: Bytes::new(),
+                            held: 0,
                         };
                         let _ = e.st.handle_frame(e.now, c, path, ep.wrapping_add(7777), f);
                     } else {

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod buf;
 pub mod ctl;
 pub mod errno;
 pub mod ib;

@@ -21,6 +21,8 @@ pub struct InMsg {
     pub rx_time: Instant,
     /// An `RDMA_DEST` cookie (`rkey | offset << 32`) the message carried.
     pub rdma_dest: Option<u64>,
+    /// Bytes of memory the payload keeps alive while queued (charged to the node budget).
+    pub(crate) held: usize,
 }
 
 /// What the engine's receive call returns.

@@ -169,6 +169,9 @@ counters! {
         /// lane, or dropped by the node) neither sent its last data nor closed within 5 s, and
         /// was closed.
         TcpDrainExpired = "tcp_drain_expired",
+        /// (This stack) A connection's message in progress got no byte for
+        /// `net.rds.partial_timeout_ms`, and the connection was closed.
+        TcpPartialTimeouts = "tcp_partial_timeouts",
     }
 }
 

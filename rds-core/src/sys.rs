@@ -10,22 +10,19 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use bytes::BytesMut;
-
-/// Keeps freed message buffers (up to 1 MiB each) in the process's heap instead of returning
-/// them to the kernel: glibc serves allocations of 128 KiB and up with `mmap` at first and
-/// trims the heap top past twice that, so every large message cost a fresh mapping, a page
-/// fault per page and zeroing (a third of the time of a 1 MiB loopback stream). Allocations
-/// under 4 MiB stay in the heap, and up to 64 MiB of free heap top is kept. Done once per
-/// process, when the first node starts.
-pub fn keep_freed_message_memory() {
+/// Makes the C library map every allocation of [`crate::buf::BIG`] bytes or more and unmap
+/// it when freed (a fixed `M_MMAP_THRESHOLD`, which also stops glibc from raising it as large
+/// blocks are freed and keeping them in the heap): memory that peers made the node hold goes
+/// back to the system when they leave. The buffers the data path uses over and over come from
+/// [`crate::buf`]'s bounded pool instead, so they cost no fresh mapping. Done once per process,
+/// when the first node starts.
+pub fn return_large_allocations() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: mallopt only changes allocator parameters; it is called before this
-        // library allocates message buffers, and glibc serialises it with its own locks.
+        // SAFETY: mallopt only changes allocator parameters; glibc serialises it with its own
+        // locks.
         unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, crate::buf::BIG as libc::c_int);
         }
     });
 }
@@ -360,7 +357,7 @@ pub fn outq(fd: RawFd) -> io::Result<usize> {
 
 /// Reads up to `max` bytes into the spare capacity of `buf` (growing it as needed) without
 /// zeroing it first. Returns the bytes read (0 = end of stream).
-pub fn read_spare(fd: RawFd, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+pub fn read_spare(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
     buf.reserve(max);
     let spare: &mut [MaybeUninit<u8>] = buf.spare_capacity_mut();
     let n = spare.len().min(max);
@@ -374,6 +371,14 @@ pub fn read_spare(fd: RawFd, buf: &mut BytesMut, max: usize) -> io::Result<usize
     // SAFETY: the kernel initialised exactly `r` bytes at the start of the spare capacity.
     unsafe { buf.set_len(buf.len() + r) };
     Ok(r)
+}
+
+/// `SIOCINQ`: bytes a TCP socket has received and not yet given to a read.
+pub fn inq(fd: RawFd) -> io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    // SAFETY: SIOCINQ (== FIONREAD) writes one c_int through the pointer, which is valid.
+    cvt(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut v as *mut libc::c_int) })?;
+    Ok(v.max(0) as usize)
 }
 
 /// Local address of a socket.
@@ -829,7 +834,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(outq(s.as_raw_fd()).unwrap(), 0);
-        let mut buf = BytesMut::new();
+        let mut buf = Vec::new();
         peer.set_nonblocking(false).unwrap();
         let n = read_spare(peer.as_raw_fd(), &mut buf, 64).unwrap();
         assert_eq!(&buf[..n], b"hello");

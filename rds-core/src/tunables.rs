@@ -36,6 +36,9 @@ pub struct Tunables {
     /// pongs, reassembly and per-peer state; 0 = automatic (a node uses min(256 MiB,
     /// RAM / 8), the bare engine 256 MiB).
     pub mem_budget: u64,
+    /// `net.rds.partial_timeout_ms`: a peer's message in progress that gets no byte for this
+    /// long ends its RDS/TCP connection.
+    pub partial_timeout: Duration,
     /// `net.rds.uid_mem_share`: percent of the node budget that the sockets of one user
     /// other than root may hold (queued messages both ways).
     pub uid_mem_share: u8,
@@ -62,6 +65,7 @@ impl Default for Tunables {
             sndbuf_max: 64 << 20,
             rcvbuf_max: 64 << 20,
             mem_budget: 0,
+            partial_timeout: Duration::from_secs(30),
             uid_mem_share: 25,
             root_mem_reserve: 10,
             ras_level: DEFAULT_RAS_LEVEL,
@@ -228,6 +232,18 @@ pub const TUNABLES: &[TunableDef] = &[
         kernel: false,
         get: |t| t.mem_budget,
         set: |t, v| t.mem_budget = v,
+    },
+    TunableDef {
+        name: "net.rds.partial_timeout_ms",
+        desc: "an RDS/TCP connection whose message in progress gets no byte for this long is \
+               closed, and the memory it held freed (tcp_partial_timeouts)",
+        unit: "ms",
+        min: 100,
+        max: 3_600_000,
+        zero_ok: false,
+        kernel: false,
+        get: |t| t.partial_timeout.as_millis() as u64,
+        set: |t, v| t.partial_timeout = Duration::from_millis(v),
     },
     TunableDef {
         name: "net.rds.uid_mem_share",

@@ -22,6 +22,7 @@ fn data(seq: u64, sport: u16, dport: u16, payload: &'static [u8]) -> Frame {
     Frame {
         hdr: HeaderRepr::data(seq, sport, dport, payload.len() as u32),
         payload: Bytes::from_static(payload),
+        held: payload.len(),
     }
 }
 
@@ -56,6 +57,7 @@ fn accepted_lane_waits_for_the_drain_of_its_slot() {
         Frame {
             hdr: probe,
             payload: Bytes::new(),
+            held: 0,
         },
     )
     .unwrap();

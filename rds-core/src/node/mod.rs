@@ -251,7 +251,7 @@ impl Node {
     /// A listener cannot bind (the address is not configured here, or port 16385 is taken,
     /// for example by the kernel's `rds_tcp`), or a system resource is missing.
     pub fn start(cfg: NodeConfig) -> io::Result<Node> {
-        sys::keep_freed_message_memory();
+        sys::return_large_allocations();
         let seed = cfg.seed.unwrap_or_else(random_seed);
         let mut stack = Stack::new(resolve_tunables(cfg.tunables.clone()), seed);
         let tcp_stats = Arc::new(TcpStats::new());
@@ -909,6 +909,8 @@ impl Inner {
         tcp.timers(now, outs);
         {
             let mut core = lock(&self.core);
+            let stalled = core.stack.tunables().partial_timeout;
+            tcp.expire_partials(now, stalled, outs);
             if let Some(ib) = ib.as_mut() {
                 for &(token, _) in evs {
                     if Ib::owns_token(token) {
@@ -1012,6 +1014,15 @@ impl Inner {
                     epoch,
                     err,
                 } => core.stack.handle_stream_error(now, conn, path, epoch, err),
+                TcpOut::Reassembly {
+                    conn,
+                    path,
+                    epoch,
+                    held,
+                } => {
+                    // Refused: the engine reset the path, whose disconnect closes it.
+                    let _ = core.stack.tcp_reassembly(now, conn, path, epoch, held);
+                }
                 TcpOut::Closed(idx, serial) => {
                     if let Some((c, p, epoch, connecting)) = tcp.closed(idx, serial) {
                         if connecting {

@@ -38,6 +38,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::tap::{Dir, Tap, TxFrames};
+use crate::buf;
 use crate::proto::stack::STASH_MAX;
 use crate::proto::{canonical, AcceptError, ConnId, DropReason, Frame, Stack, StreamParser};
 use crate::stats::{TcpCounter, TcpStats};
@@ -130,6 +131,10 @@ struct TcpConn {
     ack_poll: Option<(Instant, Duration)>,
     /// Sequence of the last byte sent / expected una / seen una for info (`rds_info_tcp_socket`).
     last_seen_una: u32,
+    /// What the parser's message in progress held when last reported to the engine.
+    held_reported: usize,
+    /// While a message is partly received: when its last bytes came.
+    partial_since: Option<Instant>,
 }
 
 /// Counts a connection attempt that the peer refused (nothing listens on its RDS port).
@@ -165,6 +170,13 @@ pub(crate) enum TcpOut {
     },
     /// The connection ended.
     Closed(usize, u64),
+    /// The message in progress on the connection now holds `held` bytes.
+    Reassembly {
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        held: usize,
+    },
     Acked {
         conn: ConnId,
         path: usize,
@@ -190,7 +202,6 @@ pub(crate) struct Tcp {
     free: Vec<usize>,
     next_serial: u64,
     by_path: HashMap<(ConnId, usize), usize>,
-    rbuf: BytesMut,
     hdr_arena: BytesMut,
     /// Frames of the current transmit pass for the trace tap (recorded together).
     tap_tx: TxFrames,
@@ -249,7 +260,6 @@ impl Tcp {
             free: Vec::new(),
             next_serial: 0,
             by_path: HashMap::new(),
-            rbuf: BytesMut::with_capacity(READ_CHUNK),
             hdr_arena: BytesMut::new(),
             tap_tx: TxFrames::default(),
             pending_flush: Vec::new(),
@@ -480,7 +490,9 @@ impl Tcp {
     }
 
     /// Reads what is available (bounded), parses frames; end of stream or an error closes.
-    fn read(&mut self, idx: usize, _now: Instant, out: &mut Vec<TcpOut>) {
+    /// Small payloads are copied out of the read chunk, larger ones keep it (pooled, see
+    /// [`crate::buf`]); the message in progress is reported to the engine as it grows.
+    fn read(&mut self, idx: usize, now: Instant, out: &mut Vec<TcpOut>) {
         let Some(c) = self.conns[idx].as_mut() else {
             return;
         };
@@ -491,8 +503,14 @@ impl Tcp {
         let mut closed = false;
         let mut stream_err = None;
         while total < READ_BUDGET {
-            // The rest of a large payload is read straight into its message buffer.
-            if let Some((buf, rem)) = c.parser.direct_buf(DIRECT_MIN) {
+            // The rest of a large payload is read straight into its message buffer, which
+            // grows to what the socket holds now (never to what the header announced).
+            let avail = if c.parser.data_rem() >= DIRECT_MIN {
+                sys::inq(fd).unwrap_or(0)
+            } else {
+                0
+            };
+            if let Some((buf, rem)) = c.parser.direct_buf(DIRECT_MIN, avail) {
                 match sys::read_spare(fd, buf, rem.min(READ_BUDGET)) {
                     Ok(0) => {
                         closed = true;
@@ -511,15 +529,24 @@ impl Tcp {
                     }
                 }
             }
-            match sys::read_spare(fd, &mut self.rbuf, READ_CHUNK) {
+            let mut v = buf::take(READ_CHUNK);
+            let r = sys::read_spare(fd, &mut v, READ_CHUNK);
+            let v = match r {
+                Ok(n) if n > 0 => v,
+                _ => {
+                    buf::give(v);
+                    Vec::new()
+                }
+            };
+            match r {
                 Ok(0) => {
                     closed = true;
                     break;
                 }
                 Ok(n) => {
                     total += n;
-                    let chunk = self.rbuf.split().freeze();
-                    if let Err(e) = c.parser.feed(chunk, &mut frames) {
+                    let held = v.capacity();
+                    if let Err(e) = c.parser.feed_chunk(buf::freeze(v), held, &mut frames) {
                         stream_err = Some(e);
                         break;
                     }
@@ -542,6 +569,23 @@ impl Tcp {
             }
         }
         let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        // The message in progress, charged as it fills (before the frames that completed
+        // are: their payloads now are the messages').
+        let held = c.parser.partial_held();
+        if held != c.held_reported {
+            c.held_reported = held;
+            out.push(TcpOut::Reassembly {
+                conn,
+                path,
+                epoch,
+                held,
+            });
+        }
+        if !c.parser.in_message() {
+            c.partial_since = None;
+        } else if total > 0 || c.partial_since.is_none() {
+            c.partial_since = Some(now);
+        }
         if !frames.is_empty() {
             out.push(TcpOut::Frames {
                 conn,
@@ -647,6 +691,8 @@ impl Tcp {
             faddr_key: canonical(faddr),
             ack_poll: None,
             last_seen_una: 0,
+            held_reported: 0,
+            partial_since: None,
         };
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
@@ -721,6 +767,8 @@ impl Tcp {
             faddr_key: canonical(peer.ip()),
             ack_poll: None,
             last_seen_una: 0,
+            held_reported: 0,
+            partial_since: None,
         };
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
@@ -1076,15 +1124,37 @@ impl Tcp {
     }
 
     /// The earliest transport timer.
+    /// Closes the connections whose message in progress got no byte for `limit`
+    /// (`net.rds.partial_timeout_ms`): a peer that announces a message and stops half way
+    /// holds no memory for long (`tcp_partial_timeouts`).
+    pub(crate) fn expire_partials(&mut self, now: Instant, limit: Duration, out: &mut Vec<TcpOut>) {
+        for idx in 0..self.conns.len() {
+            let Some(c) = self.conns[idx].as_mut() else {
+                continue;
+            };
+            if c.partial_since.is_some_and(|t| now >= t + limit) {
+                c.partial_since = None;
+                self.stats.inc(TcpCounter::TcpPartialTimeouts);
+                let _ = c.stream.shutdown(Shutdown::Both);
+                out.push(TcpOut::Closed(idx, c.serial));
+            }
+        }
+    }
+
     pub(crate) fn next_timer(&self) -> Option<Instant> {
         let stash = (!self.stashed.is_empty()).then_some(self.stash_retry_at);
         let paused = self.listeners.iter().filter_map(|l| l.paused_until);
         self.conns
             .iter()
             .flatten()
-            .filter_map(|c| match c.state {
-                State::Draining(t) => Some(t),
-                _ => c.ack_poll.map(|(t, _)| t),
+            .flat_map(|c| {
+                let t = match c.state {
+                    State::Draining(t) => Some(t),
+                    _ => c.ack_poll.map(|(t, _)| t),
+                };
+                // A message in progress is looked at again within a second.
+                t.into_iter()
+                    .chain(c.partial_since.map(|p| p + Duration::from_secs(1)))
             })
             .chain(stash)
             .chain(paused)

@@ -153,9 +153,11 @@ impl FragAssembler {
             let mut h = first;
             h.flags |= hdr.flags;
             info.discarded = std::mem::take(&mut self.discard);
+            let held = buf.capacity();
             info.complete = Some(Frame {
                 hdr: h,
                 payload: buf.freeze(),
+                held,
             });
         } else {
             self.cur = Some((first, buf, rem));

@@ -118,6 +118,8 @@ pub enum DropReason {
     Shutdown,
     /// A newer transport connection replaced this one.
     Replaced,
+    /// A message in reassembly would pass the node budget or the peer's share of reassembly.
+    Memory,
     /// A newer TCP connection for this lane arrived while this one was up: this one is read
     /// to its end (the peer's TCP may have acknowledged data still unread in it) before the
     /// newcomer, held unread meanwhile, takes the lane.

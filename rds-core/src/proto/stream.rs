@@ -1,14 +1,28 @@
 //! RDS/TCP byte-stream reassembly (`tcp_recv.c`): the stream is back-to-back
 //! `[48-byte header][h_len payload bytes]` with no other framing.
 //!
-//! The parser is fed whatever chunks the socket returns and yields whole frames. Payloads that
-//! lie entirely inside one fed chunk are zero-copy slices of it; others are gathered. A length
-//! above the configured limit is an error (the kernel trusts `h_len`; we refuse to allocate for
-//! a hostile peer) and poisons the parser: the caller drops the connection.
+//! The parser is fed whatever chunks the socket returns and yields whole frames. What a frame
+//! keeps alive is what it is charged ([`Frame::held`]): a payload smaller than
+//! [`COPY_BELOW`] is copied out of the chunk (as the kernel copies into page fragments), so
+//! that a small message never pins a whole read buffer; a larger one that lies entirely in
+//! the chunk is a zero-copy slice of it and is charged the chunk's whole buffer; others are
+//! gathered in a buffer of their own, which grows as the payload arrives (never reserved up
+//! front from the header's length: a peer that announces 1 MiB and sends a byte makes the
+//! parser hold a byte). [`StreamParser::partial_held`] is what the message in progress holds,
+//! for the caller to charge. A length above the configured limit is an error (the kernel
+//! trusts `h_len`; we refuse to allocate for a hostile peer) and poisons the parser: the
+//! caller drops the connection.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use crate::buf;
 use crate::wire::{HeaderRepr, HEADER_LEN};
+
+/// Payloads shorter than this are copied out of the chunk they arrived in.
+pub const COPY_BELOW: usize = 64 << 10;
+
+/// How much a gather buffer grows at least (beyond what is known to be coming).
+const GROW_MIN: usize = 16 << 10;
 
 /// A complete message read from the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +31,8 @@ pub struct Frame {
     pub hdr: HeaderRepr,
     /// Exactly `hdr.len` bytes.
     pub payload: Bytes,
+    /// Bytes of memory the payload keeps alive (its length, or the buffer it is a slice of).
+    pub held: usize,
 }
 
 /// Why the stream cannot be parsed further.
@@ -42,7 +58,8 @@ pub struct StreamParser {
     hdr: [u8; HEADER_LEN],
     hdr_have: usize,
     cur: Option<HeaderRepr>,
-    data: BytesMut,
+    /// The payload in progress, gathered (capacity grows as it arrives).
+    data: Vec<u8>,
     data_rem: usize,
     poisoned: bool,
     bytes_in: u64,
@@ -56,7 +73,7 @@ impl StreamParser {
             hdr: [0; HEADER_LEN],
             hdr_have: 0,
             cur: None,
-            data: BytesMut::new(),
+            data: Vec::new(),
             data_rem: 0,
             poisoned: false,
             bytes_in: 0,
@@ -88,12 +105,33 @@ impl StreamParser {
         self.hdr_have > 0 || self.cur.is_some()
     }
 
-    /// Feeds a chunk of the stream, appending completed frames to `out`.
+    /// Bytes of memory the message in progress holds (its gather buffer).
+    pub fn partial_held(&self) -> usize {
+        self.data.capacity()
+    }
+
+    /// Feeds a chunk of the stream whose buffer holds just these bytes (see
+    /// [`StreamParser::feed_chunk`]).
+    ///
+    /// # Errors
+    /// As [`StreamParser::feed_chunk`].
+    pub fn feed(&mut self, input: Bytes, out: &mut Vec<Frame>) -> Result<(), StreamError> {
+        let held = input.len();
+        self.feed_chunk(input, held, out)
+    }
+
+    /// Feeds a chunk of the stream, appending completed frames to `out`; `held` is the size of
+    /// the buffer `input` lies in (what a payload sliced from it keeps alive).
     ///
     /// # Errors
     /// [`StreamError::TooLong`] for an oversized `h_len` (frames completed before it are still
     /// in `out`); [`StreamError::Poisoned`] once failed.
-    pub fn feed(&mut self, mut input: Bytes, out: &mut Vec<Frame>) -> Result<(), StreamError> {
+    pub fn feed_chunk(
+        &mut self,
+        mut input: Bytes,
+        held: usize,
+        out: &mut Vec<Frame>,
+    ) -> Result<(), StreamError> {
         if self.poisoned {
             return Err(StreamError::Poisoned);
         }
@@ -121,21 +159,27 @@ impl StreamParser {
                 }
                 Some(hdr) => {
                     if self.data.is_empty() && input.len() >= self.data_rem {
-                        // Fast path: the whole payload in the chunk; slice it.
+                        // Fast path: the whole payload in the chunk.
                         let payload = input.split_to(self.data_rem);
-                        self.finish(hdr, payload, out);
+                        let frame = if payload.len() < COPY_BELOW {
+                            let held = payload.len();
+                            Frame {
+                                hdr,
+                                payload: Bytes::copy_from_slice(&payload),
+                                held,
+                            }
+                        } else {
+                            Frame { hdr, payload, held }
+                        };
+                        self.finish(frame, out);
                     } else {
                         let n = self.data_rem.min(input.len());
-                        if self.data.capacity() == 0 {
-                            self.data.reserve(self.data_rem);
-                        }
+                        self.grow(n);
                         self.data.extend_from_slice(&input[..n]);
                         let _ = input.split_to(n);
                         self.data_rem -= n;
                         if self.data_rem == 0 {
-                            let payload = self.data.split().freeze();
-                            self.data = BytesMut::new();
-                            self.finish(hdr, payload, out);
+                            self.complete(hdr, out);
                         }
                     }
                 }
@@ -143,25 +187,46 @@ impl StreamParser {
             if self.cur.is_some() && self.data_rem == 0 {
                 // Zero-length message: complete as soon as the header is.
                 let hdr = self.cur.expect("checked");
-                self.finish(hdr, Bytes::new(), out);
+                self.finish(
+                    Frame {
+                        hdr,
+                        payload: Bytes::new(),
+                        held: 0,
+                    },
+                    out,
+                );
             }
         }
         Ok(())
     }
 
+    /// Makes room in the gather buffer for `n` more bytes, growing it to at least twice its
+    /// contents (capped at the payload's length), from the buffer pool when large.
+    fn grow(&mut self, n: usize) {
+        let need = self.data.len() + n;
+        if self.data.capacity() >= need {
+            return;
+        }
+        let total = self.data.len() + self.data_rem;
+        let want = need.max(2 * self.data.len()).max(GROW_MIN).min(total);
+        let mut v = buf::take(want);
+        v.extend_from_slice(&self.data);
+        buf::give(std::mem::replace(&mut self.data, v));
+    }
+
     /// While the rest of a large payload (at least `min` bytes) is outstanding: the buffer it
-    /// is gathered in and how many bytes are missing, so that the caller can read the stream
+    /// is gathered in, with room for at least the next `avail` bytes of it (what the socket
+    /// holds now), and how many bytes are missing, so that the caller can read the stream
     /// straight into the buffer's spare capacity (no gather copy), then call
     /// [`StreamParser::direct_done`]. `None` otherwise (feed the bytes with
-    /// [`StreamParser::feed`]).
-    pub fn direct_buf(&mut self, min: usize) -> Option<(&mut BytesMut, usize)> {
+    /// [`StreamParser::feed_chunk`]).
+    pub fn direct_buf(&mut self, min: usize, avail: usize) -> Option<(&mut Vec<u8>, usize)> {
         if self.poisoned || self.cur.is_none() || self.data_rem < min {
             return None;
         }
-        if self.data.capacity() - self.data.len() < self.data_rem {
-            self.data.reserve(self.data_rem);
-        }
-        Some((&mut self.data, self.data_rem))
+        self.grow(avail.clamp(1, self.data_rem));
+        let room = self.data.capacity() - self.data.len();
+        Some((&mut self.data, self.data_rem.min(room)))
     }
 
     /// `n` bytes were appended to the buffer of [`StreamParser::direct_buf`] (at most the
@@ -174,9 +239,7 @@ impl StreamParser {
         self.bytes_in += n as u64;
         self.data_rem -= n;
         if self.data_rem == 0 {
-            let payload = self.data.split().freeze();
-            self.data = BytesMut::new();
-            self.finish(hdr, payload, out);
+            self.complete(hdr, out);
         }
     }
 
@@ -193,10 +256,31 @@ impl StreamParser {
         Ok(())
     }
 
-    fn finish(&mut self, hdr: HeaderRepr, payload: Bytes, out: &mut Vec<Frame>) {
+    /// The gathered payload is whole: it becomes the frame (a pooled buffer goes back to the
+    /// pool when the message is dropped).
+    fn complete(&mut self, hdr: HeaderRepr, out: &mut Vec<Frame>) {
+        let v = std::mem::take(&mut self.data);
+        let held = v.capacity();
+        self.finish(
+            Frame {
+                hdr,
+                payload: buf::freeze(v),
+                held,
+            },
+            out,
+        );
+    }
+
+    fn finish(&mut self, frame: Frame, out: &mut Vec<Frame>) {
         self.cur = None;
         self.data_rem = 0;
-        out.push(Frame { hdr, payload });
+        out.push(frame);
+    }
+}
+
+impl Drop for StreamParser {
+    fn drop(&mut self) {
+        buf::give(std::mem::take(&mut self.data));
     }
 }
 
@@ -267,9 +351,14 @@ mod tests {
         // Header and a little payload through feed, the bulk read "directly", the rest fed.
         p.feed(Bytes::copy_from_slice(&s[..1000]), &mut out)
             .unwrap();
-        assert!(p.direct_buf(200_000).is_none(), "below the minimum");
+        assert!(
+            p.direct_buf(200_000, 1 << 20).is_none(),
+            "below the minimum"
+        );
+        // Only what has arrived is held.
+        assert!(p.partial_held() < 64 << 10, "{}", p.partial_held());
         let mut at = 1000;
-        while let Some((buf, rem)) = p.direct_buf(16) {
+        while let Some((buf, rem)) = p.direct_buf(16, 7000) {
             let n = rem.min(7000);
             buf.extend_from_slice(&s[at..at + n]);
             at += n;

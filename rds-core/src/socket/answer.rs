@@ -9,8 +9,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::ctl::client::CtlError;
 use crate::message::{InMsg, Received};
 use crate::time::Instant;
@@ -26,10 +24,11 @@ pub(crate) fn data_from(
     Received::Data {
         msg: InMsg {
             from,
-            payload: Bytes::from(data),
+            payload: crate::buf::freeze(data),
             seq: 0,
             rx_time: Instant::ZERO,
             rdma_dest,
+            held: 0,
         },
         full_len,
         truncated,

@@ -24,8 +24,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::{RecvFlags, Socket};
 use crate::ctl::{Failed, Reply, Request, SockOpt};
 use crate::message::Received;
@@ -402,7 +400,7 @@ impl Table {
                 timeout_ms,
             } => {
                 let s = self.sock(t)?;
-                match s.send_bytes(Bytes::copy_from_slice(&data), dest, true) {
+                match s.send_bytes(crate::buf::copy(&data), dest, true) {
                     Ok(len) => {
                         let (readable, writable) = ready(&s);
                         Ok(Action::Reply(

@@ -197,6 +197,7 @@ pub(super) fn recv_item(
         seq: 0,
         rx_time: crate::time::Instant::ZERO,
         rdma_dest: r.rdma_dest,
+        held: 0,
     };
     let truncated = r.truncated || full_len > max_len;
     Ok((

@@ -519,7 +519,7 @@ impl Socket {
     /// See the module documentation; `ETIMEDOUT` when a blocking send outlived the write
     /// timeout.
     pub fn send_to(&self, buf: &[u8], dest: SocketAddr) -> io::Result<usize> {
-        self.send_bytes(Bytes::copy_from_slice(buf), Some(dest), false)
+        self.send_bytes(crate::buf::copy(buf), Some(dest), false)
     }
 
     /// Sends `buf` to the connected destination.
@@ -527,7 +527,7 @@ impl Socket {
     /// # Errors
     /// As [`Socket::send_to`]; `ENOTCONN` without a destination.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.send_bytes(Bytes::copy_from_slice(buf), None, false)
+        self.send_bytes(crate::buf::copy(buf), None, false)
     }
 
     /// Sends a message without copying it. `dontwait` makes this call non-blocking.
@@ -569,7 +569,7 @@ impl Socket {
         ctl: &SendCtl,
     ) -> io::Result<Sent> {
         if ctl.rdma.is_none() && ctl.rdma_dest.is_none() && ctl.rdma_map.is_none() {
-            let len = self.send_bytes(Bytes::copy_from_slice(payload), dest, false)?;
+            let len = self.send_bytes(crate::buf::copy(payload), dest, false)?;
             return Ok(Sent {
                 len,
                 map_cookie: None,
@@ -615,7 +615,7 @@ impl Socket {
             extras.rdma_dest = Some(c);
         }
         let nonblock = self.nonblocking.load(Ordering::Relaxed);
-        match self.send_local(Bytes::copy_from_slice(payload), dest, nonblock, &extras) {
+        match self.send_local(crate::buf::copy(payload), dest, nonblock, &extras) {
             Ok(len) => Ok(Sent { len, map_cookie }),
             Err(e) => {
                 if let Some(c) = map_cookie {

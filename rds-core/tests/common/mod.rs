@@ -515,6 +515,7 @@ pub fn frame(hdr: HeaderRepr, payload: &[u8]) -> Frame {
     Frame {
         hdr,
         payload: Bytes::copy_from_slice(payload),
+        held: payload.len(),
     }
 }
 

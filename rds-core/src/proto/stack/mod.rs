@@ -70,6 +70,10 @@ pub const RCVQ_CAP_MIN: usize = 32 << 20;
 /// Bytes of the node budget a queued message costs beyond its payload (its bookkeeping).
 pub const MSG_COST: usize = 256;
 
+/// Bytes of messages in reassembly one peer address may make the node hold: a largest message
+/// in progress on each of its eight lanes.
+pub const REASM_PER_PEER: usize = 8 * crate::wire::MAX_MSG_SIZE;
+
 /// Bytes of the node budget a connection costs (its paths, its peer's congestion map).
 pub const CONN_COST: usize = 16 << 10;
 
@@ -104,6 +108,8 @@ pub struct Stack {
     conns: ConnTable,
     /// The node budget in use: queued messages both ways, reassembly, connections.
     budget: Budget,
+    /// Reassembly charges (`frag_charge` of every path) by peer address.
+    reasm_by_peer: BTreeMap<IpAddr, usize>,
     conn_index: BTreeMap<(IpAddr, IpAddr, TransportKind), ConnId>,
     /// Sequence state of freed connections, by peer (at most [`SEQ_MEMO_MAX`]).
     seq_memos: BTreeMap<(IpAddr, IpAddr, TransportKind), SeqMemo>,
@@ -139,6 +145,7 @@ impl Stack {
             binds: BTreeMap::new(),
             conns: ConnTable::default(),
             budget: Budget::default(),
+            reasm_by_peer: BTreeMap::new(),
             conn_index: BTreeMap::new(),
             seq_memos: BTreeMap::new(),
             seq_memo_order: VecDeque::new(),

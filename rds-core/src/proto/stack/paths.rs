@@ -500,7 +500,7 @@ impl Stack {
         p.drain_epoch = None;
         let epoch = p.epoch;
         c.last_active = now;
-        self.mem_release(frag_charge);
+        self.reasm_release(ci, frag_charge);
         let c = &mut self.conns[ci];
         if kind != TransportKind::Loopback {
             c.map_queued = true;
@@ -635,7 +635,7 @@ impl Stack {
             self.queue_probe_ping(cid);
             self.want_transmit(cid, 0);
         }
-        self.mem_release(frag_charge);
+        self.reasm_release(ci, frag_charge);
         if was == PathState::Up {
             self.conns[ci].last_active = now;
         }

@@ -66,7 +66,70 @@ impl Stack {
         p.frag.reset();
         p.frag_discard = false;
         let charge = std::mem::take(&mut p.frag_charge);
-        self.mem_release(charge);
+        self.reasm_release(ci, charge);
+    }
+
+    /// Charges `bytes` of reassembly on connection `ci` to the node budget and its peer's
+    /// share ([`super::REASM_PER_PEER`]); false (nothing charged) when either is full.
+    pub(super) fn reasm_charge(&mut self, ci: usize, bytes: usize) -> bool {
+        let faddr = self.conns[ci].faddr;
+        let peer = self.reasm_by_peer.get(&faddr).copied().unwrap_or(0);
+        if !self.mem_fits(bytes) || peer.saturating_add(bytes) > super::REASM_PER_PEER {
+            return false;
+        }
+        self.mem_charge(bytes);
+        if bytes > 0 {
+            self.reasm_by_peer.insert(faddr, peer + bytes);
+        }
+        true
+    }
+
+    /// Gives back `bytes` of reassembly charged on connection `ci`.
+    pub(super) fn reasm_release(&mut self, ci: usize, bytes: usize) {
+        self.mem_release(bytes);
+        let faddr = self.conns[ci].faddr;
+        if let Some(n) = self.reasm_by_peer.get_mut(&faddr) {
+            *n = n.saturating_sub(bytes);
+            if *n == 0 {
+                self.reasm_by_peer.remove(&faddr);
+            }
+        }
+    }
+
+    /// TCP: the message in progress on the path's current connection (`epoch`) now holds
+    /// `held` bytes in the transport's parser (charged as it fills; 0 between messages).
+    /// Returns false when that does not fit the node budget or the peer's share of
+    /// reassembly: the path was reset ([`DropReason::Memory`], `recv_drop_no_mem` counted)
+    /// and the transport drops the connection.
+    pub fn tcp_reassembly(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        held: usize,
+    ) -> bool {
+        if !self.path_exists(conn, path) {
+            return true;
+        }
+        let ci = conn.0 as usize;
+        let p = &self.conns[ci].paths[path];
+        if p.epoch != epoch || !p.is_up() {
+            // A connection the path no longer counts (draining, or about to be closed).
+            return true;
+        }
+        let old = p.frag_charge;
+        if held > old {
+            if !self.reasm_charge(ci, held - old) {
+                self.stats.inc(Counter::RecvDropNoMem);
+                self.reset_path(now, conn, path, Some(DropReason::Memory));
+                return false;
+            }
+        } else {
+            self.reasm_release(ci, old - held);
+        }
+        self.conns[ci].paths[path].frag_charge = held;
+        true
     }
 
     /// A complete message arrived on a path (TCP: from a [`crate::proto::StreamParser`]).
@@ -90,7 +153,7 @@ impl Stack {
         if !draining && (p.epoch != epoch || !p.is_up()) {
             return Ok(());
         }
-        self.recv_message(now, conn, path, frame.hdr, frame.payload)
+        self.recv_message(now, conn, path, frame.hdr, frame.payload, frame.held)
             .inspect_err(|&r| {
                 if draining {
                     self.conns[conn.0 as usize].paths[path].drain_epoch = None;
@@ -188,8 +251,7 @@ impl Stack {
         let p = &mut self.conns[ci].paths[path];
         if p.frag.in_message() && p.frag_charge == 0 && !p.frag_discard {
             let want = p.frag.pending_len().unwrap_or(0) as usize;
-            if self.mem_fits(want) {
-                self.mem_charge(want);
+            if self.reasm_charge(ci, want) {
                 self.conns[ci].paths[path].frag_charge = want;
             } else {
                 let p = &mut self.conns[ci].paths[path];
@@ -201,7 +263,7 @@ impl Stack {
             let p = &mut self.conns[ci].paths[path];
             p.frag_discard = false;
             let charge = std::mem::take(&mut p.frag_charge);
-            self.mem_release(charge);
+            self.reasm_release(ci, charge);
         }
         match info.complete {
             Some(f) if info.discarded => {
@@ -209,7 +271,7 @@ impl Stack {
                 Ok(())
             }
             Some(f) => self
-                .recv_message(now, conn, path, f.hdr, f.payload)
+                .recv_message(now, conn, path, f.hdr, f.payload, f.held)
                 .inspect_err(|&r| self.reset_path(now, conn, path, Some(r))),
             None => Ok(()),
         }
@@ -238,6 +300,7 @@ impl Stack {
         path: usize,
         hdr: HeaderRepr,
         payload: Bytes,
+        held: usize,
     ) -> Result<(), DropReason> {
         let ci = cid.0 as usize;
         let kind = self.conns[ci].kind;
@@ -335,12 +398,14 @@ impl Stack {
             self.stats.inc(Counter::RecvDropRcvqFull);
             return Ok(());
         }
+        // What the payload keeps alive, at least its length.
+        let held = held.max(len);
         let owner = s.owner;
-        if !self.mem_fits_for(owner, len + MSG_COST) {
+        if !self.mem_fits_for(owner, held + MSG_COST) {
             self.stats.inc(Counter::RecvDropNoMem);
             return Ok(());
         }
-        self.mem_charge_for(owner, len + MSG_COST);
+        self.mem_charge_for(owner, held + MSG_COST);
         let c = &mut self.conns[ci];
         c.app_traffic = true;
         c.last_active = now;
@@ -363,6 +428,7 @@ impl Stack {
             seq: hdr.seq,
             rx_time: now,
             rdma_dest,
+            held,
         });
         self.stats.inc(Counter::RecvQueued);
         self.wakes.insert(sid);
@@ -434,7 +500,8 @@ impl Stack {
                 hdr.seq = m.seq;
                 // Acked as soon as it is handed to the receiver (`rds_loop_xmit`).
                 self.release(ci, &m);
-                let _ = self.recv_message(now, cid, 0, hdr, m.payload);
+                let held = crate::buf::held_for(m.payload.len());
+                let _ = self.recv_message(now, cid, 0, hdr, m.payload, held);
             }
         }
     }

@@ -258,7 +258,7 @@ impl Stack {
         }
         if !peek {
             let owner = s.owner;
-            self.mem_release_for(owner, full_len + MSG_COST);
+            self.mem_release_for(owner, msg.held + MSG_COST);
             self.stats.inc(Counter::RecvDelivered);
             self.stats
                 .add(Counter::CopyToUser, msg.payload.len() as u64);
@@ -277,7 +277,8 @@ impl Stack {
             return;
         };
         self.wakes.remove(&sock);
-        self.mem_release_for(s.owner, s.rcv_bytes + s.rcv_q.len() * MSG_COST);
+        let held: usize = s.rcv_q.iter().map(|m| m.held + MSG_COST).sum();
+        self.mem_release_for(s.owner, held);
         if let Some(b) = s.bound {
             self.binds.remove(&(b.ip(), b.port()));
             if s.congested {

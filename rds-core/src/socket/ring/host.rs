@@ -192,7 +192,7 @@ impl RingHost {
         };
         let len = payload.len();
         let past = self.forced + len <= POST_WINDOW;
-        match s.send_posted(Bytes::from(payload), rec.addr, past) {
+        match s.send_posted(crate::buf::freeze(payload), rec.addr, past) {
             Ok(false) => {}
             Ok(true) => {
                 self.forced += len;
@@ -219,7 +219,7 @@ impl RingHost {
         };
         let mut results = Vec::new();
         match rec.op {
-            OP_SEND => match s.send_bytes(Bytes::from(payload), rec.addr, true) {
+            OP_SEND => match s.send_bytes(crate::buf::freeze(payload), rec.addr, true) {
                 Ok(n) => {
                     out.c = n as u64;
                     if self.forced_to == Some(rec.addr) {

@@ -327,7 +327,8 @@ impl RingEnd {
         if total > avail {
             return Err(Fault("ring record longer than the bytes published"));
         }
-        let mut payload = vec![0u8; rec.len as usize];
+        let mut payload = crate::buf::take(rec.len as usize);
+        payload.resize(rec.len as usize, 0);
         self.copy_out(dir, self.tail + REC_HDR as u64, &mut payload);
         self.tail += total;
         self.word(dir.tail).store(self.tail, Ordering::Release);
