@@ -466,12 +466,21 @@ mod tests {
                  the node's memory budget was used up."
             )
         );
-        assert_eq!(describe("tcp_sndbuf_full"), Some("A write found the TCP send buffer full."));
-        assert_eq!(describe("ib_atomic_fadd"), Some("Atomic fetch-and-add ops."));
+        assert_eq!(
+            describe("tcp_sndbuf_full"),
+            Some("A write found the TCP send buffer full.")
+        );
+        assert_eq!(
+            describe("ib_atomic_fadd"),
+            Some("Atomic fetch-and-add ops.")
+        );
         assert_eq!(describe("recv_hb_ping"), None);
         for n in CORE_NAMES.iter().chain(TCP_NAMES).chain(IB_NAMES) {
             let d = describe(n).unwrap();
-            assert!(!d.is_empty() && !d.contains('\n') && !d.contains("  "), "{n}: {d:?}");
+            assert!(
+                !d.is_empty() && !d.contains('\n') && !d.contains("  "),
+                "{n}: {d:?}"
+            );
         }
     }
 

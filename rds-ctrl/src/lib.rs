@@ -287,6 +287,11 @@ pub enum Cmd {
         /// reset: zero every counter
         #[arg(value_enum)]
         action: Option<StatsAction>,
+        /// Output format: text (rds-info's counter table), json (as --json) or prometheus
+        /// (the counters, connection, socket and queue gauges in the Prometheus text format
+        /// 0.0.4, for monitoring systems; see METRICS in rds-ctrl(8))
+        #[arg(long, value_enum, value_name = "FORMAT", default_value_t = rds_info::Format::Text)]
+        format: rds_info::Format,
     },
     /// Start a new session and exec a program (used by load and trace start)
     #[command(name = "__exec-detached", hide = true)]
@@ -366,10 +371,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             TraceAction::Report { file } => trace::report(&file),
         },
         Cmd::Version => version(out, node, json),
-        Cmd::Stats { action } if node.is_none() && kernel_stats(cli.stack)? => {
-            stats_kernel(out, action, json)
+        Cmd::Stats { action, format } => {
+            let format = stats_format(json, format)?;
+            if node.is_none() && kernel_stats(cli.stack)? {
+                stats_kernel(out, action, format)
+            } else {
+                stats(out, node, action, format)
+            }
         }
-        Cmd::Stats { action } => stats(out, node, action, json),
         Cmd::ExecDetached { program, args } => {
             let e = util::exec_detached(&program, &args);
             Err(anyhow!(e).context(format!("cannot run {}", program.to_string_lossy())))
@@ -820,12 +829,25 @@ fn kernel_stats(stack: rds_cli::Stack) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+/// `stats`' format: `--format`, or json with the global `--json`.
+fn stats_format(json: bool, format: rds_info::Format) -> anyhow::Result<rds_info::Format> {
+    use rds_info::Format;
+    match (json, format) {
+        (false, f) => Ok(f),
+        (true, Format::Text | Format::Json) => Ok(Format::Json),
+        (true, Format::Prometheus) => {
+            bail!("stats: --json and --format prometheus do not go together; choose one")
+        }
+    }
+}
+
 /// `stats` on the kernel's RDS: `RDS_INFO_COUNTERS`, in the kernel's order (core, then each
-/// loaded transport's), printed as rds-info prints them.
+/// loaded transport's), printed as rds-info prints them; as metrics, also its connections,
+/// sockets and queues.
 fn stats_kernel(
     out: &mut dyn Write,
     action: Option<StatsAction>,
-    json: bool,
+    format: rds_info::Format,
 ) -> anyhow::Result<u8> {
     if action == Some(StatsAction::Reset) {
         return Err(anyhow!(
@@ -834,10 +856,26 @@ fn stats_kernel(
              of ours"
         ));
     }
-    let counters = rds_core::kernel::info::KernelInfo::open()
-        .and_then(|k| k.counters())
+    let k = rds_core::kernel::info::KernelInfo::open()
         .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
-    print_counters(out, counters, json)
+    if format == rds_info::Format::Prometheus {
+        let (m, errors) = rds_info::metrics::Metrics::of_kernel(&k, rds_info::metrics::Pick::ALL);
+        if m.counters.is_none() {
+            bail!(
+                "cannot read the kernel's RDS counters (RDS_INFO_COUNTERS): {}",
+                errors.join("; ")
+            );
+        }
+        for e in errors {
+            eprintln!("rds-ctrl: warning: {e}");
+        }
+        out.write_all(m.exposition().as_bytes())?;
+        return Ok(0);
+    }
+    let counters = k
+        .counters()
+        .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
+    print_counters(out, counters, format == rds_info::Format::Json)
 }
 
 /// Prints counters as rds-info's counter table, or as one JSON object.
@@ -863,7 +901,7 @@ fn stats(
     out: &mut dyn Write,
     node: Option<&str>,
     action: Option<StatsAction>,
-    json: bool,
+    format: rds_info::Format,
 ) -> anyhow::Result<u8> {
     let mut c = connect(node)?;
     if action == Some(StatsAction::Reset) {
@@ -872,8 +910,14 @@ fn stats(
         writeln!(out, "counters of node '{}' reset", c.hello.node)?;
         return Ok(0);
     }
+    if format == rds_info::Format::Prometheus {
+        let snap = c.info()?;
+        let m = rds_info::metrics::Metrics::of_node(&c.hello, &snap, rds_info::metrics::Pick::ALL);
+        out.write_all(m.exposition().as_bytes())?;
+        return Ok(0);
+    }
     let counters = c.stats()?;
-    print_counters(out, counters, json)
+    print_counters(out, counters, format == rds_info::Format::Json)
 }
 
 /// The exit status for an error: 1 for [`util::Negative`], 0 for a closed pipe, else 2.

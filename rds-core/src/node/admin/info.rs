@@ -39,11 +39,7 @@ fn fit(mut snap: InfoSnapshot) -> Reply {
     }
     /// [`cut`] for a message queue, also adding up the payload bytes it leaves out.
     fn cut_queue(v: &mut Vec<QueuedMsgInfo>, limit: usize, omitted: &mut u64, bytes: &mut u64) {
-        *bytes += v
-            .iter()
-            .skip(limit)
-            .map(|m| u64::from(m.len))
-            .sum::<u64>();
+        *bytes += v.iter().skip(limit).map(|m| u64::from(m.len)).sum::<u64>();
         cut(v, limit, omitted);
     }
     let mut limit = INFO_LIST_MAX;
@@ -52,7 +48,12 @@ fn fit(mut snap: InfoSnapshot) -> Reply {
         cut(&mut snap.connections, limit, &mut o.connections);
         cut(&mut snap.sockets, limit, &mut o.sockets);
         cut_queue(&mut snap.send, limit, &mut o.send, &mut o.send_bytes);
-        cut_queue(&mut snap.retrans, limit, &mut o.retrans, &mut o.retrans_bytes);
+        cut_queue(
+            &mut snap.retrans,
+            limit,
+            &mut o.retrans,
+            &mut o.retrans_bytes,
+        );
         cut_queue(&mut snap.recv, limit, &mut o.recv, &mut o.recv_bytes);
         cut(&mut snap.tcp, limit, &mut o.tcp);
         let reply = Reply::Info(Box::new(snap));
@@ -141,9 +142,15 @@ mod tests {
         };
         let listed: u64 = s.send.iter().map(|m| u64::from(m.len)).sum();
         assert!(s.send.len() <= INFO_LIST_MAX);
-        assert_eq!(s.send.len() as u64 + s.omitted.send, INFO_LIST_MAX as u64 + 7);
+        assert_eq!(
+            s.send.len() as u64 + s.omitted.send,
+            INFO_LIST_MAX as u64 + 7
+        );
         assert!(s.omitted.send_bytes > 0);
         assert_eq!(listed + s.omitted.send_bytes, total);
-        assert_eq!((s.recv.len(), s.omitted.recv, s.omitted.recv_bytes), (1, 0, 0));
+        assert_eq!(
+            (s.recv.len(), s.omitted.recv, s.omitted.recv_bytes),
+            (1, 0, 0)
+        );
     }
 }
