@@ -14,15 +14,18 @@
 //! where no daemon of ours runs, the tunable commands act on the kernel's sysctls
 //! ([`kernel`]).
 //!
-//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded, `health` found
-//! problems), 2 error (usage, permission, range, unreachable node).
+//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded), 2 error (usage,
+//! permission, range, unreachable node); `health` exits as a monitoring plugin does
+//! ([`health`]): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod config;
 pub mod daemon;
+pub mod health;
 pub mod kernel;
 pub mod load;
+pub mod plugin;
 pub mod ras;
 pub mod trace;
 pub mod util;
@@ -55,7 +58,8 @@ pub const RDS_PROTOCOL_VERSION: &str = "3.1";
                   counters.\n\nCommands that act on a node use the one named with --node, else \
                   the daemon, else the only running node.",
     disable_help_subcommand = true,
-    after_help = "Exit status: 0 done, 1 negative result, 2 error. See rds-ctrl(8)."
+    after_help = "Exit status: 0 done, 1 negative result, 2 error; health: 0 OK, 1 WARNING, \
+                  2 CRITICAL, 3 UNKNOWN. See rds-ctrl(8)."
 )]
 pub struct Cli {
     /// The node to act on: its name, an address it owns or its pid (default: the daemon, else
@@ -254,7 +258,9 @@ pub enum Cmd {
         #[arg(value_enum)]
         what: Option<RasArg>,
     },
-    /// Health report: uptime, connections, reconnects, drops, congestion (exit 1 on warnings)
+    /// Health check as a monitoring plugin: 'RDS OK|WARNING|CRITICAL|UNKNOWN - summary |
+    /// perfdata', exit 0|1|2|3, then the report (uptime, connections, reconnects, drops,
+    /// congestion)
     Health,
     /// Run rds-info with the remaining arguments
     Info {
@@ -348,7 +354,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             detach,
         } => daemon::run(&addrs, detach, transport),
         Cmd::Ras { persistent, what } => ras::command(out, node, persistent, what, json),
-        Cmd::Health => ras::report(out, &mut connect(node)?, json),
+        Cmd::Health => health::command(out, node, json),
         Cmd::Info { mut args } => {
             if let Some(n) = node {
                 args.splice(0..0, ["--node".into(), n.into()]);
@@ -923,6 +929,24 @@ fn stats(
 /// The exit status for an error: 1 for [`util::Negative`], 0 for a closed pipe, else 2.
 pub use rds_cli::error_status;
 
+/// The exit status of a usage error in `args` (the whole command line): UNKNOWN (3) for
+/// `health`, a monitoring plugin; else [`rds_cli::USAGE_STATUS`].
+pub fn usage_status(args: &[OsString]) -> u8 {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            // The global options that take a value in the next argument.
+            Some("--node" | "--stack") => {
+                it.next();
+            }
+            Some(o) if o.starts_with('-') => {}
+            Some("health") => return plugin::Status::Unknown.code(),
+            _ => break,
+        }
+    }
+    rds_cli::USAGE_STATUS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -930,6 +954,40 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_of_health_are_unknown() {
+        let st = |a: &[&str]| usage_status(&a.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(st(&["rds-ctrl", "health", "--bogus"]), 3);
+        assert_eq!(st(&["rds-ctrl", "--node", "x", "--json", "health", "x"]), 3);
+        assert_eq!(st(&["rds-ctrl", "--node=x", "health", "x"]), 3);
+        assert_eq!(st(&["rds-ctrl", "--node", "health", "stats", "-z"]), 2);
+        assert_eq!(st(&["rds-ctrl", "stats", "health"]), 2);
+        assert_eq!(st(&["rds-ctrl", "--bogus"]), 2);
+        assert_eq!(st(&["rds-ctrl"]), 2);
+    }
+
+    #[test]
+    fn stats_formats() {
+        use rds_info::Format;
+        let c = Cli::try_parse_from(["rds-ctrl", "stats", "--format", "prometheus"]).unwrap();
+        assert!(matches!(
+            c.cmd,
+            Cmd::Stats {
+                action: None,
+                format: Format::Prometheus
+            }
+        ));
+        assert_eq!(stats_format(true, Format::Text).unwrap(), Format::Json);
+        assert_eq!(stats_format(false, Format::Json).unwrap(), Format::Json);
+        assert_eq!(
+            stats_format(true, Format::Prometheus)
+                .unwrap_err()
+                .to_string(),
+            "stats: --json and --format prometheus do not go together; choose one"
+        );
+        assert!(Cli::try_parse_from(["rds-ctrl", "stats", "--format", "xml"]).is_err());
     }
 
     #[test]
