@@ -250,6 +250,12 @@ fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
          7300, the queues or the connection to {g2}:\n{}",
         prom.stdout
     );
+    println!(
+        "rds-info --format prometheus g1: {} kernel counters and {} gauges, read by \
+         prometheus_client",
+        counters.len(),
+        fams.len() - counters.len()
+    );
     let a = lab
         .exec(1, &format!("{ENV} {} -a -n -k", t.info), T)?
         .check("rds-info -a -n -k")?;
