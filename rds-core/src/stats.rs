@@ -6,11 +6,11 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
-    ($(#[$m:meta])* $vis:vis enum $name:ident, $names:ident { $($(#[$vm:meta])* $var:ident = $s:literal,)* }) => {
+    ($(#[$m:meta])* $vis:vis enum $name:ident, $names:ident { $($(#[doc = $doc:literal])* $var:ident = $s:literal,)* }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(usize)]
-        $vis enum $name { $($(#[$vm])* $var,)* }
+        $vis enum $name { $($(#[doc = $doc])* $var,)* }
 
         /// Every counter name of this group, in order.
         $vis const $names: &[&str] = &[$($s,)*];
@@ -18,12 +18,33 @@ macro_rules! counters {
         impl $name {
             /// Every counter of this group, in order.
             pub const ALL: &'static [$name] = &[$($name::$var,)*];
+            /// Each counter's documentation, its lines joined (as [`Self::description`] gives
+            /// it, less the trimming).
+            const DOCS: &'static [&'static str] = &[$(concat!($($doc),*),)*];
             /// The kernel's exported name.
             pub fn name(self) -> &'static str {
                 $names[self as usize]
             }
+            /// What the counter counts: its documentation, one line (for `# HELP` lines of
+            /// metrics exports).
+            pub fn description(self) -> &'static str {
+                Self::DOCS[self as usize].trim()
+            }
         }
     };
+}
+
+/// What the counter `name` counts (its [`Counter::description`], [`TcpCounter::description`]
+/// or [`IbCounter::description`]), `None` for a name this stack does not have (a kernel
+/// counter it does not count).
+pub fn describe(name: &str) -> Option<&'static str> {
+    fn find<T: Copy>(names: &[&str], all: &[T], name: &str) -> Option<T> {
+        names.iter().position(|n| *n == name).map(|i| all[i])
+    }
+    find(CORE_NAMES, Counter::ALL, name)
+        .map(Counter::description)
+        .or_else(|| find(TCP_NAMES, TcpCounter::ALL, name).map(TcpCounter::description))
+        .or_else(|| find(IB_NAMES, IbCounter::ALL, name).map(IbCounter::description))
 }
 
 counters! {
@@ -433,6 +454,37 @@ mod tests {
         assert_eq!(IB_NAMES[0], "ib_connect_raced");
         assert_eq!(IB_NAMES[22], "ib_ack_received");
         assert_eq!(IB_NAMES[38], "ib_atomic_fadd");
+    }
+
+    #[test]
+    fn descriptions_are_the_docs_on_one_line() {
+        assert_eq!(
+            Counter::ConnReset.description(),
+            "A path was reset (went down and its state was recycled)."
+        );
+        assert_eq!(
+            describe("recv_drop_no_mem"),
+            Some(
+                "(This stack) A received message (or the pong a ping asked for) was dropped: \
+                 the node's memory budget was used up."
+            )
+        );
+        assert_eq!(
+            describe("tcp_sndbuf_full"),
+            Some("A write found the TCP send buffer full.")
+        );
+        assert_eq!(
+            describe("ib_atomic_fadd"),
+            Some("Atomic fetch-and-add ops.")
+        );
+        assert_eq!(describe("recv_hb_ping"), None);
+        for n in CORE_NAMES.iter().chain(TCP_NAMES).chain(IB_NAMES) {
+            let d = describe(n).unwrap();
+            assert!(
+                !d.is_empty() && !d.contains('\n') && !d.contains("  "),
+                "{n}: {d:?}"
+            );
+        }
     }
 
     #[test]

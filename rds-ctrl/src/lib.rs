@@ -14,15 +14,18 @@
 //! where no daemon of ours runs, the tunable commands act on the kernel's sysctls
 //! ([`kernel`]).
 //!
-//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded, `health` found
-//! problems), 2 error (usage, permission, range, unreachable node).
+//! Exit status: 0 done, 1 negative result (nothing to unload, already loaded), 2 error (usage,
+//! permission, range, unreachable node); `health` exits as a monitoring plugin does
+//! ([`health`]): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod config;
 pub mod daemon;
+pub mod health;
 pub mod kernel;
 pub mod load;
+pub mod plugin;
 pub mod ras;
 pub mod trace;
 pub mod util;
@@ -55,7 +58,8 @@ pub const RDS_PROTOCOL_VERSION: &str = "3.1";
                   counters.\n\nCommands that act on a node use the one named with --node, else \
                   the daemon, else the only running node.",
     disable_help_subcommand = true,
-    after_help = "Exit status: 0 done, 1 negative result, 2 error. See rds-ctrl(8)."
+    after_help = "Exit status: 0 done, 1 negative result, 2 error; health: 0 OK, 1 WARNING, \
+                  2 CRITICAL, 3 UNKNOWN. See rds-ctrl(8)."
 )]
 pub struct Cli {
     /// The node to act on: its name, an address it owns or its pid (default: the daemon, else
@@ -254,7 +258,9 @@ pub enum Cmd {
         #[arg(value_enum)]
         what: Option<RasArg>,
     },
-    /// Health report: uptime, connections, reconnects, drops, congestion (exit 1 on warnings)
+    /// Health check as a monitoring plugin: 'RDS OK|WARNING|CRITICAL|UNKNOWN - summary |
+    /// perfdata', exit 0|1|2|3, then the report (uptime, connections, reconnects, drops,
+    /// congestion)
     Health,
     /// Run rds-info with the remaining arguments
     Info {
@@ -287,6 +293,11 @@ pub enum Cmd {
         /// reset: zero every counter
         #[arg(value_enum)]
         action: Option<StatsAction>,
+        /// Output format: text (rds-info's counter table), json (as --json) or prometheus
+        /// (the counters, connection, socket and queue gauges in the Prometheus text format
+        /// 0.0.4, for monitoring systems; see METRICS in rds-ctrl(8))
+        #[arg(long, value_enum, value_name = "FORMAT", default_value_t = rds_info::Format::Text)]
+        format: rds_info::Format,
     },
     /// Start a new session and exec a program (used by load and trace start)
     #[command(name = "__exec-detached", hide = true)]
@@ -343,7 +354,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             detach,
         } => daemon::run(&addrs, detach, transport),
         Cmd::Ras { persistent, what } => ras::command(out, node, persistent, what, json),
-        Cmd::Health => ras::report(out, &mut connect(node)?, json),
+        Cmd::Health => health::command(out, node, json),
         Cmd::Info { mut args } => {
             if let Some(n) = node {
                 args.splice(0..0, ["--node".into(), n.into()]);
@@ -366,10 +377,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
             TraceAction::Report { file } => trace::report(&file),
         },
         Cmd::Version => version(out, node, json),
-        Cmd::Stats { action } if node.is_none() && kernel_stats(cli.stack)? => {
-            stats_kernel(out, action, json)
+        Cmd::Stats { action, format } => {
+            let format = stats_format(json, format)?;
+            if node.is_none() && kernel_stats(cli.stack)? {
+                stats_kernel(out, action, format)
+            } else {
+                stats(out, node, action, format)
+            }
         }
-        Cmd::Stats { action } => stats(out, node, action, json),
         Cmd::ExecDetached { program, args } => {
             let e = util::exec_detached(&program, &args);
             Err(anyhow!(e).context(format!("cannot run {}", program.to_string_lossy())))
@@ -820,12 +835,25 @@ fn kernel_stats(stack: rds_cli::Stack) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+/// `stats`' format: `--format`, or json with the global `--json`.
+fn stats_format(json: bool, format: rds_info::Format) -> anyhow::Result<rds_info::Format> {
+    use rds_info::Format;
+    match (json, format) {
+        (false, f) => Ok(f),
+        (true, Format::Text | Format::Json) => Ok(Format::Json),
+        (true, Format::Prometheus) => {
+            bail!("stats: --json and --format prometheus do not go together; choose one")
+        }
+    }
+}
+
 /// `stats` on the kernel's RDS: `RDS_INFO_COUNTERS`, in the kernel's order (core, then each
-/// loaded transport's), printed as rds-info prints them.
+/// loaded transport's), printed as rds-info prints them; as metrics, also its connections,
+/// sockets and queues.
 fn stats_kernel(
     out: &mut dyn Write,
     action: Option<StatsAction>,
-    json: bool,
+    format: rds_info::Format,
 ) -> anyhow::Result<u8> {
     if action == Some(StatsAction::Reset) {
         return Err(anyhow!(
@@ -834,10 +862,26 @@ fn stats_kernel(
              of ours"
         ));
     }
-    let counters = rds_core::kernel::info::KernelInfo::open()
-        .and_then(|k| k.counters())
+    let k = rds_core::kernel::info::KernelInfo::open()
         .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
-    print_counters(out, counters, json)
+    if format == rds_info::Format::Prometheus {
+        let (m, errors) = rds_info::metrics::Metrics::of_kernel(&k, rds_info::metrics::Pick::ALL);
+        if m.counters.is_none() {
+            bail!(
+                "cannot read the kernel's RDS counters (RDS_INFO_COUNTERS): {}",
+                errors.join("; ")
+            );
+        }
+        for e in errors {
+            eprintln!("rds-ctrl: warning: {e}");
+        }
+        out.write_all(m.exposition().as_bytes())?;
+        return Ok(0);
+    }
+    let counters = k
+        .counters()
+        .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
+    print_counters(out, counters, format == rds_info::Format::Json)
 }
 
 /// Prints counters as rds-info's counter table, or as one JSON object.
@@ -863,7 +907,7 @@ fn stats(
     out: &mut dyn Write,
     node: Option<&str>,
     action: Option<StatsAction>,
-    json: bool,
+    format: rds_info::Format,
 ) -> anyhow::Result<u8> {
     let mut c = connect(node)?;
     if action == Some(StatsAction::Reset) {
@@ -872,12 +916,36 @@ fn stats(
         writeln!(out, "counters of node '{}' reset", c.hello.node)?;
         return Ok(0);
     }
+    if format == rds_info::Format::Prometheus {
+        let snap = c.info()?;
+        let m = rds_info::metrics::Metrics::of_node(&c.hello, &snap, rds_info::metrics::Pick::ALL);
+        out.write_all(m.exposition().as_bytes())?;
+        return Ok(0);
+    }
     let counters = c.stats()?;
-    print_counters(out, counters, json)
+    print_counters(out, counters, format == rds_info::Format::Json)
 }
 
 /// The exit status for an error: 1 for [`util::Negative`], 0 for a closed pipe, else 2.
 pub use rds_cli::error_status;
+
+/// The exit status of a usage error in `args` (the whole command line): UNKNOWN (3) for
+/// `health`, a monitoring plugin; else [`rds_cli::USAGE_STATUS`].
+pub fn usage_status(args: &[OsString]) -> u8 {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            // The global options that take a value in the next argument.
+            Some("--node" | "--stack") => {
+                it.next();
+            }
+            Some(o) if o.starts_with('-') => {}
+            Some("health") => return plugin::Status::Unknown.code(),
+            _ => break,
+        }
+    }
+    rds_cli::USAGE_STATUS
+}
 
 #[cfg(test)]
 mod tests {
@@ -886,6 +954,40 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_of_health_are_unknown() {
+        let st = |a: &[&str]| usage_status(&a.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(st(&["rds-ctrl", "health", "--bogus"]), 3);
+        assert_eq!(st(&["rds-ctrl", "--node", "x", "--json", "health", "x"]), 3);
+        assert_eq!(st(&["rds-ctrl", "--node=x", "health", "x"]), 3);
+        assert_eq!(st(&["rds-ctrl", "--node", "health", "stats", "-z"]), 2);
+        assert_eq!(st(&["rds-ctrl", "stats", "health"]), 2);
+        assert_eq!(st(&["rds-ctrl", "--bogus"]), 2);
+        assert_eq!(st(&["rds-ctrl"]), 2);
+    }
+
+    #[test]
+    fn stats_formats() {
+        use rds_info::Format;
+        let c = Cli::try_parse_from(["rds-ctrl", "stats", "--format", "prometheus"]).unwrap();
+        assert!(matches!(
+            c.cmd,
+            Cmd::Stats {
+                action: None,
+                format: Format::Prometheus
+            }
+        ));
+        assert_eq!(stats_format(true, Format::Text).unwrap(), Format::Json);
+        assert_eq!(stats_format(false, Format::Json).unwrap(), Format::Json);
+        assert_eq!(
+            stats_format(true, Format::Prometheus)
+                .unwrap_err()
+                .to_string(),
+            "stats: --json and --format prometheus do not go together; choose one"
+        );
+        assert!(Cli::try_parse_from(["rds-ctrl", "stats", "--format", "xml"]).is_err());
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = match rds_ctrl::Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match rds_ctrl::Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             if !e.use_stderr() {
@@ -17,7 +18,7 @@ fn main() -> ExitCode {
                 "{}",
                 rds_cli::usage_message("rds-ctrl", &e.render().to_string())
             );
-            return ExitCode::from(rds_cli::USAGE_STATUS);
+            return ExitCode::from(rds_ctrl::usage_status(&args));
         }
     };
     let stdout = io::stdout();

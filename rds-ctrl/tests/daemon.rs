@@ -243,6 +243,10 @@ fn stats_health_version_and_a_down_connection() {
         "counters of node 'daemon' reset\n"
     );
     let s = status(&env.run(&["health"]), 0);
+    assert!(
+        s.starts_with("RDS OK - node 'daemon': 0 connection(s) up, 0 socket(s) | "),
+        "{s}"
+    );
     assert!(s.contains("verdict: healthy"), "{s}");
     assert!(s.contains("addresses:   127.0.0.57"), "{s}");
     let s = status(&env.run(&["version"]), 0);
@@ -250,7 +254,8 @@ fn stats_health_version_and_a_down_connection() {
         "rds-ctrl (rds-tools) {}\nRDS protocol version 3.1\n",
         env!("CARGO_PKG_VERSION")
     )));
-    // A message to a peer that refuses: the connection is not up, health says so (status 1).
+    // A message to a peer that refuses: the connection is not up with a message waiting,
+    // health says so (CRITICAL, status 2).
     let mut c = rds_core::ctl::client::CtlClient::connect(&env.sock()).unwrap();
     let tok = match c.call(&rds_core::ctl::Request::SockOpen, &[]).unwrap().0 {
         rds_core::ctl::Reply::Sock { sock } => sock,
@@ -276,7 +281,11 @@ fn stats_health_version_and_a_down_connection() {
     )
     .unwrap();
     let out = env.run(&["health"]);
-    let s = status(&out, 1);
+    let s = status(&out, 2);
+    assert!(
+        s.starts_with("RDS CRITICAL - node 'daemon': connection 127.0.0.57 -> 127.0.0.59 is "),
+        "{s}"
+    );
     assert!(s.contains("connection 127.0.0.57 -> 127.0.0.59 is "), "{s}");
     assert!(s.contains("(1 message(s) waiting)"), "{s}");
     // Killing it drops the message and reports it.
@@ -411,7 +420,6 @@ fn load_failures_and_usage_errors() {
         &["ras"],
         &["ras", "extract"],
         &["ras", "detail"],
-        &["health"],
         &["conn", "kill", "1.1.1.1", "2.2.2.2"],
     ] {
         let out = env.run(args);
@@ -421,6 +429,15 @@ fn load_failures_and_usage_errors() {
             "{args:?}"
         );
     }
+    // health is a monitoring plugin: no node is UNKNOWN (3), on stdout; so is a usage error.
+    let out = env.run(&["health"]);
+    let s = status(&out, 3);
+    assert!(s.starts_with("RDS UNKNOWN - no RDS node is running"), "{s}");
+    assert_eq!(s.lines().count(), 1, "{s}");
+    assert!(!s.contains('|'), "{s}");
+    assert_eq!(text(&out.stderr), "");
+    status(&env.run(&["health", "--bogus"]), 3);
+    status(&env.run(&["--node", "x", "health", "extra"]), 3);
 }
 
 #[test]

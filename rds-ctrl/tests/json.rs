@@ -148,18 +148,21 @@ fn documents_of_a_daemon() {
     assert_eq!(h["connections"], json!([]));
     assert_eq!(h["drops"]["conn_reset"], 0);
     for (k, n) in [
-        ("drops", rds_ctrl::ras::DROP_COUNTERS),
-        ("bounds", rds_ctrl::ras::BOUND_COUNTERS),
-        ("congestion", rds_ctrl::ras::CONG_COUNTERS),
+        ("drops", rds_ctrl::health::DROP_COUNTERS),
+        ("bounds", rds_ctrl::health::BOUND_COUNTERS),
+        ("congestion", rds_ctrl::health::CONG_COUNTERS),
     ] {
         let o = h[k].as_object().unwrap();
         assert!(o.keys().all(|c| n.contains(&c.as_str())), "{k}: {o:?}");
         assert!(o.values().all(Value::is_u64), "{k}: {o:?}");
     }
+    assert_eq!(h["status"], "OK");
+    assert_eq!(h["critical"], json!([]));
     assert_eq!(h["warnings"], json!([]));
     assert_eq!(h["healthy"], true);
 
-    // A message to a peer that refuses: the connection is not up; health says so, status 1.
+    // A message to a peer that refuses: the connection is not up with a message waiting;
+    // health says so, CRITICAL (status 2).
     let mut c = CtlClient::connect(&env.sock()).unwrap();
     let tok = match c.call(&Request::SockOpen, &[]).unwrap().0 {
         Reply::Sock { sock } => sock,
@@ -184,7 +187,8 @@ fn documents_of_a_daemon() {
         b"lost",
     )
     .unwrap();
-    let h = doc(&env, &["health", "--json"], 1);
+    let h = doc(&env, &["health", "--json"], 2);
+    assert_eq!(h["status"], "CRITICAL");
     assert_eq!(h["healthy"], false);
     assert_eq!(h["sockets"], json!({"bound": 1, "congested": 0}));
     let conns = h["connections"].as_array().unwrap();
@@ -201,7 +205,8 @@ fn documents_of_a_daemon() {
     for f in ["paths_up", "paths", "reconnects", "next_tx", "next_rx"] {
         assert!(c0[f].is_u64(), "{f}: {c0}");
     }
-    let w = h["warnings"].as_array().unwrap();
+    assert_eq!(h["warnings"], json!([]));
+    let w = h["critical"].as_array().unwrap();
     assert_eq!(w.len(), 1, "{h}");
     let w0 = w[0].as_str().unwrap();
     assert!(
@@ -221,10 +226,26 @@ fn without_a_node() {
         doc(&env, &["--json", "version"], 0),
         json!({"tool": "rds-ctrl", "version": env!("CARGO_PKG_VERSION"), "rds_protocol": "3.1"})
     );
+    // health: UNKNOWN (status 3), the error in the document.
+    let out = env
+        .ctrl()
+        .env("RDS_CTRL_ROOT", env.dir.path().join("no-kernel"))
+        .args(["--json", "health"])
+        .output()
+        .unwrap();
+    let h = parse(&status(&out, 3));
+    assert_eq!(h["status"], "UNKNOWN");
+    assert!(
+        h["error"]
+            .as_str()
+            .unwrap()
+            .contains("no RDS node is running"),
+        "{h}"
+    );
+    assert_eq!(h.as_object().unwrap().len(), 2, "{h}");
     // Commands that need a node: the error on stderr, stdout empty, status 2.
     for args in [
-        &["--json", "health"][..],
-        &["ras", "--json"],
+        &["ras", "--json"][..],
         &["ras", "extract", "--json"],
         &["get", "--json"],
     ] {

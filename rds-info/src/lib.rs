@@ -16,16 +16,31 @@
 
 pub mod format;
 pub mod kernel;
+pub mod metrics;
+pub mod prometheus;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 
-use clap::{ArgAction, CommandFactory, Parser};
+use clap::{ArgAction, CommandFactory, Parser, ValueEnum};
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::select::{running_nodes, RunningNode};
 use rds_core::ctl::InfoSnapshot;
 
 use format::{Category, Layout};
+use metrics::{Metrics, Pick};
+
+/// How `rds-info` (and `rds-ctrl stats`) print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Format {
+    /// The tables
+    #[default]
+    Text,
+    /// One JSON document (as --json)
+    Json,
+    /// The Prometheus text exposition format 0.0.4, for monitoring systems
+    Prometheus,
+}
 
 /// Command-line arguments.
 #[derive(Debug, Clone, Default, Parser)]
@@ -74,9 +89,14 @@ pub struct Args {
     /// include both IPv6 and IPv4 RDS connections (rds-tools 2.3 column widths)
     #[arg(short = 'a')]
     pub all_families: bool,
-    /// Print the node's snapshot as JSON (only the selected sources, if any)
-    #[arg(long)]
+    /// Print the node's snapshot as JSON (only the selected sources, if any); --format json
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: text (the tables), json (as --json) or prometheus (metrics in the
+    /// Prometheus text format 0.0.4 for monitoring systems: -c counters, -n connections, -k
+    /// sockets, -s -t -r queues, everything with no option; see METRICS in rds-info(1))
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    pub format: Format,
     /// The node to ask: its name, an address it owns or its pid (default: the daemon, else the
     /// only running node)
     #[arg(long, value_name = "NAME|ADDRESS|PID")]
@@ -104,6 +124,20 @@ impl Args {
             .into_iter()
             .filter(|c| *c != Category::Paths || self.all_families)
             .collect()
+    }
+
+    /// The output format: `--format`, or json with `--json`.
+    pub fn output(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else {
+            self.format
+        }
+    }
+
+    /// The metric families `--format prometheus` prints: those of the selected categories.
+    pub fn pick(&self) -> Pick {
+        Pick::of(&self.categories(), self.any_selected())
     }
 
     /// Whether any category option was given.
@@ -200,7 +234,7 @@ pub fn command() -> clap::Command {
 /// Only write errors on `out` (a closed pipe is for the caller to treat as success).
 pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     if args.list_nodes {
-        return list_nodes(out, args.json);
+        return list_nodes(out, args.output() == Format::Json);
     }
     if args.node.is_none() && rds_cli::info_stack(args.stack) == rds_cli::Stack::Kernel {
         return run_kernel(args, out);
@@ -219,7 +253,16 @@ pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
             return Ok(1);
         }
     };
-    if args.json {
+    if args.output() == Format::Prometheus {
+        out.write_all(
+            Metrics::of_node(&client.hello, &snap, args.pick())
+                .exposition()
+                .as_bytes(),
+        )?;
+        out.flush()?;
+        return Ok(0);
+    }
+    if args.output() == Format::Json {
         let v = json(args, &client.hello.node, &snap);
         writeln!(
             out,
@@ -266,7 +309,16 @@ fn run_kernel(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
             return Ok(1);
         }
     };
-    if args.json {
+    if args.output() == Format::Prometheus {
+        let (m, errors) = Metrics::of_kernel(&k, args.pick());
+        out.write_all(m.exposition().as_bytes())?;
+        out.flush()?;
+        for e in errors {
+            eprintln!("rds-info: {e}");
+        }
+        return Ok(0);
+    }
+    if args.output() == Format::Json {
         let v = kernel::json(&k, &args.categories(), args.all_families);
         writeln!(
             out,
@@ -474,6 +526,30 @@ mod tests {
             parse(["rds-info", "-+"].iter().map(OsString::from)),
             Parsed::Exit(1)
         ));
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(args(&["rds-info"]).output(), Format::Text);
+        assert_eq!(args(&["rds-info", "--json"]).output(), Format::Json);
+        assert_eq!(
+            args(&["rds-info", "--format", "json"]).output(),
+            Format::Json
+        );
+        let a = args(&["rds-info", "-c", "--format", "prometheus"]);
+        assert_eq!(a.output(), Format::Prometheus);
+        assert!(a.pick().counters && !a.pick().connections && !a.pick().node_info);
+        assert_eq!(args(&["rds-info", "--format=prometheus"]).pick(), Pick::ALL);
+        for bad in [
+            &["rds-info", "--json", "--format", "prometheus"][..],
+            &["rds-info", "--format", "xml"],
+            &["rds-info", "--format"],
+        ] {
+            assert!(matches!(
+                parse(bad.iter().map(OsString::from)),
+                Parsed::Exit(1)
+            ));
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod lab;
 pub mod manpage;
 pub mod peer;
 pub mod proc;
+pub mod prometheus;
 pub mod raw;
 pub mod stress;
 pub mod users;

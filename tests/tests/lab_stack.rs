@@ -3,9 +3,11 @@
 //! table), `rds-ctrl stats` and `rds-stress` (against ours in g2, both on kernel sockets, and
 //! against ours on the host, an embedded node in the lab namespace) run with no flags and give
 //! the kernel's view, cross-checked against `rdstool`'s raw reading of the same `RDS_INFO_*`
-//! tables; our `rds-ping` on the host (an embedded node in the lab namespace) checks both
-//! kernel guests at once, with one more address that refuses, as an operator checks a
-//! cluster (summary lines, `-a`, `-u`, `--json`, exit statuses); `rds-stress -D` does RDMA through the kernel's `rds_rdma` (regions, RDMA
+//! tables (and `rds-info --format prometheus`, read by Python's `prometheus_client` on the
+//! host, the same counters as metrics); our `rds-ping` on the host (an embedded node in the
+//! lab namespace) checks both kernel guests at once, with one more address that refuses, as an
+//! operator checks a cluster (summary lines, `-a`, `-u`, `--json`, exit statuses);
+//! `rds-stress -D` does RDMA through the kernel's `rds_rdma` (regions, RDMA
 //! operations, notifications; `-v` checks every byte); `--stack user` there meets port 16385
 //! held by the kernel and says so in one line. Then, with the kernel's RDS modules removed
 //! from g1, `rds-ping` with no flags runs an embedded node that picks RDS/IB by itself (the
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use rds_tests::ib::{diag, release_bin};
 use rds_tests::lab::{guest_addr, Lab, LabOptions, HOST_ADDR1, HOST_ADDR2};
+use rds_tests::prometheus;
 
 const T: Duration = Duration::from_secs(120);
 const ENV: &str = "mkdir -p /tmp/rds-stack; RDS_RUNTIME_DIR=/tmp/rds-stack";
@@ -205,6 +208,53 @@ fn kernel_view(lab: &Lab, t: &Tools) -> Result<()> {
         kc.len() >= 41 && names(&table_counters(&info.stdout)) == names(&kc),
         "rds-info -c names differ from RDS_INFO_COUNTERS:\n{}",
         info.stdout
+    );
+    // --format prometheus: the same counters (and the kernel's connections, sockets and
+    // queues) as metrics, read by a real Prometheus parser on the host.
+    let prom = lab
+        .exec(1, &format!("{ENV} {} --format prometheus", t.info), T)?
+        .check("rds-info --format prometheus")?;
+    prometheus::strict(&prom.stdout)?;
+    let fams = prometheus::parse(&prom.stdout)?;
+    let counters: Vec<(String, u64)> = fams
+        .iter()
+        .filter(|f| f.kind == "counter")
+        .filter_map(|f| {
+            let s = f.samples.first()?;
+            if s.labels.get("node").map(String::as_str) != Some("kernel") {
+                return None;
+            }
+            let name = s.name.strip_prefix("rds_")?.strip_suffix("_total")?;
+            Some((name.to_string(), s.value as u64))
+        })
+        .collect();
+    let gauge = |name: &str, labels: &[(&str, &str)]| {
+        fams.iter()
+            .find(|f| f.name == name && f.kind == "gauge")
+            .and_then(|f| f.value(labels))
+    };
+    let up: f64 = fams
+        .iter()
+        .filter(|f| f.name == "rds_connections")
+        .flat_map(|f| &f.samples)
+        .filter(|s| s.labels.get("state").map(String::as_str) == Some("up"))
+        .map(|s| s.value)
+        .sum();
+    ensure!(
+        names(&counters) == names(&kc)
+            && counters.iter().zip(&kc).all(|(m, k)| m.1 >= k.1)
+            && gauge("rds_sockets", &[]).is_some_and(|n| n >= 1.0)
+            && gauge("rds_queued_messages", &[("queue", "send")]).is_some()
+            && up >= 1.0,
+        "rds-info --format prometheus differs from RDS_INFO_COUNTERS or lacks the socket on \
+         7300, the queues or the connection to {g2}:\n{}",
+        prom.stdout
+    );
+    println!(
+        "rds-info --format prometheus g1: {} kernel counters and {} gauges, read by \
+         prometheus_client",
+        counters.len(),
+        fams.len() - counters.len()
     );
     let a = lab
         .exec(1, &format!("{ENV} {} -a -n -k", t.info), T)?

@@ -341,6 +341,12 @@ pub struct InfoOmitted {
     pub recv: u64,
     /// TCP transport sockets.
     pub tcp: u64,
+    /// Payload bytes of the send queue entries left out.
+    pub send_bytes: u64,
+    /// Payload bytes of the retransmit queue entries left out.
+    pub retrans_bytes: u64,
+    /// Payload bytes of the receive queue entries left out.
+    pub recv_bytes: u64,
 }
 
 impl InfoOmitted {

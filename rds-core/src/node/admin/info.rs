@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use super::{Ctx, Peer, INFO_LIST_MAX};
 use crate::ctl::{InfoSnapshot, Reply, MAX_JSON};
-use crate::info::TransportKind;
+use crate::info::{QueuedMsgInfo, TransportKind};
 use crate::node::Node;
 
 /// The info snapshot for `peer`: everything for root and the owner; for another uid, only the
@@ -37,14 +37,24 @@ fn fit(mut snap: InfoSnapshot) -> Reply {
             v.truncate(limit);
         }
     }
+    /// [`cut`] for a message queue, also adding up the payload bytes it leaves out.
+    fn cut_queue(v: &mut Vec<QueuedMsgInfo>, limit: usize, omitted: &mut u64, bytes: &mut u64) {
+        *bytes += v.iter().skip(limit).map(|m| u64::from(m.len)).sum::<u64>();
+        cut(v, limit, omitted);
+    }
     let mut limit = INFO_LIST_MAX;
     loop {
         let o = &mut snap.omitted;
         cut(&mut snap.connections, limit, &mut o.connections);
         cut(&mut snap.sockets, limit, &mut o.sockets);
-        cut(&mut snap.send, limit, &mut o.send);
-        cut(&mut snap.retrans, limit, &mut o.retrans);
-        cut(&mut snap.recv, limit, &mut o.recv);
+        cut_queue(&mut snap.send, limit, &mut o.send, &mut o.send_bytes);
+        cut_queue(
+            &mut snap.retrans,
+            limit,
+            &mut o.retrans,
+            &mut o.retrans_bytes,
+        );
+        cut_queue(&mut snap.recv, limit, &mut o.recv, &mut o.recv_bytes);
         cut(&mut snap.tcp, limit, &mut o.tcp);
         let reply = Reply::Info(Box::new(snap));
         match serde_json::to_vec(&reply) {
@@ -103,5 +113,44 @@ pub fn snapshot(node: &Node) -> InfoSnapshot {
         ib_unavailable: node.ib_unavailable(),
         ib_qps: node.ib_qps(),
         omitted: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_queue_keeps_count_of_its_bytes() {
+        let msg = |len: u32| QueuedMsgInfo {
+            seq: 1,
+            len,
+            laddr: [127, 0, 0, 1].into(),
+            faddr: [127, 0, 0, 2].into(),
+            lport: 1,
+            fport: 2,
+            path: 0,
+        };
+        let snap = InfoSnapshot {
+            send: (0..INFO_LIST_MAX as u32 + 7).map(msg).collect(),
+            recv: vec![msg(5)],
+            ..Default::default()
+        };
+        let total: u64 = snap.send.iter().map(|m| u64::from(m.len)).sum();
+        let Reply::Info(s) = fit(snap) else {
+            panic!("no snapshot")
+        };
+        let listed: u64 = s.send.iter().map(|m| u64::from(m.len)).sum();
+        assert!(s.send.len() <= INFO_LIST_MAX);
+        assert_eq!(
+            s.send.len() as u64 + s.omitted.send,
+            INFO_LIST_MAX as u64 + 7
+        );
+        assert!(s.omitted.send_bytes > 0);
+        assert_eq!(listed + s.omitted.send_bytes, total);
+        assert_eq!(
+            (s.recv.len(), s.omitted.recv, s.omitted.recv_bytes),
+            (1, 0, 0)
+        );
     }
 }
