@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::checksum::{crc16, crc32};
+use super::crc::{crc16, crc32};
 use super::frame::RecordRef;
 use super::pcap::pcap_record_header;
 use super::record::{Direction, Transport};

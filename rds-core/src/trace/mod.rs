@@ -41,8 +41,8 @@
 //! in `trace` imports the node.
 
 mod capture;
-mod checksum;
 mod chunk;
+mod crc;
 mod direct;
 mod error;
 mod frame;

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
-use super::checksum::{fold, sum16};
 use super::frame::{RecordRef, FLOW_SLOTS};
 use super::pcap::pcap_record_header;
 use super::record::{Direction, Transport};
+use crate::wire::{fold, sum16};
 
 /// Default TCP maximum segment size over IPv4: 1500-byte MTU minus IPv4 and TCP headers and
 /// the 12-byte timestamp option Linux uses.
