@@ -47,8 +47,9 @@ mod direct;
 mod error;
 mod frame;
 mod ib;
+mod net;
 mod pcap;
-mod reader;
+mod read;
 mod record;
 mod tcp;
 mod writer;
@@ -58,9 +59,10 @@ pub use chunk::{ChunkRecords, TapBatch, TapChunk};
 pub use direct::{open_capture_file, CaptureFile};
 pub use error::{RecordError, TraceError};
 pub use frame::TraceRecord;
-pub use ib::{ERF_TYPE_INFINIBAND, IB_MAX_FRAGMENT};
+pub use ib::IB_MAX_FRAGMENT;
+pub use net::erf::ERF_TYPE_INFINIBAND;
 pub use pcap::{LINKTYPE_ERF, LINKTYPE_ETHERNET, PCAP_SNAPLEN};
-pub use reader::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
+pub use read::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
 pub(crate) use record::record_head;
 pub use record::{
     decode_record_refs, decode_records, encode_record, Direction, RecordDecodeError, RecordIter,

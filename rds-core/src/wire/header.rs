@@ -68,6 +68,13 @@ mod field {
     pub const EXT: Range<usize> = 32..48;
 }
 
+/// `h_len` from the first bytes of a header that may be cut short (a snapped capture):
+/// `None` unless its four bytes are there.
+pub(crate) fn peek_len(prefix: &[u8]) -> Option<u32> {
+    let b = prefix.get(field::LEN)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
 /// A zero-copy view of a 48-byte RDS header at the start of a buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderPacket<T: AsRef<[u8]>> {
@@ -566,6 +573,13 @@ mod tests {
             Error::Truncated { got: 47, need: 48 }
         );
         assert!(HeaderRepr::from_bytes(&[]).is_err());
+    }
+
+    #[test]
+    fn peek_len_of_a_cut_header() {
+        assert_eq!(peek_len(&FIELDS_BYTES[..20]), Some(1 << 20));
+        assert_eq!(peek_len(&FIELDS_BYTES[..19]), None);
+        assert_eq!(peek_len(&[]), None);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub use exthdr::{
 };
 pub use checksum::checksum;
 pub(crate) use checksum::{fold, sum16};
+pub(crate) use header::peek_len;
 pub use header::{
     flags, HeaderPacket, HeaderRepr, FRAG_SIZE, HEADER_LEN, MAX_MSG_SIZE, PROBE_PORT,
 };
