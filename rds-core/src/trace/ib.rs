@@ -6,8 +6,8 @@ use super::crc::{crc16, crc32};
 use super::frame::RecordRef;
 use super::net::erf::{self, erf_timestamp, ErfRecord, ERF_TYPE_INFINIBAND};
 use super::net::ib::{
-    BthPacket, LrhPacket, BTH_LEN, BTH_RESERVED_AT, ICRC_LEN, LNH_IBA_LOCAL, LRH_LEN,
-    LRH_VL_AT, OP_RC_SEND_ONLY, P_KEY_DEFAULT, VCRC_LEN,
+    BthPacket, LrhPacket, BTH_LEN, BTH_RESERVED_AT, ICRC_LEN, LNH_IBA_LOCAL, LRH_LEN, LRH_VL_AT,
+    OP_RC_SEND_ONLY, P_KEY_DEFAULT, VCRC_LEN,
 };
 use super::pcap::pcap_record_header;
 use super::record::{Direction, Transport};

@@ -26,13 +26,13 @@ mod exthdr;
 mod header;
 pub mod ib_private;
 
+pub use checksum::checksum;
+pub(crate) use checksum::{fold, sum16};
 pub use cong_map::{monitor_mask, CongMap, CONG_MAP_BYTES, CONG_MAP_PORTS};
 pub use exthdr::{
     ext_len, types as ext_types, ExtHeader, ExtIter, ExtSpace, EXT_SPACE, EXT_TYPE_MAX,
     RDMA_BYTES_READ, RDMA_BYTES_WRITE,
 };
-pub use checksum::checksum;
-pub(crate) use checksum::{fold, sum16};
 pub(crate) use header::peek_len;
 pub use header::{
     flags, HeaderPacket, HeaderRepr, FRAG_SIZE, HEADER_LEN, MAX_MSG_SIZE, PROBE_PORT,

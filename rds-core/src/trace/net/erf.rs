@@ -115,7 +115,6 @@ impl<T: AsRef<[u8]>> ErfRecord<T> {
 }
 
 impl<'a, T: AsRef<[u8]> + ?Sized> ErfRecord<&'a T> {
-
     /// The packet after the header and its extension headers, as far as the buffer holds
     /// it (empty if the extension headers run past the buffer). Only the first byte of each
     /// extension header need be there.
@@ -151,7 +150,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ErfRecord<T> {
 
     /// Sets the flags: `flags` ([`FLAG_VLEN`]) and the capture interface.
     pub(crate) fn set_flags(&mut self, flags: u8, interface: u8) {
-        self.buffer.as_mut()[field::FLAGS] = (flags & !FLAG_INTERFACE) | (interface & FLAG_INTERFACE);
+        self.buffer.as_mut()[field::FLAGS] =
+            (flags & !FLAG_INTERFACE) | (interface & FLAG_INTERFACE);
     }
 
     be_set!(

@@ -68,7 +68,6 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 }
 
 impl<'a, T: AsRef<[u8]> + ?Sized> EthernetFrame<&'a T> {
-
     /// The bytes after the header.
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buffer.as_ref()[HEADER_LEN..]

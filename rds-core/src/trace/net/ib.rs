@@ -142,7 +142,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> LrhPacket<T> {
 
     /// Sets the packet length in words (11 bits; the reserved bits above are cleared).
     pub(crate) fn set_packet_len(&mut self, words: u16) {
-        self.buffer.as_mut()[lrh_field::PKT_LEN].copy_from_slice(&(words & PKT_LEN_MASK).to_be_bytes());
+        self.buffer.as_mut()[lrh_field::PKT_LEN]
+            .copy_from_slice(&(words & PKT_LEN_MASK).to_be_bytes());
     }
 
     be_set!(

@@ -139,9 +139,23 @@ mod tests {
 
     #[test]
     fn impossible_len() {
-        assert_eq!(SllPacket::new_checked(&SLL_BYTES[..15]), Err(Error::Truncated));
-        assert_eq!(Sll2Packet::new_checked(&SLL2_BYTES[..19]), Err(Error::Truncated));
-        assert_eq!(SllPacket::new_checked(&SLL_BYTES[..16]).unwrap().payload(), &[] as &[u8]);
-        assert_eq!(Sll2Packet::new_checked(&SLL2_BYTES[..20]).unwrap().payload(), &[] as &[u8]);
+        assert_eq!(
+            SllPacket::new_checked(&SLL_BYTES[..15]),
+            Err(Error::Truncated)
+        );
+        assert_eq!(
+            Sll2Packet::new_checked(&SLL2_BYTES[..19]),
+            Err(Error::Truncated)
+        );
+        assert_eq!(
+            SllPacket::new_checked(&SLL_BYTES[..16]).unwrap().payload(),
+            &[] as &[u8]
+        );
+        assert_eq!(
+            Sll2Packet::new_checked(&SLL2_BYTES[..20])
+                .unwrap()
+                .payload(),
+            &[] as &[u8]
+        );
     }
 }

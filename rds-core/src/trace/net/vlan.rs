@@ -35,7 +35,6 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
 }
 
 impl<'a, T: AsRef<[u8]> + ?Sized> VlanTag<&'a T> {
-
     /// The bytes after the tag.
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
@@ -61,6 +60,9 @@ mod tests {
     #[test]
     fn impossible_len() {
         assert_eq!(VlanTag::new_checked(&TAG_BYTES[..3]), Err(Error::Truncated));
-        assert_eq!(VlanTag::new_checked(&TAG_BYTES[..4]).unwrap().payload(), &[] as &[u8]);
+        assert_eq!(
+            VlanTag::new_checked(&TAG_BYTES[..4]).unwrap().payload(),
+            &[] as &[u8]
+        );
     }
 }

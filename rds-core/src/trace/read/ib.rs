@@ -34,8 +34,8 @@ pub(super) fn frame(data: &[u8], frame_no: u64) -> Result<Option<CapturedFrame>,
         LNH_IBA_GLOBAL => LRH_LEN + GRH_LEN,
         _ => return Ok(None),
     };
-    let bth = BthPacket::new_checked(pkt.get(bth_at..).unwrap_or(&[]))
-        .map_err(truncated("IB BTH"))?;
+    let bth =
+        BthPacket::new_checked(pkt.get(bth_at..).unwrap_or(&[])).map_err(truncated("IB BTH"))?;
     let start = match bth.opcode() {
         OP_RC_SEND_ONLY => bth_at + BTH_LEN,
         OP_RC_SEND_ONLY_IMM => bth_at + BTH_LEN + IMMDT_LEN,

@@ -100,7 +100,13 @@ impl Out<'_> {
 impl Reassembly {
     /// Feeds one segment of stream `key`, which came in packet `at`; frames it completes
     /// and stream errors go to `ready`.
-    pub(super) fn segment(&mut self, key: FlowKey, seg: Segment<'_>, at: Packet, ready: &mut Ready) {
+    pub(super) fn segment(
+        &mut self,
+        key: FlowKey,
+        seg: Segment<'_>,
+        at: Packet,
+        ready: &mut Ready,
+    ) {
         let mut out = Out {
             key,
             frame_no: at.frame_no,
