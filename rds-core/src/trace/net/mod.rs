@@ -5,8 +5,8 @@
 //!
 //! Contract, the one of [`crate::wire`] for views of captured packets:
 //! - Each view (`EthernetFrame`, `Ipv4Packet`, `TcpPacket`, ...) wraps any `AsRef<[u8]>`
-//!   without copying; a private `mod field` holds its byte ranges and `HEADER_LEN` is the end
-//!   of its fixed part. Getters are in the `AsRef` impl, `set_*` in the `AsMut` one.
+//!   without copying; a private `mod field` holds its byte ranges and `HEADER_LEN` (or a
+//!   named length, where a file holds two views) is the end of its fixed part. Getters are in the `AsRef` impl, `set_*` in the `AsMut` one.
 //! - Untrusted bytes go through `new_checked`, which checks that the fixed part is there.
 //!   After it no accessor panics: accessors of a variable part (IPv4 options, the TCP data
 //!   offset, IPv6 and ERF extension headers) return what the buffer holds, or an [`Error`].
@@ -19,9 +19,10 @@
 //! - Setters write their own bytes only; the writer fills zeroed buffers. Getters that only
 //!   the tests read are `cfg(test)`, and `mod field` lists every field of the layout.
 //!
-//! Rooms, each importing only rooms named after it: `ethernet`, `vlan`, `sll`, `ipv4`, `ipv6`, `tcp`,
-//! `erf`, `ib` (each one view or a header and its tags or extensions), then this file
-//! ([`Error`]).
+//! Rooms, one view each (or a header and its extensions), each importing only rooms named
+//! after it: `vlan` (802.1Q / 802.1ad tags), `sll` (Linux cooked v1 and v2), `ethernet`,
+//! `ipv4`, `ipv6` (and its extension headers), `tcp`, `erf`, `ib` (LRH and BTH), then this
+//! file ([`Error`], [`IP_PROTO_TCP`], [`ip_version`] and the macros the views share).
 
 /// Why captured bytes could not be read as a header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
