@@ -3,9 +3,11 @@
 
 use super::*;
 
-/// A classic pcap file (nanosecond timestamps) of link type `linktype` holding `packets`
-/// (timestamp, captured bytes, length on the wire).
-fn pcap_file(linktype: u32, packets: &[(u64, Vec<u8>, u32)]) -> Vec<u8> {
+/// A captured packet: timestamp, captured bytes, length on the wire.
+type Packet = (u64, Vec<u8>, u32);
+
+/// A classic pcap file (nanosecond timestamps) of link type `linktype` holding `packets`.
+fn pcap_file(linktype: u32, packets: &[Packet]) -> Vec<u8> {
     let mut f = vec![0x4d, 0x3c, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
     f.extend_from_slice(&PCAP_SNAPLEN.to_le_bytes());
     f.extend_from_slice(&linktype.to_le_bytes());
@@ -17,6 +19,14 @@ fn pcap_file(linktype: u32, packets: &[(u64, Vec<u8>, u32)]) -> Vec<u8> {
         f.extend_from_slice(data);
     }
     f
+}
+
+/// Ethernet packets with their Ethernet header (first argument of `f`) and IP packet
+/// (second) rewrapped by `f`, which adds `grow` bytes.
+fn rewrap(eth: &[Packet], grow: i64, f: impl Fn(&[u8], &[u8]) -> Vec<u8>) -> Vec<Packet> {
+    eth.iter()
+        .map(|(ts, d, orig)| (*ts, f(&d[..14], &d[14..]), (i64::from(*orig) + grow) as u32))
+        .collect()
 }
 
 /// The frames of a capture, all of which must read without error, and the reader's counts.
@@ -73,16 +83,7 @@ fn every_link_type_gives_the_same_frames() {
         })
         .collect();
 
-    // Each packet rewrapped; `grow` is the bytes added before the IP header.
-    let rewrap = |f: &dyn Fn(&[u8], &[u8]) -> Vec<u8>, grow: i64| -> Vec<(u64, Vec<u8>, u32)> {
-        eth.iter()
-            .map(|(ts, d, orig)| {
-                let out = f(&d[..14], &d[14..]);
-                (*ts, out, (i64::from(*orig) + grow) as u32)
-            })
-            .collect()
-    };
-    let raw = rewrap(&|_, ip| ip.to_vec(), -14);
+    let raw = rewrap(&eth, -14, |_, ip| ip.to_vec());
     for lt in [101, 228, 229] {
         assert_eq!(
             frames_of(&pcap_file(lt, &raw)).0,
@@ -90,44 +91,35 @@ fn every_link_type_gives_the_same_frames() {
             "link type {lt}"
         );
     }
-    let sll = rewrap(
-        &|eth, ip| {
-            let mut p = vec![0, 4, 0, 1, 0, 6];
-            p.extend_from_slice(&eth[6..12]);
-            p.extend_from_slice(&[0, 0]);
-            p.extend_from_slice(&eth[12..14]);
-            p.extend_from_slice(ip);
-            p
-        },
-        2,
-    );
+    let sll = rewrap(&eth, 2, |eth, ip| {
+        let mut p = vec![0, 4, 0, 1, 0, 6];
+        p.extend_from_slice(&eth[6..12]);
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(&eth[12..14]);
+        p.extend_from_slice(ip);
+        p
+    });
     assert_eq!(frames_of(&pcap_file(113, &sll)).0, undirected);
-    let sll2 = rewrap(
-        &|eth, ip| {
-            let mut p = eth[12..14].to_vec();
-            p.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 1, 4, 6]);
-            p.extend_from_slice(&eth[6..12]);
-            p.extend_from_slice(&[0, 0]);
-            p.extend_from_slice(ip);
-            p
-        },
-        6,
-    );
+    let sll2 = rewrap(&eth, 6, |eth, ip| {
+        let mut p = eth[12..14].to_vec();
+        p.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 1, 4, 6]);
+        p.extend_from_slice(&eth[6..12]);
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(ip);
+        p
+    });
     assert_eq!(frames_of(&pcap_file(276, &sll2)).0, undirected);
-    let tagged = rewrap(
-        &|eth, ip| {
-            let mut p = eth[..12].to_vec();
-            p.extend_from_slice(&[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x20, 0x05]);
-            p.extend_from_slice(&eth[12..]);
-            p.extend_from_slice(ip);
-            p
-        },
-        8,
-    );
+    let tagged = rewrap(&eth, 8, |eth, ip| {
+        let mut p = eth[..12].to_vec();
+        p.extend_from_slice(&[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x20, 0x05]);
+        p.extend_from_slice(&eth[12..]);
+        p.extend_from_slice(ip);
+        p
+    });
     assert_eq!(frames_of(&pcap_file(1, &tagged)).0, expected);
 
     // IP options: an IPv4 header of 24 bytes (IHL 6), an IPv6 hop-by-hop header of 8 bytes.
-    let with_options: Vec<(u64, Vec<u8>, u32)> = eth
+    let with_options: Vec<Packet> = eth
         .iter()
         .map(|(ts, d, orig)| {
             let (head, ip) = d.split_at(14);
