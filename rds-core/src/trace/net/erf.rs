@@ -64,28 +64,33 @@ impl<T: AsRef<[u8]>> ErfRecord<T> {
     view_constructors!(ErfRecord, HEADER_LEN);
 
     /// The timestamp as stored ([`erf_timestamp_ns`] converts it).
+    #[inline]
     pub(crate) fn timestamp(&self) -> u64 {
         let b = &self.buffer.as_ref()[field::TIMESTAMP];
         u64::from_le_bytes(b.try_into().expect("fixed field width"))
     }
 
     /// The record type, without the extension bit.
+    #[inline]
     pub(crate) fn record_type(&self) -> u8 {
         self.buffer.as_ref()[field::TYPE] & !TYPE_EXT
     }
 
     /// Whether extension headers follow the header.
+    #[inline]
     pub(crate) fn has_extensions(&self) -> bool {
         self.buffer.as_ref()[field::TYPE] & TYPE_EXT != 0
     }
 
     /// The flags byte.
     #[cfg(test)]
+    #[inline]
     pub(crate) fn flags(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS]
     }
 
     /// The capture interface (0..=3) from the flags.
+    #[inline]
     pub(crate) fn interface(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS] & FLAG_INTERFACE
     }
@@ -121,6 +126,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> ErfRecord<&'a T> {
     ///
     /// # Errors
     /// [`Error::Truncated`] if the buffer ends before the first byte of an extension header.
+    #[inline]
     pub(crate) fn payload(&self) -> Result<&'a [u8], Error> {
         let b = self.buffer.as_ref();
         let mut off = HEADER_LEN;
@@ -139,16 +145,19 @@ impl<'a, T: AsRef<[u8]> + ?Sized> ErfRecord<&'a T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ErfRecord<T> {
     /// Sets the timestamp (an [`erf_timestamp`] value).
+    #[inline]
     pub(crate) fn set_timestamp(&mut self, ts: u64) {
         self.buffer.as_mut()[field::TIMESTAMP].copy_from_slice(&ts.to_le_bytes());
     }
 
     /// Sets the type byte: the record type, no extension headers.
+    #[inline]
     pub(crate) fn set_record_type(&mut self, value: u8) {
         self.buffer.as_mut()[field::TYPE] = value & !TYPE_EXT;
     }
 
     /// Sets the flags: `flags` ([`FLAG_VLEN`]) and the capture interface.
+    #[inline]
     pub(crate) fn set_flags(&mut self, flags: u8, interface: u8) {
         self.buffer.as_mut()[field::FLAGS] =
             (flags & !FLAG_INTERFACE) | (interface & FLAG_INTERFACE);

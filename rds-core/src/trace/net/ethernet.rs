@@ -21,6 +21,7 @@ pub(crate) mod ethertype {
     pub(crate) const QINQ: u16 = 0x88A8;
 
     /// Whether a tag follows instead of the payload.
+    #[inline]
     pub(crate) fn is_tag(ethertype: u16) -> bool {
         matches!(ethertype, VLAN | QINQ)
     }
@@ -46,6 +47,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     view_constructors!(EthernetFrame, HEADER_LEN);
 
     /// The destination MAC address.
+    #[inline]
     pub(crate) fn dst_addr(&self) -> [u8; 6] {
         let mut a = [0u8; 6];
         a.copy_from_slice(&self.buffer.as_ref()[field::DESTINATION]);
@@ -53,6 +55,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The source MAC address.
+    #[inline]
     pub(crate) fn src_addr(&self) -> [u8; 6] {
         let mut a = [0u8; 6];
         a.copy_from_slice(&self.buffer.as_ref()[field::SOURCE]);
@@ -69,6 +72,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
 impl<'a, T: AsRef<[u8]> + ?Sized> EthernetFrame<&'a T> {
     /// The bytes after the header.
+    #[inline]
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
@@ -76,11 +80,13 @@ impl<'a, T: AsRef<[u8]> + ?Sized> EthernetFrame<&'a T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination MAC address.
+    #[inline]
     pub(crate) fn set_dst_addr(&mut self, addr: [u8; 6]) {
         self.buffer.as_mut()[field::DESTINATION].copy_from_slice(&addr);
     }
 
     /// Sets the source MAC address.
+    #[inline]
     pub(crate) fn set_src_addr(&mut self, addr: [u8; 6]) {
         self.buffer.as_mut()[field::SOURCE].copy_from_slice(&addr);
     }

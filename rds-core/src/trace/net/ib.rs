@@ -96,11 +96,13 @@ impl<T: AsRef<[u8]>> LrhPacket<T> {
 
     /// The virtual lane.
     #[cfg(test)]
+    #[inline]
     pub(crate) fn vl(&self) -> u8 {
         self.buffer.as_ref()[lrh_field::VL_LVER] >> 4
     }
 
     /// The link next header ([`LNH_IBA_LOCAL`], [`LNH_IBA_GLOBAL`]).
+    #[inline]
     pub(crate) fn lnh(&self) -> u8 {
         self.buffer.as_ref()[lrh_field::SL_LNH] & LNH_MASK
     }
@@ -113,6 +115,7 @@ impl<T: AsRef<[u8]>> LrhPacket<T> {
     );
 
     /// The packet length in 4-byte words, LRH through ICRC.
+    #[inline]
     pub(crate) fn packet_len(&self) -> u16 {
         let b = &self.buffer.as_ref()[lrh_field::PKT_LEN];
         u16::from_be_bytes([b[0], b[1]]) & PKT_LEN_MASK
@@ -128,6 +131,7 @@ impl<T: AsRef<[u8]>> LrhPacket<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> LrhPacket<T> {
     /// Sets the link next header (the SL and reserved bits are kept).
+    #[inline]
     pub(crate) fn set_lnh(&mut self, value: u8) {
         let b = &mut self.buffer.as_mut()[lrh_field::SL_LNH];
         *b = (*b & !LNH_MASK) | (value & LNH_MASK);
@@ -141,6 +145,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> LrhPacket<T> {
     );
 
     /// Sets the packet length in words (11 bits; the reserved bits above are cleared).
+    #[inline]
     pub(crate) fn set_packet_len(&mut self, words: u16) {
         self.buffer.as_mut()[lrh_field::PKT_LEN]
             .copy_from_slice(&(words & PKT_LEN_MASK).to_be_bytes());
@@ -164,16 +169,19 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
     view_constructors!(BthPacket, BTH_LEN);
 
     /// The opcode.
+    #[inline]
     pub(crate) fn opcode(&self) -> u8 {
         self.buffer.as_ref()[bth_field::OPCODE]
     }
 
     /// The solicited event bit.
+    #[inline]
     pub(crate) fn solicited(&self) -> bool {
         self.buffer.as_ref()[bth_field::SE_M_PAD_TVER] & SE != 0
     }
 
     /// Pad bytes after the payload (0..=3).
+    #[inline]
     pub(crate) fn pad_count(&self) -> usize {
         usize::from((self.buffer.as_ref()[bth_field::SE_M_PAD_TVER] >> PAD_SHIFT) & PAD_MASK)
     }
@@ -187,17 +195,20 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
     );
 
     /// The destination queue pair.
+    #[inline]
     pub(crate) fn dest_qp(&self) -> u32 {
         be24(&self.buffer.as_ref()[bth_field::DEST_QP])
     }
 
     /// The acknowledge request bit.
     #[cfg(test)]
+    #[inline]
     pub(crate) fn ack_req(&self) -> bool {
         self.buffer.as_ref()[bth_field::ACKREQ] & ACKREQ != 0
     }
 
     /// The packet sequence number.
+    #[inline]
     pub(crate) fn psn(&self) -> u32 {
         be24(&self.buffer.as_ref()[bth_field::PSN])
     }
@@ -205,17 +216,20 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
     /// Sets the opcode.
+    #[inline]
     pub(crate) fn set_opcode(&mut self, value: u8) {
         self.buffer.as_mut()[bth_field::OPCODE] = value;
     }
 
     /// Sets the solicited event bit.
+    #[inline]
     pub(crate) fn set_solicited(&mut self, value: bool) {
         let b = &mut self.buffer.as_mut()[bth_field::SE_M_PAD_TVER];
         *b = if value { *b | SE } else { *b & !SE };
     }
 
     /// Sets the pad count (0..=3).
+    #[inline]
     pub(crate) fn set_pad_count(&mut self, value: usize) {
         let b = &mut self.buffer.as_mut()[bth_field::SE_M_PAD_TVER];
         *b = (*b & !(PAD_MASK << PAD_SHIFT)) | ((value as u8 & PAD_MASK) << PAD_SHIFT);
@@ -229,17 +243,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
     );
 
     /// Sets the destination queue pair (24 bits).
+    #[inline]
     pub(crate) fn set_dest_qp(&mut self, qpn: u32) {
         self.buffer.as_mut()[bth_field::DEST_QP].copy_from_slice(&qpn.to_be_bytes()[1..]);
     }
 
     /// Sets the acknowledge request bit.
+    #[inline]
     pub(crate) fn set_ack_req(&mut self, value: bool) {
         let b = &mut self.buffer.as_mut()[bth_field::ACKREQ];
         *b = if value { *b | ACKREQ } else { *b & !ACKREQ };
     }
 
     /// Sets the packet sequence number (24 bits).
+    #[inline]
     pub(crate) fn set_psn(&mut self, psn: u32) {
         self.buffer.as_mut()[bth_field::PSN].copy_from_slice(&psn.to_be_bytes()[1..]);
     }

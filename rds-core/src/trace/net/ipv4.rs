@@ -55,6 +55,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// # Errors
     /// [`Error::Malformed`] if it is below [`HEADER_LEN`], [`Error::Truncated`] if the
     /// buffer ends before it.
+    #[inline]
     pub(crate) fn check_header_len(&self) -> Result<(), Error> {
         let len = self.header_len();
         if len < HEADER_LEN {
@@ -67,6 +68,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The header length in bytes (IHL * 4), options included.
+    #[inline]
     pub(crate) fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
     }
@@ -89,16 +91,19 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     #[cfg(test)]
     /// Don't Fragment.
+    #[inline]
     pub(crate) fn dont_frag(&self) -> bool {
         self.flags_offset() & FLAG_DF != 0
     }
 
     /// More Fragments.
+    #[inline]
     pub(crate) fn more_frags(&self) -> bool {
         self.flags_offset() & FLAG_MF != 0
     }
 
     /// The fragment offset in 8-byte units.
+    #[inline]
     pub(crate) fn frag_offset(&self) -> u16 {
         self.flags_offset() & FRAG_OFFSET
     }
@@ -112,11 +117,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     #[cfg(test)]
     /// The TTL.
+    #[inline]
     pub(crate) fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
 
     /// The protocol of the payload ([`super::IP_PROTO_TCP`]).
+    #[inline]
     pub(crate) fn protocol(&self) -> u8 {
         self.buffer.as_ref()[field::PROTOCOL]
     }
@@ -130,12 +137,14 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     );
 
     /// The source address.
+    #[inline]
     pub(crate) fn src_addr(&self) -> Ipv4Addr {
         let b = &self.buffer.as_ref()[field::SRC_ADDR];
         Ipv4Addr::new(b[0], b[1], b[2], b[3])
     }
 
     /// The destination address.
+    #[inline]
     pub(crate) fn dst_addr(&self) -> Ipv4Addr {
         let b = &self.buffer.as_ref()[field::DST_ADDR];
         Ipv4Addr::new(b[0], b[1], b[2], b[3])
@@ -146,6 +155,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Ipv4Packet<&'a T> {
     /// The bytes after the header as far as the buffer holds them: the payload once
     /// [`Ipv4Packet::check_header_len`] passed (empty if the header runs past the buffer),
     /// up to the buffer's end, whatever the total length says.
+    #[inline]
     pub(crate) fn payload(&self) -> &'a [u8] {
         let b = self.buffer.as_ref();
         b.get(self.header_len()..).unwrap_or(&[])
@@ -154,6 +164,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Ipv4Packet<&'a T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the version (4) and the header length in bytes (a multiple of 4, at most 60).
+    #[inline]
     pub(crate) fn set_version_and_header_len(&mut self, version: u8, header_len: usize) {
         self.buffer.as_mut()[field::VER_IHL] = (version << 4) | ((header_len / 4) as u8 & 0x0f);
     }
@@ -173,6 +184,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     );
 
     /// Sets Don't Fragment (the rest of the field, MF and the offset, is left as it is).
+    #[inline]
     pub(crate) fn set_dont_frag(&mut self, value: bool) {
         let f = self.flags_offset() & !FLAG_DF;
         self.set_flags_offset(if value { f | FLAG_DF } else { f });
@@ -186,11 +198,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     );
 
     /// Sets the TTL.
+    #[inline]
     pub(crate) fn set_hop_limit(&mut self, value: u8) {
         self.buffer.as_mut()[field::TTL] = value;
     }
 
     /// Sets the protocol.
+    #[inline]
     pub(crate) fn set_protocol(&mut self, value: u8) {
         self.buffer.as_mut()[field::PROTOCOL] = value;
     }
@@ -203,11 +217,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     );
 
     /// Sets the source address.
+    #[inline]
     pub(crate) fn set_src_addr(&mut self, addr: Ipv4Addr) {
         self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&addr.octets());
     }
 
     /// Sets the destination address.
+    #[inline]
     pub(crate) fn set_dst_addr(&mut self, addr: Ipv4Addr) {
         self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&addr.octets());
     }
@@ -217,9 +233,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     ///
     /// # Panics
     /// If the buffer is shorter than the header length.
+    #[inline]
     pub(crate) fn fill_checksum(&mut self) {
         self.set_checksum(0);
-        let c = checksum(&self.buffer.as_ref()[..self.header_len()]);
+        let b = self.buffer.as_ref();
+        let c = match self.header_len() {
+            // The header without options (every one the writer builds), summed with its
+            // length known to the compiler.
+            HEADER_LEN => checksum(&b[..HEADER_LEN]),
+            len => checksum(&b[..len]),
+        };
         self.set_checksum(c);
     }
 }

@@ -49,6 +49,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// The version, traffic class and flow label word.
     #[cfg(test)]
+    #[inline]
     pub(crate) fn ver_tc_flow(&self) -> u32 {
         let b = &self.buffer.as_ref()[field::VER_TC_FLOW];
         u32::from_be_bytes([b[0], b[1], b[2], b[3]])
@@ -63,17 +64,20 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     );
 
     /// The next header after the fixed header.
+    #[inline]
     pub(crate) fn next_header(&self) -> u8 {
         self.buffer.as_ref()[field::NXT_HDR]
     }
 
     /// The hop limit.
     #[cfg(test)]
+    #[inline]
     pub(crate) fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
 
     /// The source address.
+    #[inline]
     pub(crate) fn src_addr(&self) -> Ipv6Addr {
         let mut a = [0u8; 16];
         a.copy_from_slice(&self.buffer.as_ref()[field::SRC_ADDR]);
@@ -81,6 +85,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// The destination address.
+    #[inline]
     pub(crate) fn dst_addr(&self) -> Ipv6Addr {
         let mut a = [0u8; 16];
         a.copy_from_slice(&self.buffer.as_ref()[field::DST_ADDR]);
@@ -96,6 +101,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// # Errors
     /// [`Error::Truncated`] if the buffer ends before the first two bytes of an extension
     /// header.
+    #[inline]
     pub(crate) fn upper_layer(&self) -> Result<(u8, usize), Error> {
         let b = self.buffer.as_ref();
         let mut next = self.next_header();
@@ -114,6 +120,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Sets the version (6), traffic class and flow label.
+    #[inline]
     pub(crate) fn set_ver_tc_flow(&mut self, version: u8, traffic_class: u8, flow_label: u32) {
         let w = (u32::from(version) << 28)
             | (u32::from(traffic_class) << 20)
@@ -129,21 +136,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     );
 
     /// Sets the next header.
+    #[inline]
     pub(crate) fn set_next_header(&mut self, value: u8) {
         self.buffer.as_mut()[field::NXT_HDR] = value;
     }
 
     /// Sets the hop limit.
+    #[inline]
     pub(crate) fn set_hop_limit(&mut self, value: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = value;
     }
 
     /// Sets the source address.
+    #[inline]
     pub(crate) fn set_src_addr(&mut self, addr: Ipv6Addr) {
         self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&addr.octets());
     }
 
     /// Sets the destination address.
+    #[inline]
     pub(crate) fn set_dst_addr(&mut self, addr: Ipv6Addr) {
         self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&addr.octets());
     }
@@ -167,11 +178,13 @@ impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
     view_constructors!(Ipv6ExtHeader, EXT_HEADER_LEN);
 
     /// The next header.
+    #[inline]
     pub(crate) fn next_header(&self) -> u8 {
         self.buffer.as_ref()[ext_field::NXT_HDR]
     }
 
     /// The header's length in bytes: 8 plus 8 per unit of its length field.
+    #[inline]
     pub(crate) fn header_len(&self) -> usize {
         (usize::from(self.buffer.as_ref()[ext_field::LENGTH]) + 1) * 8
     }

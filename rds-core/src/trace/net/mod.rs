@@ -18,6 +18,8 @@
 //!   rest, so traffic it ignores is never counted as an error.
 //! - Setters write their own bytes only; the writer fills zeroed buffers. Getters that only
 //!   the tests read are `cfg(test)`, and `mod field` lists every field of the layout.
+//! - Accessors are `#[inline]`, as smoltcp's are: the capture writer's per-segment path calls
+//!   them from another module.
 //!
 //! Rooms, one view each (or a header and its extensions), each importing only rooms named
 //! after it: `vlan` (802.1Q / 802.1ad tags), `sll` (Linux cooked v1 and v2), `ethernet`,
@@ -50,6 +52,7 @@ pub(crate) fn ip_version(packet: &[u8]) -> Result<u8, Error> {
 macro_rules! be_get {
     ($(#[$doc:meta])* $name:ident, $ty:ty, $range:expr) => {
         $(#[$doc])*
+        #[inline]
         pub(crate) fn $name(&self) -> $ty {
             let b = &self.buffer.as_ref()[$range];
             <$ty>::from_be_bytes(b.try_into().expect("fixed field width"))
@@ -61,6 +64,7 @@ macro_rules! be_get {
 macro_rules! be_set {
     ($(#[$doc:meta])* $name:ident, $ty:ty, $range:expr) => {
         $(#[$doc])*
+        #[inline]
         pub(crate) fn $name(&mut self, value: $ty) {
             self.buffer.as_mut()[$range].copy_from_slice(&value.to_be_bytes());
         }
@@ -73,6 +77,7 @@ macro_rules! view_constructors {
     ($view:ident, $len:expr) => {
         /// Wraps a buffer without checking it; accessors may panic if it is shorter than the
         /// header's fixed part. For bytes built here, not for input.
+        #[inline]
         pub(crate) const fn new_unchecked(buffer: T) -> Self {
             $view { buffer }
         }
@@ -82,6 +87,7 @@ macro_rules! view_constructors {
         /// # Errors
         /// [`Error::Truncated`]($crate::trace::net::Error::Truncated) if the fixed part of the header is
         /// not all there.
+        #[inline]
         pub(crate) fn new_checked(buffer: T) -> Result<Self, $crate::trace::net::Error> {
             let view = Self::new_unchecked(buffer);
             view.check_len()?;
@@ -92,6 +98,7 @@ macro_rules! view_constructors {
         ///
         /// # Errors
         /// [`Error::Truncated`]($crate::trace::net::Error::Truncated) if it is not.
+        #[inline]
         pub(crate) fn check_len(&self) -> Result<(), $crate::trace::net::Error> {
             if self.buffer.as_ref().len() < $len {
                 Err($crate::trace::net::Error::Truncated)

@@ -70,6 +70,7 @@ impl<T: AsRef<[u8]>> SllPacket<T> {
 
 impl<'a, T: AsRef<[u8]> + ?Sized> SllPacket<&'a T> {
     /// The bytes after the header.
+    #[inline]
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buffer.as_ref()[SLL_HEADER_LEN..]
     }
@@ -94,6 +95,7 @@ impl<T: AsRef<[u8]>> Sll2Packet<T> {
 
 impl<'a, T: AsRef<[u8]> + ?Sized> Sll2Packet<&'a T> {
     /// The bytes after the header.
+    #[inline]
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buffer.as_ref()[SLL2_HEADER_LEN..]
     }

@@ -60,6 +60,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// # Errors
     /// [`Error::Malformed`] if it is below [`HEADER_LEN`], [`Error::Truncated`] if the
     /// buffer ends before it.
+    #[inline]
     pub(crate) fn check_header_len(&self) -> Result<(), Error> {
         let len = self.header_len();
         if len < HEADER_LEN {
@@ -101,11 +102,13 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     );
 
     /// The header length in bytes (data offset * 4), options included.
+    #[inline]
     pub(crate) fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::DATA_OFF] >> 4) * 4
     }
 
     /// The flags ([`flags`]).
+    #[inline]
     pub(crate) fn flags(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS]
     }
@@ -138,6 +141,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 impl<'a, T: AsRef<[u8]> + ?Sized> TcpPacket<&'a T> {
     /// The bytes after the header as far as the buffer holds them: the payload once
     /// [`TcpPacket::check_header_len`] passed (empty if the header runs past the buffer).
+    #[inline]
     pub(crate) fn payload(&self) -> &'a [u8] {
         let b = self.buffer.as_ref();
         b.get(self.header_len()..).unwrap_or(&[])
@@ -175,11 +179,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
 
     /// Sets the header length in bytes (a multiple of 4, at most 60); the reserved bits are
     /// cleared.
+    #[inline]
     pub(crate) fn set_header_len(&mut self, len: usize) {
         self.buffer.as_mut()[field::DATA_OFF] = ((len / 4) as u8) << 4;
     }
 
     /// Sets the flags.
+    #[inline]
     pub(crate) fn set_flags(&mut self, value: u8) {
         self.buffer.as_mut()[field::FLAGS] = value;
     }

@@ -36,6 +36,7 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
 
 impl<'a, T: AsRef<[u8]> + ?Sized> VlanTag<&'a T> {
     /// The bytes after the tag.
+    #[inline]
     pub(crate) fn payload(&self) -> &'a [u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
