@@ -305,7 +305,13 @@ mod tests {
     #[test]
     fn construct() {
         let mut buf = [0xa5u8; 20];
-        buf.fill(0);
+        // What no setter writes (the writer leaves it at 0): LRH VL, LVer and SL; BTH MigReq,
+        // TVer, the reserved byte and the reserved bits after AckReq.
+        buf[0] = 0;
+        buf[1] = 0;
+        buf[LRH_LEN + 1] = 0;
+        buf[LRH_LEN + 4] = 0;
+        buf[LRH_LEN + 8] = 0;
         let mut l = LrhPacket::new_unchecked(&mut buf[..LRH_LEN]);
         l.set_lnh(LNH_IBA_LOCAL);
         l.set_dlid(1);

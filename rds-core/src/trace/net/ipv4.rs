@@ -297,11 +297,13 @@ mod tests {
     #[test]
     fn construct() {
         let mut buf = [0xa5u8; 21];
-        buf[..HEADER_LEN].fill(0);
+        // DSCP and ECN have no setter: the writer leaves them at 0.
+        buf[1] = 0;
         let mut p = Ipv4Packet::new_unchecked(&mut buf[..]);
         p.set_version_and_header_len(4, HEADER_LEN);
         p.set_total_len(92);
         p.set_ident(1);
+        p.set_flags_offset(0);
         p.set_dont_frag(true);
         p.set_hop_limit(64);
         p.set_protocol(super::super::IP_PROTO_TCP);

@@ -223,7 +223,6 @@ mod tests {
     #[test]
     fn construct() {
         let mut buf = [0xa5u8; 49];
-        buf[..HEADER_LEN].fill(0);
         let mut p = Ipv6Packet::new_unchecked(&mut buf[..]);
         p.set_ver_tc_flow(6, 0x12, 0x34567);
         p.set_payload_len(9);
