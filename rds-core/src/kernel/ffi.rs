@@ -9,12 +9,11 @@ use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use crate::abi::{
+    AF_RDS, RDS_CMSG_RDMA_ARGS, RDS_CMSG_RDMA_DEST, RDS_CMSG_RDMA_MAP, RDS_FREE_MR, RDS_GET_MR,
+    SOL_RDS,
+};
 use crate::sys::{cvt, from_storage, RawAddr};
-
-/// `AF_RDS` / `PF_RDS`.
-pub const AF_RDS: libc::c_int = 21;
-/// `SOL_RDS`.
-pub const SOL_RDS: libc::c_int = 276;
 
 /// `socket(AF_RDS, SOCK_SEQPACKET, 0)`, close-on-exec.
 pub fn rds_socket() -> io::Result<OwnedFd> {
@@ -147,17 +146,6 @@ pub fn info(fd: RawFd, opt: libc::c_int) -> io::Result<(Vec<u8>, usize)> {
     }
     Err(io::Error::from_raw_os_error(libc::ENOSPC))
 }
-
-/// `RDS_GET_MR`.
-const RDS_GET_MR: libc::c_int = 2;
-/// `RDS_FREE_MR`.
-const RDS_FREE_MR: libc::c_int = 3;
-/// `RDS_CMSG_RDMA_ARGS`.
-const RDS_CMSG_RDMA_ARGS: libc::c_int = 1;
-/// `RDS_CMSG_RDMA_DEST`.
-pub(super) const RDS_CMSG_RDMA_DEST: libc::c_int = 2;
-/// `RDS_CMSG_RDMA_MAP`.
-const RDS_CMSG_RDMA_MAP: libc::c_int = 3;
 
 /// `struct rds_iovec`: user memory the kernel pins and maps.
 #[repr(C)]

@@ -18,20 +18,11 @@ pub mod info;
 
 pub(crate) use ffi::{RdmaOpArgs, RdsIovec, SendRdma};
 
+use crate::abi::{
+    RDS_CANCEL_SENT_TO, RDS_CMSG_CONG_UPDATE, RDS_CMSG_RDMA_DEST, RDS_CMSG_RDMA_STATUS,
+    RDS_CONG_MONITOR, RDS_RECVERR, SOL_RDS, SO_RDS_TRANSPORT,
+};
 use crate::info::TransportKind;
-
-/// `RDS_CANCEL_SENT_TO`.
-const RDS_CANCEL_SENT_TO: libc::c_int = 1;
-/// `RDS_RECVERR`.
-const RDS_RECVERR: libc::c_int = 5;
-/// `RDS_CONG_MONITOR`.
-const RDS_CONG_MONITOR: libc::c_int = 6;
-/// `SO_RDS_TRANSPORT` (upstream numbering).
-const SO_RDS_TRANSPORT: libc::c_int = 8;
-/// `RDS_CMSG_RDMA_STATUS`.
-const RDS_CMSG_RDMA_STATUS: libc::c_int = 4;
-/// `RDS_CMSG_CONG_UPDATE`.
-const RDS_CMSG_CONG_UPDATE: libc::c_int = 5;
 
 /// Whether the running kernel has RDS loaded: `/proc/net/protocols` lists `RDS`.
 pub fn loaded() -> bool {
@@ -122,7 +113,7 @@ impl KernelSocket {
     pub fn set_transport(&self, t: TransportKind) -> io::Result<()> {
         ffi::set_int(
             self.raw_fd(),
-            ffi::SOL_RDS,
+            SOL_RDS,
             SO_RDS_TRANSPORT,
             t.trans_type() as libc::c_int,
         )
@@ -130,7 +121,7 @@ impl KernelSocket {
 
     /// `SO_RDS_TRANSPORT` (get): `None` for `RDS_TRANS_NONE`.
     pub fn transport(&self) -> Option<TransportKind> {
-        let v = ffi::get_int(self.raw_fd(), ffi::SOL_RDS, SO_RDS_TRANSPORT).ok()?;
+        let v = ffi::get_int(self.raw_fd(), SOL_RDS, SO_RDS_TRANSPORT).ok()?;
         u32::try_from(v)
             .ok()
             .and_then(TransportKind::from_trans_type)
@@ -251,9 +242,9 @@ impl KernelSocket {
         };
         for (level, ty, data) in &r.cmsgs {
             match (*level, *ty) {
-                (ffi::SOL_RDS, RDS_CMSG_CONG_UPDATE) => out.cong_update = u64_of(data),
-                (ffi::SOL_RDS, ffi::RDS_CMSG_RDMA_DEST) => out.rdma_dest = u64_of(data),
-                (ffi::SOL_RDS, RDS_CMSG_RDMA_STATUS) => {
+                (SOL_RDS, RDS_CMSG_CONG_UPDATE) => out.cong_update = u64_of(data),
+                (SOL_RDS, RDS_CMSG_RDMA_DEST) => out.rdma_dest = u64_of(data),
+                (SOL_RDS, RDS_CMSG_RDMA_STATUS) => {
                     let status = data
                         .get(8..12)
                         .and_then(|b| b.try_into().ok())
@@ -316,7 +307,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_cong_monitor(&self, on: bool) -> io::Result<()> {
-        ffi::set_int(self.raw_fd(), ffi::SOL_RDS, RDS_CONG_MONITOR, on.into())
+        ffi::set_int(self.raw_fd(), SOL_RDS, RDS_CONG_MONITOR, on.into())
     }
 
     /// `RDS_RECVERR` (set).
@@ -324,12 +315,12 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_recverr(&self, on: bool) -> io::Result<()> {
-        ffi::set_int(self.raw_fd(), ffi::SOL_RDS, RDS_RECVERR, on.into())
+        ffi::set_int(self.raw_fd(), SOL_RDS, RDS_RECVERR, on.into())
     }
 
     /// `RDS_RECVERR` (get).
     pub fn recverr(&self) -> bool {
-        ffi::get_int(self.raw_fd(), ffi::SOL_RDS, RDS_RECVERR).is_ok_and(|v| v != 0)
+        ffi::get_int(self.raw_fd(), SOL_RDS, RDS_RECVERR).is_ok_and(|v| v != 0)
     }
 
     /// `SO_TIMESTAMP`.
@@ -366,7 +357,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's (`ENOTCONN` when unbound).
     pub fn cancel_sent_to(&self, dest: SocketAddr) -> io::Result<()> {
-        ffi::set_addr(self.raw_fd(), ffi::SOL_RDS, RDS_CANCEL_SENT_TO, dest)
+        ffi::set_addr(self.raw_fd(), SOL_RDS, RDS_CANCEL_SENT_TO, dest)
     }
 
     /// Readable, writable now.
