@@ -1,8 +1,8 @@
 //! The kernel's `RDS_INFO_*` tables (`getsockopt(SOL_RDS, RDS_INFO_*)`): the option numbers
-//! (from [`crate::abi`]) and the records as plain structs, parsed from the packed upstream layouts (`struct
-//! rds_info_*` and `rds6_info_*` of `linux/rds.h`). A record shorter than the layout reads as
-//! zeros past its end and a longer one has its extra bytes ignored, as the original rds-info
-//! reads them: the kernel's record size (`each`) decides.
+//! (from [`crate::abi`]) and the records as plain structs, parsed from the packed upstream
+//! layouts (`struct rds_info_*` and `rds6_info_*` of `linux/rds.h`). A record shorter than the
+//! layout reads as zeros past its end and a longer one has its extra bytes ignored, as the
+//! original rds-info reads them: the kernel's record size (`each`) decides.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
