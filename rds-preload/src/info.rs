@@ -52,7 +52,7 @@ fn snapshot(e: &Entry) -> Result<InfoSnapshot, i32> {
         return Ok(rds_core::node::admin::snapshot(n));
     }
     let bound = e.sock.local_addr().is_ok();
-    if e.sock.via_daemon() || (!bound && std::env::var_os("RDS_NO_DAEMON").is_none()) {
+    if e.sock.via_daemon() || (!bound && !rds_core::env::no_daemon()) {
         if let Some(ep) = rds_core::ctl::find_daemon() {
             let mut c =
                 rds_core::ctl::client::CtlClient::connect(&ep.path).map_err(|e| e.errno())?;

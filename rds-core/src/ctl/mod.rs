@@ -671,9 +671,7 @@ pub fn runtime_dir() -> PathBuf {
 }
 
 fn env_dir() -> Option<PathBuf> {
-    std::env::var_os("RDS_RUNTIME_DIR")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
+    crate::env::runtime_dir()
 }
 
 /// Whether root may own `dir` for this process: the system directory and `RDS_RUNTIME_DIR`
