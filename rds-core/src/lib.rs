@@ -20,8 +20,8 @@
 //!   flags), once for the kernel backend, the preload library, the tools and the tests.
 //! - [`kernel`]: the running kernel's `AF_RDS` sockets and `RDS_INFO_*` tables, the backend
 //!   of sockets on a host whose kernel has RDS.
-//! - [`env`]: the environment variables (`RDS_NO_DAEMON`, `RDS_RUNTIME_DIR`, ...), each named
-//!   once with its meaning.
+//! - [`env`](mod@env): the environment variables (`RDS_NO_DAEMON`, `RDS_RUNTIME_DIR`, ...),
+//!   each named once with its meaning.
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 //! - [`ras`]: the node's bounded event ring (connections up and down, resets, drops, errors).
 #![warn(missing_docs)]
