@@ -34,6 +34,10 @@ impl SockId {
     }
 }
 
+/// `RDS_TRANS_IB` and `RDS_TRANS_TCP` as the unsigned `t_type`.
+const TRANS_IB: u32 = crate::abi::RDS_TRANS_IB as u32;
+const TRANS_TCP: u32 = crate::abi::RDS_TRANS_TCP as u32;
+
 /// An RDS transport.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -52,8 +56,8 @@ impl TransportKind {
     /// The `SO_RDS_TRANSPORT` / `t_type` number.
     pub fn trans_type(self) -> u32 {
         match self {
-            TransportKind::Ib => 0,
-            TransportKind::Tcp => 2,
+            TransportKind::Ib => TRANS_IB,
+            TransportKind::Tcp => TRANS_TCP,
             TransportKind::Loopback => 3,
         }
     }
@@ -70,8 +74,8 @@ impl TransportKind {
     /// From an `SO_RDS_TRANSPORT` value.
     pub fn from_trans_type(t: u32) -> Option<Self> {
         match t {
-            0 => Some(TransportKind::Ib),
-            2 => Some(TransportKind::Tcp),
+            TRANS_IB => Some(TransportKind::Ib),
+            TRANS_TCP => Some(TransportKind::Tcp),
             _ => None,
         }
     }

@@ -16,15 +16,21 @@
 //! - [`ctl`]: the control protocol every node serves on a Unix socket (info, counters,
 //!   tunables, connection restart/kill, trace streaming, client sockets for the daemon) and
 //!   its client; the server is [`node::admin`], the daemon's client sockets [`socket::host`].
+//! - [`abi`]: the numbers of `linux/rds.h` (socket options, control messages, `RDS_INFO_*`,
+//!   flags), once for the kernel backend, the preload library, the tools and the tests.
 //! - [`kernel`]: the running kernel's `AF_RDS` sockets and `RDS_INFO_*` tables, the backend
 //!   of sockets on a host whose kernel has RDS.
+//! - [`env`](mod@env): the environment variables (`RDS_NO_DAEMON`, `RDS_RUNTIME_DIR`, ...),
+//!   each named once with its meaning.
 //! - [`trace`]: wire capture records and the pcap writer used by `rds-trace`.
 //! - [`ras`]: the node's bounded event ring (connections up and down, resets, drops, errors).
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod abi;
 pub mod buf;
 pub mod ctl;
+pub mod env;
 pub mod errno;
 pub mod ib;
 pub mod info;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 
+use crate::abi;
 use crate::time::Instant;
 
 /// A message waiting in a socket's receive queue.
@@ -49,15 +50,15 @@ pub enum Received {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RdmaStatus {
     /// Done.
-    Success = 0,
+    Success = abi::RDS_RDMA_SUCCESS as isize,
     /// The peer refused it (bad key, address or access rights).
-    RemoteError = 1,
+    RemoteError = abi::RDS_RDMA_REMOTE_ERROR as isize,
     /// `cancel_sent_to` removed the message.
-    Canceled = 2,
+    Canceled = abi::RDS_RDMA_CANCELED as isize,
     /// The connection dropped; RDMA operations are never retransmitted.
-    Dropped = 3,
+    Dropped = abi::RDS_RDMA_DROPPED as isize,
     /// Any other failure.
-    OtherError = 4,
+    OtherError = abi::RDS_RDMA_OTHER_ERROR as isize,
 }
 
 impl RdmaStatus {
@@ -69,11 +70,11 @@ impl RdmaStatus {
     /// From the kernel's number.
     pub fn from_code(c: i32) -> Option<RdmaStatus> {
         Some(match c {
-            0 => RdmaStatus::Success,
-            1 => RdmaStatus::RemoteError,
-            2 => RdmaStatus::Canceled,
-            3 => RdmaStatus::Dropped,
-            4 => RdmaStatus::OtherError,
+            abi::RDS_RDMA_SUCCESS => RdmaStatus::Success,
+            abi::RDS_RDMA_REMOTE_ERROR => RdmaStatus::RemoteError,
+            abi::RDS_RDMA_CANCELED => RdmaStatus::Canceled,
+            abi::RDS_RDMA_DROPPED => RdmaStatus::Dropped,
+            abi::RDS_RDMA_OTHER_ERROR => RdmaStatus::OtherError,
             _ => return None,
         })
     }

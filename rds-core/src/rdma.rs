@@ -139,21 +139,14 @@ pub fn cookie_offset(cookie: u64) -> u32 {
     (cookie >> 32) as u32
 }
 
-/// The `RDS_RDMA_*` bits of `linux/rds.h`: `flags` of `struct rds_get_mr_args`,
-/// `rds_free_mr_args` and `rds_rdma_args`.
+/// The `RDS_RDMA_*` bits of `linux/rds.h` ([`crate::abi`]): `flags` of `struct
+/// rds_get_mr_args`, `rds_free_mr_args` and `rds_rdma_args`.
 pub mod flag {
-    /// An RDMA write (else a read).
-    pub const READWRITE: u64 = 0x1;
-    /// Wait for earlier operations first.
-    pub const FENCE: u64 = 0x2;
-    /// Invalidate the key when the region is released.
-    pub const INVALIDATE: u64 = 0x4;
-    /// Release the region after its first use.
-    pub const USE_ONCE: u64 = 0x8;
-    /// Report the operation's completion.
-    pub const NOTIFY_ME: u64 = 0x20;
-    /// No message to the peer's socket, only the operation.
-    pub const SILENT: u64 = 0x40;
+    pub use crate::abi::{
+        RDS_RDMA_FENCE as FENCE, RDS_RDMA_INVALIDATE as INVALIDATE,
+        RDS_RDMA_NOTIFY_ME as NOTIFY_ME, RDS_RDMA_READWRITE as READWRITE,
+        RDS_RDMA_SILENT as SILENT, RDS_RDMA_USE_ONCE as USE_ONCE,
+    };
 }
 
 /// Flags of a registration (`RDS_RDMA_USE_ONCE`, `RDS_RDMA_INVALIDATE`).

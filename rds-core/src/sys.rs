@@ -1,7 +1,9 @@
-//! The syscall layer: the few Linux calls the node needs that `std` does not offer (epoll,
-//! eventfd, non-blocking connect from a bound address, TCP keepalive tuning, `SIOCOUTQ`, reads
-//! into uninitialised buffer space). This is one of the two places where `unsafe` is allowed;
-//! every block says why it is sound.
+//! The syscall layer: the Linux calls the node and the kernel backend need that `std` does not
+//! offer (epoll, eventfd, bind and connect of raw descriptors, integer, address and timeout
+//! socket options, socket names, TCP keepalive tuning, `SIOCOUTQ`, reads into uninitialised
+//! buffer space, descriptor passing, sealed shared memory, thread scheduling). Every generic
+//! call has its one wrapper here; `kernel/ffi.rs` keeps only what is specific to `AF_RDS`. One
+//! of the few places where `unsafe` is allowed; every block says why it is sound.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -220,17 +222,25 @@ pub fn bind(fd: RawFd, addr: SocketAddr) -> io::Result<()> {
 
 /// Non-blocking `connect(2)`: `Ok(true)` when in progress, `Ok(false)` when already connected.
 pub fn connect(fd: RawFd, addr: SocketAddr) -> io::Result<bool> {
-    let raw = RawAddr::from(addr);
-    let (p, len) = raw.as_ptr();
-    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
-    match cvt(unsafe { libc::connect(fd, p, len) }) {
-        Ok(_) => Ok(false),
+    match connect_raw(fd, addr) {
+        Ok(()) => Ok(false),
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(true),
         Err(e) => Err(e),
     }
 }
 
-fn setsockopt_int(
+/// One `connect(2)`, its error as the kernel gave it (an RDS socket only records the
+/// destination).
+pub(crate) fn connect_raw(fd: RawFd, addr: SocketAddr) -> io::Result<()> {
+    let raw = RawAddr::from(addr);
+    let (p, len) = raw.as_ptr();
+    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
+    cvt(unsafe { libc::connect(fd, p, len) })?;
+    Ok(())
+}
+
+/// `setsockopt` with an `int` value.
+pub(crate) fn setsockopt_int(
     fd: RawFd,
     level: libc::c_int,
     opt: libc::c_int,
@@ -249,7 +259,12 @@ fn setsockopt_int(
     Ok(())
 }
 
-fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+/// `getsockopt` of an `int` value.
+pub(crate) fn getsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+) -> io::Result<libc::c_int> {
     let mut v: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: passes a pointer to a c_int on the stack and its size; the kernel writes at
@@ -264,6 +279,40 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result
         )
     })?;
     Ok(v)
+}
+
+/// `setsockopt` with a sockaddr value (`RDS_CANCEL_SENT_TO`).
+pub(crate) fn setsockopt_addr(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    a: SocketAddr,
+) -> io::Result<()> {
+    let raw = RawAddr::from(a);
+    let (p, len) = raw.as_ptr();
+    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
+    cvt(unsafe { libc::setsockopt(fd, level, opt, p.cast(), len) })?;
+    Ok(())
+}
+
+/// `SO_RCVTIMEO` / `SO_SNDTIMEO` (`opt`; `None`: wait forever).
+pub(crate) fn set_timeout(fd: RawFd, opt: libc::c_int, t: Option<Duration>) -> io::Result<()> {
+    let t = t.unwrap_or(Duration::ZERO);
+    let tv = libc::timeval {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` is a valid timeval for the duration of the call and the length says so.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&tv as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
 }
 
 /// RDS/TCP socket tuning (`rds_tcp_tune`, `rds_tcp_keepalive`): TCP_NODELAY, keepalive with
@@ -392,6 +441,17 @@ pub fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
 }
 
 fn sockname(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
+    let (ss, len) = name_storage(fd, peer)?;
+    from_storage(&ss, len)
+        .ok_or_else(|| io::Error::other(format!("unexpected address family {}", ss.ss_family)))
+}
+
+/// `getsockname` (`peer` false) or `getpeername` (`peer` true) of any family: the storage the
+/// kernel filled and the length it wrote ([`from_storage`] reads an IP address out of it).
+pub(crate) fn name_storage(
+    fd: RawFd,
+    peer: bool,
+) -> io::Result<(libc::sockaddr_storage, libc::socklen_t)> {
     let mut ss: libc::sockaddr_storage = {
         // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
         unsafe { std::mem::zeroed() }
@@ -406,8 +466,7 @@ fn sockname(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
             libc::getsockname(fd, p, &mut len)
         }
     })?;
-    from_storage(&ss, len)
-        .ok_or_else(|| io::Error::other(format!("unexpected address family {}", ss.ss_family)))
+    Ok((ss, len))
 }
 
 /// Reads the address out of a `sockaddr_storage` the kernel filled with `len` bytes; `None`

@@ -14,8 +14,8 @@ use rds_core::tunables::{TunableDef, Tunables};
 
 /// The config file's path for this user.
 pub fn path() -> PathBuf {
-    if let Some(p) = std::env::var_os("RDS_CONFIG").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+    if let Some(p) = rds_core::env::config() {
+        return p;
     }
     if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/etc/rds/rds.conf");

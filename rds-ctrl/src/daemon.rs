@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use rds_core::abi::{RDS_IB_PORT_V4, RDS_IB_PORT_V6, RDS_TCP_PORT};
 use rds_core::ctl::DAEMON_NAME;
 use rds_core::tunables::Tunables;
 use rds_core::{CtlMode, Node, NodeConfig, Transports};
@@ -25,9 +26,6 @@ use rds_core::{CtlMode, Node, NodeConfig, Transports};
 use crate::config::{self, Config};
 use crate::util::{self, Negative};
 use crate::Transport;
-
-/// The RDS/TCP port.
-pub const RDS_TCP_PORT: u16 = 16385;
 
 /// The start of the message for an unavailable IB transport (the reason follows).
 pub const IB_UNAVAILABLE: &str = "the IB transport is unavailable";
@@ -200,8 +198,12 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
     }
     let ports = match (node.tcp_running(), node.ib_running()) {
         (true, false) => format!("port {RDS_TCP_PORT}"),
-        (false, true) => "RDMA CM port 18634 for IPv4, 16385 for IPv6".to_string(),
-        _ => format!("port {RDS_TCP_PORT}; RDMA CM port 18634 for IPv4, 16385 for IPv6"),
+        (false, true) => {
+            format!("RDMA CM port {RDS_IB_PORT_V4} for IPv4, {RDS_IB_PORT_V6} for IPv6")
+        }
+        _ => format!(
+            "port {RDS_TCP_PORT}; RDMA CM port {RDS_IB_PORT_V4} for IPv4, {RDS_IB_PORT_V6} for IPv6"
+        ),
     };
     log(&format!(
         "started: transport {} on {} ({ports}), control socket {}",

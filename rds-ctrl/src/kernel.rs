@@ -17,9 +17,7 @@ pub const SYSCTL_FILE: &str = "etc/sysctl.d/90-rds.conf";
 
 /// The root directory (`RDS_CTRL_ROOT`, else `/`).
 pub fn root() -> PathBuf {
-    std::env::var_os("RDS_CTRL_ROOT")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| PathBuf::from("/"), PathBuf::from)
+    rds_core::env::ctrl_root().unwrap_or_else(|| PathBuf::from("/"))
 }
 
 /// The kernel's RDS sysctl directory.

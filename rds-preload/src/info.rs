@@ -10,6 +10,12 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
+use rds_core::abi::{
+    RDS6_INFO_CONNECTIONS, RDS6_INFO_IB_CONNECTIONS, RDS6_INFO_RECV_MESSAGES,
+    RDS6_INFO_RETRANS_MESSAGES, RDS6_INFO_SEND_MESSAGES, RDS6_INFO_SOCKETS, RDS6_INFO_TCP_SOCKETS,
+    RDS_INFO_CONNECTIONS, RDS_INFO_COUNTERS, RDS_INFO_IB_CONNECTIONS, RDS_INFO_RECV_MESSAGES,
+    RDS_INFO_RETRANS_MESSAGES, RDS_INFO_SEND_MESSAGES, RDS_INFO_SOCKETS, RDS_INFO_TCP_SOCKETS,
+};
 use rds_core::ctl::InfoSnapshot;
 use rds_core::info::{ConnInfo, PathState, QueuedMsgInfo, SockInfo, TcpSockInfo};
 
@@ -46,7 +52,7 @@ fn snapshot(e: &Entry) -> Result<InfoSnapshot, i32> {
         return Ok(rds_core::node::admin::snapshot(n));
     }
     let bound = e.sock.local_addr().is_ok();
-    if e.sock.via_daemon() || (!bound && std::env::var_os("RDS_NO_DAEMON").is_none()) {
+    if e.sock.via_daemon() || (!bound && !rds_core::env::no_daemon()) {
         if let Some(ep) = rds_core::ctl::find_daemon() {
             let mut c =
                 rds_core::ctl::client::CtlClient::connect(&ep.path).map_err(|e| e.errno())?;
@@ -80,37 +86,38 @@ fn name16(s: &str) -> [u8; 16] {
 
 /// Element size and records of table `opt` (`None`: no such table, ENOPROTOOPT).
 fn table(opt: i32, s: &InfoSnapshot) -> Option<(usize, Vec<Vec<u8>>)> {
-    let v6 = opt >= 10011;
+    let v6 = opt >= RDS6_INFO_CONNECTIONS;
     Some(match opt {
-        10000 => (40, s.counters.iter().map(|(n, v)| counter(n, *v)).collect()),
-        10001 | 10011 => {
+        RDS_INFO_COUNTERS => (40, s.counters.iter().map(|(n, v)| counter(n, *v)).collect()),
+        RDS_INFO_CONNECTIONS | RDS6_INFO_CONNECTIONS => {
             let each = if v6 { 65 } else { 42 };
             let rows = s.connections.iter().filter_map(|c| conn(c, v6)).collect();
             (each, rows)
         }
-        10003..=10005 | 10012..=10014 => {
+        RDS_INFO_SEND_MESSAGES..=RDS_INFO_RECV_MESSAGES
+        | RDS6_INFO_SEND_MESSAGES..=RDS6_INFO_RECV_MESSAGES => {
             let list = match opt {
-                10003 | 10012 => &s.send,
-                10004 | 10013 => &s.retrans,
+                RDS_INFO_SEND_MESSAGES | RDS6_INFO_SEND_MESSAGES => &s.send,
+                RDS_INFO_RETRANS_MESSAGES | RDS6_INFO_RETRANS_MESSAGES => &s.retrans,
                 _ => &s.recv,
             };
             let each = if v6 { 50 } else { 26 };
             (each, list.iter().filter_map(|m| message(m, v6)).collect())
         }
-        10006 | 10015 => {
+        RDS_INFO_SOCKETS | RDS6_INFO_SOCKETS => {
             let each = if v6 { 52 } else { 28 };
             (
                 each,
                 s.sockets.iter().filter_map(|k| socket(k, v6)).collect(),
             )
         }
-        10007 | 10016 => {
+        RDS_INFO_TCP_SOCKETS | RDS6_INFO_TCP_SOCKETS => {
             let each = if v6 { 64 } else { 41 };
             (each, s.tcp.iter().filter_map(|t| tcp(t, v6)).collect())
         }
         // IB connections: none are reported through the preload library.
-        10008 => (68, Vec::new()),
-        10017 => (92, Vec::new()),
+        RDS_INFO_IB_CONNECTIONS => (68, Vec::new()),
+        RDS6_INFO_IB_CONNECTIONS => (92, Vec::new()),
         _ => return None,
     })
 }

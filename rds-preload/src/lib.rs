@@ -15,7 +15,8 @@
 //! - `info`: the `RDS_INFO_*` getsockopt tables in the `linux/rds.h` layouts.
 //! - `sock`: one RDS descriptor (`Entry`: the `rds_core::Socket` and its readiness pair), the
 //!   descriptor table and the thread that keeps readiness in step.
-//! - `abi`: the constants of `linux/rds.h` and `sys/socket.h` this library speaks.
+//! - `abi`: the `sys/socket.h` constants this library speaks that `libc` lacks; the
+//!   `linux/rds.h` ones are `rds_core::abi`.
 //!
 //! Readiness: the descriptor handed to the program is one end of a `socketpair(AF_UNIX,
 //! SOCK_STREAM)`. It is readable (POLLIN) exactly while a receive would return something (one

@@ -6,9 +6,7 @@ use std::sync::OnceLock;
 /// Whether logging is on (read once from the environment).
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var_os("RDS_PRELOAD_LOG").is_some_and(|v| !v.is_empty() && v != "0")
-    })
+    *ON.get_or_init(rds_core::env::preload_log)
 }
 
 /// Logs `call` and its result: a count, or `-1 ERRNO (text)`.

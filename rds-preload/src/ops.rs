@@ -11,6 +11,8 @@ use bytes::Bytes;
 use rds_core::info::TransportKind;
 use rds_core::RecvFlags;
 
+use rds_core::abi::*;
+
 use crate::abi::*;
 use crate::info::{OptErr, OptOut};
 use crate::sock::{self, errno, Entry};
@@ -172,7 +174,6 @@ pub struct Cmsg {
 
 const MSG_ZEROCOPY: i32 = 0x400_0000;
 const MSG_CMSG_COMPAT: i32 = i32::MIN;
-const RDS_CMSG_ZCOPY_COOKIE: i32 = 12;
 
 /// `sendmsg` (and `send`, `sendto`, `write`): `data` to `dest` (or the default destination).
 ///

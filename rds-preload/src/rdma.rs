@@ -150,7 +150,7 @@ impl SendRdma {
     /// `EINVAL` for a second operation or a second cookie, or bad arguments (see [`args`],
     /// [`map`]).
     pub fn add(&mut self, ty: i32, data: &[u8]) -> Res<()> {
-        use crate::abi::{RDS_CMSG_RDMA_ARGS, RDS_CMSG_RDMA_DEST, RDS_CMSG_RDMA_MAP};
+        use rds_core::abi::{RDS_CMSG_RDMA_ARGS, RDS_CMSG_RDMA_DEST, RDS_CMSG_RDMA_MAP};
         let has_cookie = self.ctl.rdma_dest.is_some() || self.ctl.rdma_map.is_some();
         match ty {
             RDS_CMSG_RDMA_ARGS if self.ctl.rdma.is_none() => self.ctl.rdma = Some(args(data)?),

@@ -134,12 +134,8 @@ pub struct KernelRds {
     fd: std::os::fd::OwnedFd,
 }
 
-/// `AF_RDS`, `SOL_RDS`, `SO_RDS_TRANSPORT` and `RDS_TRANS_IB` of the kernel's ABI.
-const AF_RDS: libc::c_int = 21;
-const SOL_RDS: libc::c_int = 276;
-const SO_RDS_TRANSPORT: libc::c_int = 8;
-/// `RDS_TRANS_IB`.
-pub const RDS_TRANS_IB: libc::c_int = 0;
+pub use rds_core::abi::RDS_TRANS_IB;
+use rds_core::abi::{AF_RDS, SOL_RDS, SO_RDS_TRANSPORT};
 
 fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.

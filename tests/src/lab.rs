@@ -42,9 +42,7 @@ pub const HOST_ADDR1: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 /// Second host-side address; between g1 (.2) and g2 (.4).
 pub const HOST_ADDR2: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 /// Kernel RDS/TCP listener port in the guests.
-pub const RDS_TCP_PORT: u16 = 16385;
-/// RDS/IB (RDMA CM) port.
-pub const RDS_IB_PORT: u16 = 18634;
+pub use rds_core::abi::RDS_TCP_PORT;
 /// Machine-wide lock serialising labs (`LAB_LOCK` overrides it, for lab.sh too).
 pub const LOCK_FILE: &str = "/run/lock/rdslab.lock";
 

@@ -12,7 +12,7 @@ use nix::sys::socket::{
 };
 
 /// The RDS/TCP port.
-pub const RDS_PORT: u16 = 16385;
+pub use rds_core::abi::RDS_TCP_PORT as RDS_PORT;
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 

@@ -6,9 +6,9 @@ use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use super::{
-    read_frame, write_frame, FrameError, InfoSnapshot, Reply, Request, DAEMON_NAME, PROTO_VERSION,
-};
+use super::discover::DAEMON_NAME;
+use super::frame::{read_frame, write_frame, FdReader, FrameError};
+use super::schema::{InfoSnapshot, Reply, Request, PROTO_VERSION};
 
 /// An error a node answered, or a failure to reach it.
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +186,7 @@ impl CtlClient {
         if let Err(e) = write_frame(&mut self.stream, &json, &[]) {
             return Err(if is_gone(&e) { self.gone() } else { e.into() });
         }
-        let mut r = super::FdReader::new(&self.stream);
+        let mut r = FdReader::new(&self.stream);
         let (json, data) = match read_frame(&mut r) {
             Ok(f) => f,
             Err(FrameError::Closed) => return Err(self.gone()),
@@ -208,7 +208,7 @@ impl CtlClient {
         &self.path
     }
 
-    /// The connection, for a request that passes a descriptor ([`super::write_frame_with_fd`])
+    /// The connection, for a request that passes a descriptor ([`super::frame::write_frame_with_fd`])
     /// or a stop sent from another thread (`try_clone`).
     pub fn stream(&self) -> &UnixStream {
         &self.stream

@@ -1,7 +1,7 @@
 //! Who holds an address a node could not listen on.
 //!
 //! Contract: [`describe_addr_conflict`] is called after a listener on `ADDR:16385` failed with
-//! `EADDRINUSE`. It asks every node this user can see ([`super::discover`]) for its hello; the
+//! `EADDRINUSE`. It asks every node this user can see ([`super::discover::discover`]) for its hello; the
 //! first whose addresses contain `ADDR` is named (pid, program name from `/proc/PID/comm`, node
 //! name) with what to do. When no node of ours owns it, the port is held by another program,
 //! and the line says whether the kernel's `rds_tcp` module is loaded. It never fails: an
@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 
 use super::client::CtlClient;
-use super::discover;
+use super::discover::discover;
 use crate::wire::RDS_TCP_PORT;
 
 /// The program name of process `pid` (`/proc/PID/comm`), if readable.

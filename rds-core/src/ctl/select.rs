@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 
 use super::client::{CtlClient, CtlError, NodeHello};
-use super::{discover, NodeEndpoint, DAEMON_NAME};
+use super::discover::{discover, NodeEndpoint, DAEMON_NAME};
 use crate::info::canonical;
 
 /// How a selector names its nodes, for the messages.

@@ -1,20 +1,21 @@
-//! The libc calls of the kernel backend: `socket(AF_RDS)`, its socket options, `sendmsg` and
-//! `recvmsg` with their control messages, `poll`. One of the FFI layers where `unsafe` is
-//! allowed; every block says why it is sound. Everything above this file is safe code.
+//! The libc calls that are specific to `AF_RDS`: `socket(AF_RDS)`, the `RDS_INFO_*` and
+//! memory-region socket options with their structures, and `sendmsg`/`recvmsg` with the RDS
+//! control messages. Generic calls (bind, connect, integer, address and timeout options,
+//! socket names, poll) are the crate's syscall layer, `crate::sys`, which the backend calls
+//! directly. One of the FFI layers where `unsafe` is allowed; every block says why it is sound.
+//! Everything above this file is safe code.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
 
+use crate::abi::{
+    AF_RDS, RDS_CMSG_RDMA_ARGS, RDS_CMSG_RDMA_DEST, RDS_CMSG_RDMA_MAP, RDS_FREE_MR, RDS_GET_MR,
+    SOL_RDS,
+};
 use crate::sys::{cvt, from_storage, RawAddr};
-
-/// `AF_RDS` / `PF_RDS`.
-pub const AF_RDS: libc::c_int = 21;
-/// `SOL_RDS`.
-pub const SOL_RDS: libc::c_int = 276;
 
 /// `socket(AF_RDS, SOCK_SEQPACKET, 0)`, close-on-exec.
 pub fn rds_socket() -> io::Result<OwnedFd> {
@@ -22,102 +23,6 @@ pub fn rds_socket() -> io::Result<OwnedFd> {
     let fd = cvt(unsafe { libc::socket(AF_RDS, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `fd` was just created and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `bind(2)`.
-pub fn bind(fd: RawFd, a: SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::from(a);
-    let (p, len) = raw.as_ptr();
-    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
-    cvt(unsafe { libc::bind(fd, p, len) })?;
-    Ok(())
-}
-
-/// `connect(2)` (RDS only records the destination).
-pub fn connect(fd: RawFd, a: SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::from(a);
-    let (p, len) = raw.as_ptr();
-    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
-    cvt(unsafe { libc::connect(fd, p, len) })?;
-    Ok(())
-}
-
-/// `getsockname` (`peer` false) or `getpeername` (`peer` true).
-pub fn name(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
-    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let p = (&mut ss as *mut libc::sockaddr_storage).cast();
-    // SAFETY: `p` points to a sockaddr_storage of `len` bytes; the kernel writes at most that.
-    cvt(unsafe {
-        if peer {
-            libc::getpeername(fd, p, &mut len)
-        } else {
-            libc::getsockname(fd, p, &mut len)
-        }
-    })?;
-    from_storage(&ss, len).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTCONN))
-}
-
-/// `setsockopt` with an `int` value.
-pub fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: `v` is a valid int for the duration of the call and the length says so.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
-}
-
-/// `getsockopt` of an `int` value.
-pub fn get_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` and `len` are valid for writing; the kernel writes at most `len` bytes.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    })?;
-    Ok(v)
-}
-
-/// `setsockopt` with a sockaddr value (`RDS_CANCEL_SENT_TO`).
-pub fn set_addr(fd: RawFd, level: libc::c_int, opt: libc::c_int, a: SocketAddr) -> io::Result<()> {
-    let raw = RawAddr::from(a);
-    let (p, len) = raw.as_ptr();
-    // SAFETY: `p` points to a sockaddr of `len` bytes that lives across the call.
-    cvt(unsafe { libc::setsockopt(fd, level, opt, p.cast(), len) })?;
-    Ok(())
-}
-
-/// `SO_RCVTIMEO` / `SO_SNDTIMEO` (`None`: wait forever).
-pub fn set_timeout(fd: RawFd, opt: libc::c_int, t: Option<Duration>) -> io::Result<()> {
-    let t = t.unwrap_or(Duration::ZERO);
-    let tv = libc::timeval {
-        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_usec: t.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: `tv` is a valid timeval for the duration of the call and the length says so.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
 }
 
 /// One `RDS_INFO_*` getsockopt: the records' bytes and the size of one record. Grows the
@@ -147,17 +52,6 @@ pub fn info(fd: RawFd, opt: libc::c_int) -> io::Result<(Vec<u8>, usize)> {
     }
     Err(io::Error::from_raw_os_error(libc::ENOSPC))
 }
-
-/// `RDS_GET_MR`.
-const RDS_GET_MR: libc::c_int = 2;
-/// `RDS_FREE_MR`.
-const RDS_FREE_MR: libc::c_int = 3;
-/// `RDS_CMSG_RDMA_ARGS`.
-const RDS_CMSG_RDMA_ARGS: libc::c_int = 1;
-/// `RDS_CMSG_RDMA_DEST`.
-pub(super) const RDS_CMSG_RDMA_DEST: libc::c_int = 2;
-/// `RDS_CMSG_RDMA_MAP`.
-const RDS_CMSG_RDMA_MAP: libc::c_int = 3;
 
 /// `struct rds_iovec`: user memory the kernel pins and maps.
 #[repr(C)]
@@ -419,24 +313,6 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<Recvd> 
         }
     }
     Ok(out)
-}
-
-/// Whether `fd` is readable and writable now (`poll` with no wait).
-pub fn ready(fd: RawFd) -> (bool, bool) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN | libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    if r <= 0 {
-        return (false, false);
-    }
-    (
-        p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0,
-        p.revents & libc::POLLOUT != 0,
-    )
 }
 
 #[cfg(test)]

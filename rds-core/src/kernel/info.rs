@@ -1,53 +1,29 @@
 //! The kernel's `RDS_INFO_*` tables (`getsockopt(SOL_RDS, RDS_INFO_*)`): the option numbers
-//! and the records as plain structs, parsed from the packed upstream layouts (`struct
-//! rds_info_*` and `rds6_info_*` of `linux/rds.h`). A record shorter than the layout reads as
-//! zeros past its end and a longer one has its extra bytes ignored, as the original rds-info
-//! reads them: the kernel's record size (`each`) decides.
+//! (from [`crate::abi`]) and the records as plain structs, parsed from the packed upstream
+//! layouts (`struct rds_info_*` and `rds6_info_*` of `linux/rds.h`). A record shorter than the
+//! layout reads as zeros past its end and a longer one has its extra bytes ignored, as the
+//! original rds-info reads them: the kernel's record size (`each`) decides.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::KernelSocket;
 
-/// `RDS_INFO_COUNTERS`.
-pub const COUNTERS: i32 = 10000;
-/// `RDS_INFO_CONNECTIONS` (IPv6: [`CONNECTIONS6`]).
-pub const CONNECTIONS: i32 = 10001;
-/// `RDS_INFO_SEND_MESSAGES`.
-pub const SEND_MESSAGES: i32 = 10003;
-/// `RDS_INFO_RETRANS_MESSAGES`.
-pub const RETRANS_MESSAGES: i32 = 10004;
-/// `RDS_INFO_RECV_MESSAGES`.
-pub const RECV_MESSAGES: i32 = 10005;
-/// `RDS_INFO_SOCKETS`.
-pub const SOCKETS: i32 = 10006;
-/// `RDS_INFO_TCP_SOCKETS`.
-pub const TCP_SOCKETS: i32 = 10007;
-/// `RDS_INFO_IB_CONNECTIONS`.
-pub const IB_CONNECTIONS: i32 = 10008;
-/// `RDS6_INFO_CONNECTIONS`.
-pub const CONNECTIONS6: i32 = 10011;
-/// `RDS6_INFO_SEND_MESSAGES`.
-pub const SEND_MESSAGES6: i32 = 10012;
-/// `RDS6_INFO_RETRANS_MESSAGES`.
-pub const RETRANS_MESSAGES6: i32 = 10013;
-/// `RDS6_INFO_RECV_MESSAGES`.
-pub const RECV_MESSAGES6: i32 = 10014;
-/// `RDS6_INFO_SOCKETS`.
-pub const SOCKETS6: i32 = 10015;
-/// `RDS6_INFO_TCP_SOCKETS`.
-pub const TCP_SOCKETS6: i32 = 10016;
-/// `RDS6_INFO_IB_CONNECTIONS`.
-pub const IB_CONNECTIONS6: i32 = 10017;
-
-/// `RDS_INFO_CONNECTION_FLAG_SENDING`.
-pub const CONN_SENDING: u8 = 0x01;
-/// `RDS_INFO_CONNECTION_FLAG_CONNECTING`.
-pub const CONN_CONNECTING: u8 = 0x02;
-/// `RDS_INFO_CONNECTION_FLAG_CONNECTED`.
-pub const CONN_CONNECTED: u8 = 0x04;
-/// `RDS_INFO_CONNECTION_FLAG_ERROR` (UEK).
-pub const CONN_ERROR: u8 = 0x08;
+/// The `RDS_INFO_*` option numbers and connection flags under short names (values in
+/// [`crate::abi`]).
+pub use crate::abi::{
+    RDS6_INFO_CONNECTIONS as CONNECTIONS6, RDS6_INFO_IB_CONNECTIONS as IB_CONNECTIONS6,
+    RDS6_INFO_RECV_MESSAGES as RECV_MESSAGES6, RDS6_INFO_RETRANS_MESSAGES as RETRANS_MESSAGES6,
+    RDS6_INFO_SEND_MESSAGES as SEND_MESSAGES6, RDS6_INFO_SOCKETS as SOCKETS6,
+    RDS6_INFO_TCP_SOCKETS as TCP_SOCKETS6, RDS_INFO_CONNECTIONS as CONNECTIONS,
+    RDS_INFO_CONNECTION_FLAG_CONNECTED as CONN_CONNECTED,
+    RDS_INFO_CONNECTION_FLAG_CONNECTING as CONN_CONNECTING,
+    RDS_INFO_CONNECTION_FLAG_ERROR as CONN_ERROR, RDS_INFO_CONNECTION_FLAG_SENDING as CONN_SENDING,
+    RDS_INFO_COUNTERS as COUNTERS, RDS_INFO_IB_CONNECTIONS as IB_CONNECTIONS,
+    RDS_INFO_RECV_MESSAGES as RECV_MESSAGES, RDS_INFO_RETRANS_MESSAGES as RETRANS_MESSAGES,
+    RDS_INFO_SEND_MESSAGES as SEND_MESSAGES, RDS_INFO_SOCKETS as SOCKETS,
+    RDS_INFO_TCP_SOCKETS as TCP_SOCKETS,
+};
 
 /// A record's bytes, zero past its end.
 struct Rec<'a>(&'a [u8]);

@@ -2,7 +2,8 @@
 //! `rds_tcp`, `rds_rdma`) behind a safe API, for hosts where the kernel holds port 16385 and
 //! the tools must act as the original rds-tools do there. [`KernelSocket`] is what
 //! [`crate::Socket`]'s kernel backend calls; [`info`] reads the kernel's `RDS_INFO_*` tables
-//! and counters. The libc calls are in `ffi`.
+//! and counters. The calls specific to `AF_RDS` are in `ffi`; the generic ones (bind,
+//! connect, options, names, poll) are the crate's syscall layer (`crate::sys`).
 //!
 //! Whether the kernel has RDS is read from `/proc/net/protocols` ([`loaded`]): asking with
 //! `socket(AF_RDS)` would make the kernel load the module, and a tool must not load kernel
@@ -18,20 +19,12 @@ pub mod info;
 
 pub(crate) use ffi::{RdmaOpArgs, RdsIovec, SendRdma};
 
+use crate::abi::{
+    RDS_CANCEL_SENT_TO, RDS_CMSG_CONG_UPDATE, RDS_CMSG_RDMA_DEST, RDS_CMSG_RDMA_STATUS,
+    RDS_CONG_MONITOR, RDS_RECVERR, SOL_RDS, SO_RDS_TRANSPORT,
+};
 use crate::info::TransportKind;
-
-/// `RDS_CANCEL_SENT_TO`.
-const RDS_CANCEL_SENT_TO: libc::c_int = 1;
-/// `RDS_RECVERR`.
-const RDS_RECVERR: libc::c_int = 5;
-/// `RDS_CONG_MONITOR`.
-const RDS_CONG_MONITOR: libc::c_int = 6;
-/// `SO_RDS_TRANSPORT` (upstream numbering).
-const SO_RDS_TRANSPORT: libc::c_int = 8;
-/// `RDS_CMSG_RDMA_STATUS`.
-const RDS_CMSG_RDMA_STATUS: libc::c_int = 4;
-/// `RDS_CMSG_CONG_UPDATE`.
-const RDS_CMSG_CONG_UPDATE: libc::c_int = 5;
+use crate::sys;
 
 /// Whether the running kernel has RDS loaded: `/proc/net/protocols` lists `RDS`.
 pub fn loaded() -> bool {
@@ -93,6 +86,25 @@ pub struct KernelRecv {
     pub timestamp: Option<SystemTime>,
 }
 
+/// `getsockname` (`peer` false) or `getpeername` (`peer` true); `ENOTCONN` for an answer that
+/// is no IP address.
+fn name(fd: RawFd, peer: bool) -> io::Result<SocketAddr> {
+    let (ss, len) = sys::name_storage(fd, peer)?;
+    sys::from_storage(&ss, len).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTCONN))
+}
+
+/// Whether `fd` is readable and writable now (`poll` with no wait; a failed poll: neither).
+fn ready(fd: RawFd) -> (bool, bool) {
+    let r = sys::poll_for(&[(fd, libc::POLLIN | libc::POLLOUT)], Duration::ZERO)
+        .ok()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    (
+        r & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0,
+        r & libc::POLLOUT != 0,
+    )
+}
+
 fn u64_of(b: &[u8]) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?))
 }
@@ -120,9 +132,9 @@ impl KernelSocket {
     /// The kernel's: `EOPNOTSUPP` once a transport is attached, `ENOPROTOOPT` when the
     /// transport's module cannot be loaded.
     pub fn set_transport(&self, t: TransportKind) -> io::Result<()> {
-        ffi::set_int(
+        sys::setsockopt_int(
             self.raw_fd(),
-            ffi::SOL_RDS,
+            SOL_RDS,
             SO_RDS_TRANSPORT,
             t.trans_type() as libc::c_int,
         )
@@ -130,7 +142,7 @@ impl KernelSocket {
 
     /// `SO_RDS_TRANSPORT` (get): `None` for `RDS_TRANS_NONE`.
     pub fn transport(&self) -> Option<TransportKind> {
-        let v = ffi::get_int(self.raw_fd(), ffi::SOL_RDS, SO_RDS_TRANSPORT).ok()?;
+        let v = sys::getsockopt_int(self.raw_fd(), SOL_RDS, SO_RDS_TRANSPORT).ok()?;
         u32::try_from(v)
             .ok()
             .and_then(TransportKind::from_trans_type)
@@ -142,7 +154,7 @@ impl KernelSocket {
     /// The kernel's (`EADDRNOTAVAIL` when no transport serves the address, `EADDRINUSE`,
     /// `EINVAL`).
     pub fn bind(&self, a: SocketAddr) -> io::Result<()> {
-        ffi::bind(self.raw_fd(), a)
+        sys::bind(self.raw_fd(), a)
     }
 
     /// `connect()`.
@@ -150,7 +162,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn connect(&self, a: SocketAddr) -> io::Result<()> {
-        ffi::connect(self.raw_fd(), a)
+        sys::connect_raw(self.raw_fd(), a)
     }
 
     /// `getsockname`.
@@ -158,7 +170,7 @@ impl KernelSocket {
     /// # Errors
     /// `ENOTCONN` when unbound.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        let a = ffi::name(self.raw_fd(), false)?;
+        let a = name(self.raw_fd(), false)?;
         if a.ip().is_unspecified() {
             return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
         }
@@ -170,7 +182,7 @@ impl KernelSocket {
     /// # Errors
     /// `ENOTCONN` without a default destination.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        ffi::name(self.raw_fd(), true)
+        name(self.raw_fd(), true)
     }
 
     /// `sendmsg` of one message; `nonblock` adds `MSG_DONTWAIT`.
@@ -251,9 +263,9 @@ impl KernelSocket {
         };
         for (level, ty, data) in &r.cmsgs {
             match (*level, *ty) {
-                (ffi::SOL_RDS, RDS_CMSG_CONG_UPDATE) => out.cong_update = u64_of(data),
-                (ffi::SOL_RDS, ffi::RDS_CMSG_RDMA_DEST) => out.rdma_dest = u64_of(data),
-                (ffi::SOL_RDS, RDS_CMSG_RDMA_STATUS) => {
+                (SOL_RDS, RDS_CMSG_CONG_UPDATE) => out.cong_update = u64_of(data),
+                (SOL_RDS, RDS_CMSG_RDMA_DEST) => out.rdma_dest = u64_of(data),
+                (SOL_RDS, RDS_CMSG_RDMA_STATUS) => {
                     let status = data
                         .get(8..12)
                         .and_then(|b| b.try_into().ok())
@@ -290,7 +302,7 @@ impl KernelSocket {
     /// The kernel's.
     pub fn set_sndbuf(&self, bytes: usize) -> io::Result<()> {
         let v = bytes.min(i32::MAX as usize) as libc::c_int;
-        ffi::set_int(self.raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, v)
+        sys::setsockopt_int(self.raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, v)
     }
 
     /// `SO_RCVBUF` (the kernel keeps twice the value).
@@ -299,13 +311,13 @@ impl KernelSocket {
     /// The kernel's.
     pub fn set_rcvbuf(&self, bytes: usize) -> io::Result<()> {
         let v = bytes.min(i32::MAX as usize) as libc::c_int;
-        ffi::set_int(self.raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, v)
+        sys::setsockopt_int(self.raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, v)
     }
 
     /// `getsockopt(SO_SNDBUF)`, `getsockopt(SO_RCVBUF)`.
     pub fn bufs(&self) -> (usize, usize) {
         let g = |o| {
-            ffi::get_int(self.raw_fd(), libc::SOL_SOCKET, o)
+            sys::getsockopt_int(self.raw_fd(), libc::SOL_SOCKET, o)
                 .map_or(0, |v| usize::try_from(v).unwrap_or(0))
         };
         (g(libc::SO_SNDBUF), g(libc::SO_RCVBUF))
@@ -316,7 +328,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_cong_monitor(&self, on: bool) -> io::Result<()> {
-        ffi::set_int(self.raw_fd(), ffi::SOL_RDS, RDS_CONG_MONITOR, on.into())
+        sys::setsockopt_int(self.raw_fd(), SOL_RDS, RDS_CONG_MONITOR, on.into())
     }
 
     /// `RDS_RECVERR` (set).
@@ -324,12 +336,12 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_recverr(&self, on: bool) -> io::Result<()> {
-        ffi::set_int(self.raw_fd(), ffi::SOL_RDS, RDS_RECVERR, on.into())
+        sys::setsockopt_int(self.raw_fd(), SOL_RDS, RDS_RECVERR, on.into())
     }
 
     /// `RDS_RECVERR` (get).
     pub fn recverr(&self) -> bool {
-        ffi::get_int(self.raw_fd(), ffi::SOL_RDS, RDS_RECVERR).is_ok_and(|v| v != 0)
+        sys::getsockopt_int(self.raw_fd(), SOL_RDS, RDS_RECVERR).is_ok_and(|v| v != 0)
     }
 
     /// `SO_TIMESTAMP`.
@@ -337,7 +349,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_timestamps(&self, on: bool) -> io::Result<()> {
-        ffi::set_int(
+        sys::setsockopt_int(
             self.raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_TIMESTAMP,
@@ -350,7 +362,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        ffi::set_timeout(self.raw_fd(), libc::SO_RCVTIMEO, t)
+        sys::set_timeout(self.raw_fd(), libc::SO_RCVTIMEO, t)
     }
 
     /// `SO_SNDTIMEO` (`None`: wait forever).
@@ -358,7 +370,7 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        ffi::set_timeout(self.raw_fd(), libc::SO_SNDTIMEO, t)
+        sys::set_timeout(self.raw_fd(), libc::SO_SNDTIMEO, t)
     }
 
     /// `RDS_CANCEL_SENT_TO`.
@@ -366,12 +378,12 @@ impl KernelSocket {
     /// # Errors
     /// The kernel's (`ENOTCONN` when unbound).
     pub fn cancel_sent_to(&self, dest: SocketAddr) -> io::Result<()> {
-        ffi::set_addr(self.raw_fd(), ffi::SOL_RDS, RDS_CANCEL_SENT_TO, dest)
+        sys::setsockopt_addr(self.raw_fd(), SOL_RDS, RDS_CANCEL_SENT_TO, dest)
     }
 
     /// Readable, writable now.
     pub fn ready(&self) -> (bool, bool) {
-        ffi::ready(self.raw_fd())
+        ready(self.raw_fd())
     }
 
     /// One `RDS_INFO_*` table as raw records and the record size the kernel reported.

@@ -99,7 +99,7 @@ pub(super) fn bind_first(s: &Socket, addr: SocketAddr) -> io::Result<Option<Sock
         Stack::User => Ok(None),
         Stack::Kernel => bind_kernel(s, addr).map(Some),
         Stack::Auto => {
-            if std::env::var_os("RDS_NO_DAEMON").is_none() {
+            if !crate::env::no_daemon() {
                 if let Some(r) = s.bind_daemon(addr)? {
                     return Ok(Some(r));
                 }

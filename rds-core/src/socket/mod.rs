@@ -345,7 +345,7 @@ impl Socket {
                 return Ok(r);
             }
         }
-        if self.node.is_none() && std::env::var_os("RDS_NO_DAEMON").is_none() {
+        if self.node.is_none() && !crate::env::no_daemon() {
             if let Some(r) = self.bind_daemon(SocketAddr::new(ip, addr.port()))? {
                 return Ok(r);
             }

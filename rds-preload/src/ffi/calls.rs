@@ -8,10 +8,10 @@ use libc::{c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, s
 
 use super::next::*;
 use super::sys;
-use crate::abi::AF_RDS;
 use crate::log;
 use crate::ops::{self, Cmsg, FORWARD};
 use crate::sock::{self, Entry, Lookup};
+use rds_core::abi::AF_RDS;
 
 /// The entry of an RDS descriptor, or the return value for the others: `None` to pass the
 /// call through; `Some(Err(()))` after setting EBADFD for an inherited one.
@@ -698,7 +698,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
     };
     let call = || format!("ioctl({fd}, {req:#x})");
     let socket_class = (req >> 8) & 0xff == 0x89;
-    if socket_class && req != crate::abi::SIOCRDSSETTOS && req != crate::abi::SIOCRDSGETTOS {
+    if socket_class && req != rds_core::abi::SIOCRDSSETTOS && req != rds_core::abi::SIOCRDSGETTOS {
         // The socket ioctls the kernel serves for every socket (interfaces, SIOCGSTAMP, ...):
         // the descriptor is a socket too, and the kernel answers them the same way for it.
         return forward!(next_ioctl(fd, req, arg));
@@ -720,8 +720,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             Ok(0)
         }
         // SAFETY: the TOS ioctls take a u8 the program owns.
-        crate::abi::SIOCRDSSETTOS => ops::set_tos(&e, unsafe { *arg.cast::<u8>() }).map(|()| 0),
-        crate::abi::SIOCRDSGETTOS => {
+        rds_core::abi::SIOCRDSSETTOS => ops::set_tos(&e, unsafe { *arg.cast::<u8>() }).map(|()| 0),
+        rds_core::abi::SIOCRDSGETTOS => {
             // SAFETY: as above.
             unsafe { *arg.cast::<u8>() = ops::get_tos(&e) };
             Ok(0)

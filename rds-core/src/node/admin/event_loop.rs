@@ -18,6 +18,7 @@ use super::{
     ACCEPT_BACKOFF, BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM,
     PRIVILEGED_RESERVE, REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
 };
+use crate::ctl::frame::FrameHeader;
 use crate::ctl::{write_frame, Reply, Request, MAX_DATA, MAX_JSON};
 use crate::sys;
 
@@ -884,24 +885,20 @@ type Frame = (Vec<u8>, Vec<u8>);
 /// Takes the first complete frame out of the connection's buffer. `Err((json, data))`: the
 /// header claims more than the limits allow.
 fn take_frame(conn: &mut Conn) -> Result<Option<Frame>, (usize, usize)> {
-    if conn.buf.len() < 8 {
+    let Some(h) = FrameHeader::peek(&conn.buf) else {
         if conn.buf.is_empty() {
             conn.partial_since = None;
         }
         return Ok(None);
+    };
+    if !h.within_limits() {
+        return Err((h.json, h.data));
     }
-    let json = u32::from_be_bytes([conn.buf[0], conn.buf[1], conn.buf[2], conn.buf[3]]) as usize;
-    let data = u32::from_be_bytes([conn.buf[4], conn.buf[5], conn.buf[6], conn.buf[7]]) as usize;
-    if json > MAX_JSON || data > MAX_DATA {
-        return Err((json, data));
-    }
-    let total = 8 + json + data;
-    if conn.buf.len() < total {
+    let Some((j, d)) = h.parts(&conn.buf) else {
         return Ok(None);
-    }
-    let j = conn.buf[8..8 + json].to_vec();
-    let d = conn.buf[8 + json..total].to_vec();
-    conn.buf.drain(..total);
+    };
+    let (j, d) = (j.to_vec(), d.to_vec());
+    conn.buf.drain(..h.frame_len());
     if conn.buf.is_empty() && conn.buf.capacity() > READ_CHUNK {
         // An idle connection keeps no large buffer.
         conn.buf = Vec::new();

@@ -85,7 +85,7 @@ impl std::fmt::Debug for Ib {
 }
 
 fn log(what: &str) {
-    if std::env::var_os("RDS_IB_DEBUG").is_some() {
+    if crate::env::ib_debug() {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();

@@ -86,7 +86,7 @@ pub(crate) struct RingClient {
 impl RingClient {
     /// Sets up the ring of socket `token`; `None` when the daemon offers none.
     pub(crate) fn setup(client: &mut CtlClient, token: u64) -> Option<RingClient> {
-        if std::env::var_os("RDS_NO_RING").is_some() {
+        if crate::env::no_ring() {
             return None;
         }
         let (reply, _, fds) = client.call_fds(&Request::SockRing { sock: token }).ok()?;
