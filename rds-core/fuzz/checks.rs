@@ -59,6 +59,9 @@ impl<'a> Reader<'a> {
     fn u16(&mut self) -> u16 {
         u16::from_be_bytes([self.u8(), self.u8()])
     }
+    fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) << 32 | u64::from(self.u32())
+    }
     fn u32(&mut self) -> u32 {
         u32::from_be_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
@@ -1135,4 +1138,228 @@ pub fn pcap(data: &[u8]) {
     let st = frames.stats();
     assert_eq!((st.frames, st.errors), (ok, errors));
     assert!(frames.next().is_none(), "the reader stays ended");
+}
+
+/// The host daemon's side of a client socket's shared-memory ring, served by a real node's
+/// control server, against a hostile client: the input is a client's script of writes to the
+/// segment (any header word, raw bytes in the request ring, well-formed records at its own
+/// position), doorbell rings, result reads, descriptors made blocking or filled or shut, and
+/// control requests, after which the client goes away. Properties: the node never stops
+/// answering (a hello within 5 s, after every input), and everything the client made it hold
+/// is given back once it has gone (its sockets closed, the node budget back to what it was).
+pub fn ring(data: &[u8]) {
+    use rds_core::ctl::client::CtlClient;
+    use rds_core::ctl::{Reply, Request};
+    use rds_core::socket::ring::{
+        Rec, F_BATCH, F_PEEK, F_POSTED, OP_RECV, OP_SEND, OP_SYNC, REC_HDR, REQ_DATA,
+        REQ_HEAD_WORD, RES_HEAD_WORD, RES_TAIL_WORD, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
+        WANT_WORD,
+    };
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::fs::FileExt;
+
+    // A write to a connection the node closed must fail (EPIPE), not kill the process:
+    // libFuzzer's main does not ignore SIGPIPE as a Rust main does.
+    let mut pipe = nix::sys::signal::SigSet::empty();
+    pipe.add(nix::sys::signal::Signal::SIGPIPE);
+    let _ = pipe.thread_block();
+    let (node, path, sink) = ring_node();
+    let base = node.mem_used();
+    let fds_open = || std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let base_fds = fds_open();
+    let mut r = Reader::new(data);
+    let Ok(mut c) = CtlClient::connect(path) else {
+        panic!("the node does not answer a new control connection");
+    };
+    let sock = match c.call(&Request::SockOpen, &[]) {
+        Ok((Reply::Sock { sock }, _)) => sock,
+        other => panic!("SockOpen: {other:?}"),
+    };
+    let bind = SocketAddr::new(RING_IP, 0);
+    assert!(c
+        .call(
+            &Request::SockBind {
+                sock,
+                addr: bind,
+                transport: None,
+            },
+            &[]
+        )
+        .is_ok());
+    let (reply, _, fds) = c.call_fds(&Request::SockRing { sock }).expect("SockRing");
+    assert_eq!(reply, Reply::SockRing { seg_len: SEG_LEN });
+    assert_eq!(fds.len(), 5);
+    let seg = std::fs::File::from(fds[0].try_clone().unwrap());
+    let word = |off: usize, v: u64| {
+        let _ = seg.write_all_at(&v.to_le_bytes(), off as u64);
+    };
+    let read_word = |off: usize| -> u64 {
+        let mut b = [0u8; 8];
+        let _ = seg.read_exact_at(&mut b, off as u64);
+        u64::from_le_bytes(b)
+    };
+    // No SIGPIPE when the client shut its own end (libFuzzer's main does not ignore it).
+    let no_sigpipe = nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
+    let ring_bell = |fds: &[OwnedFd]| {
+        let _ = nix::sys::socket::send(
+            fds[1].as_raw_fd(),
+            &1u64.to_le_bytes(),
+            no_sigpipe | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        );
+    };
+    let mut head = 0u64;
+    let dest = sink.local_addr().unwrap();
+    for _ in 0..64 {
+        if r.is_empty() {
+            break;
+        }
+        match r.u8() % 8 {
+            0 => {
+                // Any word of the header page.
+                let off = usize::from(r.u8() % 64) * 64;
+                word(off, r.u64());
+            }
+            1 => {
+                // Raw bytes anywhere in the request ring.
+                let at = r.u32() as usize % RING_CAP;
+                let n = usize::from(r.u8());
+                let bytes: Vec<u8> = (0..n).map(|_| r.u8()).collect();
+                let _ = seg.write_all_at(&bytes, (REQ_DATA + at) as u64);
+            }
+            2 => {
+                // A well-formed record at the client's own position, published.
+                let op = [OP_SEND, OP_RECV, OP_SYNC][usize::from(r.u8() % 3)];
+                let flags = r.u32() & (F_POSTED | F_BATCH | F_PEEK);
+                let len = usize::from(r.u16() % 8192);
+                let rec = Rec {
+                    len: len as u32,
+                    op,
+                    seq: u64::from(r.u8()),
+                    flags,
+                    c: u64::from(r.u16()),
+                    addr: (r.u8() % 4 != 0).then_some(dest),
+                    ..Rec::default()
+                };
+                let mut buf = rec.encode().to_vec();
+                buf.resize(REC_HDR + len, r.u8());
+                for (i, b) in buf.iter().enumerate() {
+                    let pos = (head as usize + i) % RING_CAP;
+                    let _ = seg.write_all_at(&[*b], (REQ_DATA + pos) as u64);
+                }
+                head += buf.len() as u64;
+                word(REQ_HEAD_WORD, head);
+            }
+            3 => ring_bell(&fds),
+            4 => {
+                // What a client may do to the descriptors it holds.
+                let fd = &fds[1 + usize::from(r.u8() % 4)];
+                match r.u8() % 3 {
+                    0 => {
+                        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+                        let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::empty()));
+                    }
+                    1 => {
+                        let junk = [0xa5u8; 4096];
+                        for _ in 0..64 {
+                            if nix::sys::socket::send(
+                                fd.as_raw_fd(),
+                                &junk,
+                                nix::sys::socket::MsgFlags::MSG_DONTWAIT | no_sigpipe,
+                            )
+                            .is_err()
+                            {
+                                break;
+                            }
+                        }
+                    }
+                    _ => {
+                        let _ = nix::sys::socket::shutdown(
+                            fd.as_raw_fd(),
+                            nix::sys::socket::Shutdown::Both,
+                        );
+                    }
+                }
+            }
+            5 => {
+                // Take every result (a consuming client), watch readiness.
+                word(RES_TAIL_WORD, read_word(RES_HEAD_WORD));
+                word(WANT_WORD, u64::from(r.u8()) & (WANT_RX | WANT_TX));
+            }
+            6 => {
+                let _ = c.call(&Request::SockState { sock }, &[]);
+            }
+            _ => std::thread::sleep(Duration::from_micros(u64::from(r.u8()) * 10)),
+        }
+    }
+    ring_bell(&fds);
+    drop(fds);
+    drop(seg);
+    drop(c);
+    // The node still answers, and gives back what the client made it hold.
+    let t0 = std::time::Instant::now();
+    let answered = std::thread::scope(|s| {
+        let h = s.spawn(|| CtlClient::connect(path).is_ok());
+        while !h.is_finished() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the node no longer answers"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        h.join().unwrap()
+    });
+    assert!(answered, "the node refused a new control connection");
+    let mut buf = vec![0u8; MAX_MSG_SIZE];
+    loop {
+        while sink.recv_from(&mut buf).is_ok() {}
+        if node.sockets().len() == 1 && node.mem_used() <= base && fds_open() <= base_fds {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the client's socket, memory or descriptors were not given back: {} sockets, {} bytes \
+             in use (was {base}), {} descriptors (was {base_fds})",
+            node.sockets().len(),
+            node.mem_used(),
+            fds_open()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The ring target's address.
+const RING_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 174, 0, 1));
+
+/// The node every ring input runs against (started once per process, with the daemon's
+/// client-socket service and a control socket in a private runtime directory), its control
+/// socket, and a socket the ring's sends go to (never full: it is drained after each input).
+fn ring_node() -> &'static (rds_core::node::Node, std::path::PathBuf, rds_core::Socket) {
+    use rds_core::node::{CtlMode, Node, NodeConfig};
+    static NODE: std::sync::OnceLock<(Node, std::path::PathBuf, rds_core::Socket)> =
+        std::sync::OnceLock::new();
+    NODE.get_or_init(|| {
+        // Under the test's own scratch directory when replayed by `cargo test`.
+        let scratch = option_env!("CARGO_TARGET_TMPDIR")
+            .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+        let dir = scratch.join(format!("rds-ring-fuzz-{}", std::process::id()));
+        std::env::set_var("RDS_RUNTIME_DIR", &dir);
+        let mut cfg = NodeConfig::new([RING_IP]);
+        cfg.ctl = CtlMode::Named("ringfuzz".into());
+        cfg.client_sockets = Some(rds_core::socket::host::service());
+        let node = Node::start(cfg).expect("the ring target's node");
+        let path = node.ctl_path().expect("its control socket");
+        let sink = rds_core::Socket::with_node(&node);
+        sink.bind(SocketAddr::new(RING_IP, 5001)).unwrap();
+        sink.set_nonblocking(true);
+        sink.set_recv_buffer_size(64 << 20);
+        // The loopback connection every input's sends use exists from the start (its cost is
+        // part of the baseline): one message to itself, taken.
+        let me = sink.local_addr().unwrap();
+        sink.send_to(b"x", me).unwrap();
+        let mut b = [0u8; 8];
+        while sink.recv_from(&mut b).is_err() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (node, path, sink)
+    })
 }

@@ -99,3 +99,8 @@ fn truncated_inputs() {
         }
     }
 }
+
+#[test]
+fn ring_corpus() {
+    replay("ring", checks::ring);
+}

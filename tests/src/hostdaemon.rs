@@ -164,15 +164,17 @@ pub struct HostDaemon {
 }
 
 impl HostDaemon {
-    /// Starts `rds-ctrl daemon tcp --addr addr` (and `extra` arguments), with `ulimit -n
-    /// nofile` when given, and waits until it answers on its control socket.
-    pub fn start(addr: Ipv4Addr, nofile: Option<u64>, extra: &[&str]) -> HostDaemon {
+    /// Starts `rds-ctrl daemon tcp --addr addr`, with `ulimit -n nofile` when given and `conf`
+    /// as its tunables file (`name = value` lines), and waits until it answers on its control
+    /// socket.
+    pub fn start(addr: Ipv4Addr, nofile: Option<u64>, conf: &str) -> HostDaemon {
         let dir = tempfile::tempdir().unwrap();
         // Other users reach the control socket (and their programs' copies) through it.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.path().join("rds.conf"), conf).unwrap();
         let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
         let mut c = crate::daemon_command(dir.path(), &addr.to_string(), nofile);
-        c.args(extra).stdout(Stdio::null()).stderr(log);
+        c.stdout(Stdio::null()).stderr(log);
         let child = c.spawn().expect("spawning rds-ctrl daemon");
         let pid = child.id();
         let mut d = HostDaemon {
@@ -280,15 +282,36 @@ impl HostDaemon {
     }
 
     /// The workspace program `name`, copied into this daemon's directory (once) so that any
-    /// user can run it, with this daemon's environment, to run as `uid` (and its group).
-    pub fn tool_as(&self, name: &str, uid: u32) -> Command {
+    /// user can run it.
+    pub fn copy_for_others(&self, name: &str) -> PathBuf {
         let copy = self.dir.path().join(name);
         if !copy.exists() {
             std::fs::copy(bin(name), &copy).unwrap_or_else(|e| panic!("copying {name}: {e}"));
             std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let mut c = self.tool_at(&copy);
+        copy
+    }
+
+    /// [`HostDaemon::copy_for_others`] of `name`, with this daemon's environment, to run as
+    /// `uid` (and its group).
+    pub fn tool_as(&self, name: &str, uid: u32) -> Command {
+        let mut c = self.tool_at(&self.copy_for_others(name));
         c.uid(uid).gid(uid).current_dir(self.dir.path());
+        c
+    }
+
+    /// A command line run through `setpriv` as `uid` (its group, no supplementary groups),
+    /// with this daemon's environment: `pre` goes between `setpriv`'s options and the program
+    /// (`--inh-caps`, ... or a wrapper such as `unshare -U -r`).
+    pub fn setpriv(&self, uid: u32, opts: &[&str], wrap: &[&str], name: &str) -> Command {
+        let mut c = self.tool_at(Path::new("setpriv"));
+        c.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            .args(opts)
+            .args(wrap)
+            .arg(self.copy_for_others(name))
+            .current_dir(self.dir.path());
         c
     }
 
@@ -316,6 +339,30 @@ impl HostDaemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         t0.elapsed()
+    }
+}
+
+impl HostDaemon {
+    /// The end of every attack: the daemon is alive, answers root and another user (uid
+    /// 65533, through `rds-hostile-client hello`) within 5 s, and stops within 5 s of SIGTERM.
+    #[track_caller]
+    pub fn survives(mut self) {
+        self.assert_alive();
+        assert!(
+            self.answers_within(Duration::from_secs(5)),
+            "root's hello is not answered:\n{}",
+            self.log()
+        );
+        let mut c = self.tool_as("rds-hostile-client", 65533);
+        c.arg("hello").arg(self.sock_path());
+        let out = run_bounded(c, Duration::from_secs(10), "hello as uid 65533");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.starts_with("done hello daemon"),
+            "uid 65533 got no answer: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.terminate_within(Duration::from_secs(5));
     }
 }
 

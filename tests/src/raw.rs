@@ -51,3 +51,60 @@ pub fn connect_lane(src: Ipv4Addr, dst: Ipv4Addr, lane: u16, rcvbuf: Option<usiz
     }
     panic!("no free source port on {src}");
 }
+
+/// Writes one RDS data message (header and payload) on a raw connection.
+///
+/// # Errors
+/// The write's.
+pub fn send_data(
+    s: &mut TcpStream,
+    seq: u64,
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let h = rds_core::wire::HeaderRepr::data(seq, sport, dport, payload.len() as u32);
+    s.write_all(&h.to_bytes())?;
+    s.write_all(payload)
+}
+
+/// Reads RDS frames from a raw connection until one satisfies `want` (returned with its
+/// payload), the connection ends, or `limit` passes (`None`).
+pub fn read_until(
+    s: &mut TcpStream,
+    limit: std::time::Duration,
+    mut want: impl FnMut(&rds_core::wire::HeaderRepr, &[u8]) -> bool,
+) -> Option<(rds_core::wire::HeaderRepr, Vec<u8>)> {
+    use rds_core::wire::{HeaderRepr, HEADER_LEN};
+    use std::io::Read;
+    let t0 = std::time::Instant::now();
+    s.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    while t0.elapsed() < limit {
+        while buf.len() >= HEADER_LEN {
+            let h = HeaderRepr::from_bytes(&buf[..HEADER_LEN]).ok()?;
+            let end = HEADER_LEN + h.len as usize;
+            if buf.len() < end {
+                break;
+            }
+            if want(&h, &buf[HEADER_LEN..end]) {
+                return Some((h, buf[HEADER_LEN..end].to_vec()));
+            }
+            buf.drain(..end);
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}

@@ -487,6 +487,11 @@ impl Node {
         self.inner.ib_stats.reset();
     }
 
+    /// Bytes of the node budget in use (queued messages both ways, reassembly, connections).
+    pub fn mem_used(&self) -> usize {
+        lock(&self.inner.core).stack.mem_used()
+    }
+
     /// The tunables in force.
     pub fn tunables(&self) -> Tunables {
         lock(&self.inner.core).stack.tunables().clone()
@@ -911,6 +916,7 @@ impl Inner {
             let mut core = lock(&self.core);
             let stalled = core.stack.tunables().partial_timeout;
             tcp.expire_partials(now, stalled, outs);
+            tcp.set_partial_cap(core.stack.reasm_room());
             if let Some(ib) = ib.as_mut() {
                 for &(token, _) in evs {
                     if Ib::owns_token(token) {
@@ -1023,6 +1029,7 @@ impl Inner {
                     // Refused: the engine reset the path, whose disconnect closes it.
                     let _ = core.stack.tcp_reassembly(now, conn, path, epoch, held);
                 }
+                TcpOut::ReassemblyRefused => core.stack.tcp_reassembly_refused(),
                 TcpOut::Closed(idx, serial) => {
                     if let Some((c, p, epoch, connecting)) = tcp.closed(idx, serial) {
                         if connecting {

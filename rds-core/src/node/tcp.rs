@@ -135,6 +135,8 @@ struct TcpConn {
     held_reported: usize,
     /// While a message is partly received: when its last bytes came.
     partial_since: Option<Instant>,
+    /// Its message in progress was refused: nothing more is read from it.
+    refused: bool,
 }
 
 /// Counts a connection attempt that the peer refused (nothing listens on its RDS port).
@@ -177,6 +179,9 @@ pub(crate) enum TcpOut {
         epoch: u32,
         held: usize,
     },
+    /// The message in progress would have passed what the node can hold: dropped, and the
+    /// connection closed (a [`TcpOut::Closed`] follows).
+    ReassemblyRefused,
     Acked {
         conn: ConnId,
         path: usize,
@@ -212,6 +217,10 @@ pub(crate) struct Tcp {
     stash_retry_at: Instant,
     /// Test hook: where outgoing connections to a peer address go instead of `peer:16385`.
     routes: HashMap<IpAddr, SocketAddr>,
+    /// Bytes the parsers' messages in progress hold, in all.
+    partial_total: usize,
+    /// What they may hold in all (the engine's [`Stack::reasm_room`], set every round).
+    partial_cap: usize,
 }
 
 /// An accepted connection waiting, unread, for a lane.
@@ -268,6 +277,8 @@ impl Tcp {
             stashed: Vec::new(),
             stash_retry_at: Instant::ZERO,
             routes: HashMap::new(),
+            partial_total: 0,
+            partial_cap: usize::MAX,
         })
     }
 
@@ -323,6 +334,7 @@ impl Tcp {
     fn remove(&mut self, idx: usize) -> Option<TcpConn> {
         let c = self.conns.get_mut(idx)?.take()?;
         self.live -= 1;
+        self.partial_total -= c.held_reported;
         if let Some(n) = self.per_addr.get_mut(&c.faddr_key) {
             *n -= 1;
             if *n == 0 {
@@ -489,6 +501,11 @@ impl Tcp {
         }
     }
 
+    /// Sets what the messages in progress may hold in all, from now on.
+    pub(crate) fn set_partial_cap(&mut self, cap: usize) {
+        self.partial_cap = cap;
+    }
+
     /// Reads what is available (bounded), parses frames; end of stream or an error closes.
     /// Small payloads are copied out of the read chunk, larger ones keep it (pooled, see
     /// [`crate::buf`]); the message in progress is reported to the engine as it grows.
@@ -496,13 +513,27 @@ impl Tcp {
         let Some(c) = self.conns[idx].as_mut() else {
             return;
         };
+        if c.refused {
+            // Refused and closed: its report is on its way.
+            return;
+        }
         let serial = c.serial;
         let fd = c.stream.as_raw_fd();
         let mut frames = Vec::new();
         let mut total = 0;
         let mut closed = false;
         let mut stream_err = None;
+        // What the other connections' messages in progress hold, and what all may hold.
+        let others = self.partial_total - c.held_reported;
+        let cap = self.partial_cap;
         while total < READ_BUDGET {
+            if others + c.parser.partial_held() > cap {
+                // The node cannot hold this message: drop it now rather than read on (the
+                // rest stays in the kernel's buffer until the connection is reset).
+                c.parser.abandon();
+                c.refused = true;
+                break;
+            }
             // The rest of a large payload is read straight into its message buffer, which
             // grows to what the socket holds now (never to what the header announced).
             let avail = if c.parser.data_rem() >= DIRECT_MIN {
@@ -569,9 +600,22 @@ impl Tcp {
             }
         }
         let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        if !c.refused && others + c.parser.partial_held() > cap {
+            c.parser.abandon();
+            c.refused = true;
+        }
+        if c.refused {
+            c.partial_since = None;
+            frames.clear();
+            let _ = c.stream.shutdown(Shutdown::Both);
+            out.push(TcpOut::ReassemblyRefused);
+            closed = true;
+            stream_err = None;
+        }
         // The message in progress, charged as it fills (before the frames that completed
         // are: their payloads now are the messages').
         let held = c.parser.partial_held();
+        self.partial_total = others + held;
         if held != c.held_reported {
             c.held_reported = held;
             out.push(TcpOut::Reassembly {
@@ -693,6 +737,7 @@ impl Tcp {
             last_seen_una: 0,
             held_reported: 0,
             partial_since: None,
+            refused: false,
         };
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
@@ -769,6 +814,7 @@ impl Tcp {
             last_seen_una: 0,
             held_reported: 0,
             partial_since: None,
+            refused: false,
         };
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);

@@ -134,7 +134,10 @@ impl DropReason {
     pub fn drains(self) -> bool {
         !matches!(
             self,
-            DropReason::Protocol | DropReason::BadChecksum | DropReason::Replaced
+            DropReason::Protocol
+                | DropReason::BadChecksum
+                | DropReason::Replaced
+                | DropReason::Memory
         )
     }
 }

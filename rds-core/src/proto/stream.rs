@@ -105,6 +105,16 @@ impl StreamParser {
         self.hdr_have > 0 || self.cur.is_some()
     }
 
+    /// Gives up the message in progress and everything after it (the connection is being
+    /// dropped): its buffer is freed now, and the parser is poisoned.
+    pub fn abandon(&mut self) {
+        buf::give(std::mem::take(&mut self.data));
+        self.cur = None;
+        self.data_rem = 0;
+        self.hdr_have = 0;
+        self.poisoned = true;
+    }
+
     /// Bytes of memory the message in progress holds (its gather buffer).
     pub fn partial_held(&self) -> usize {
         self.data.capacity()

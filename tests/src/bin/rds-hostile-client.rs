@@ -9,7 +9,12 @@
 //! rds-hostile-client bufs SOCK ADDR:PORT N SIZE   N sockets with SIZE-byte buffers, bound
 //! rds-hostile-client bind SOCK ADDR:PORT      one bind (ports below 1024 need privilege)
 //! rds-hostile-client hello SOCK               one hello (prints `done hello NODE`)
+//! rds-hostile-client echo ADDR:PORT           a socket that sends back what it receives
 //! ```
+//!
+//! `echo` is the victim's side rather than an attack: a socket opened as every program opens
+//! one (through the daemon that `RDS_RUNTIME_DIR` names), answering each message with the same
+//! bytes to its sender.
 //!
 //! `SOCK` is the daemon's control socket. Exit status 0 when the command ran (its result is in
 //! the line), 1 with a message when it could not (bad arguments, no daemon).
@@ -194,6 +199,20 @@ fn run(args: &[String]) -> Res<(Vec<CtlClient>, Vec<OwnedFd>, String)> {
                 ),
             };
             Ok((vec![c], Vec::new(), line))
+        }
+        ["echo", at] => {
+            let s = rds_core::Socket::new().map_err(|e| format!("socket: {e}"))?;
+            let bound = s.bind(addr(at)?).map_err(|e| format!("bind {at}: {e}"))?;
+            let how = if s.via_daemon() { "daemon" } else { "embedded" };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    if let Ok((n, from)) = s.recv_from(&mut buf) {
+                        let _ = s.send_to(&buf[..n], from);
+                    }
+                }
+            });
+            Ok((Vec::new(), Vec::new(), format!("done echo {bound} {how}")))
         }
         ["hello", sock] => {
             let mut c = connect(sock)?;

@@ -96,6 +96,22 @@ impl Stack {
         }
     }
 
+    /// Bytes of reassembly the node could hold in all now: what it holds plus the budget's
+    /// free room (the TCP transport stops reading a connection whose message in progress
+    /// would pass it, and reports [`Stack::tcp_reassembly_refused`]).
+    pub fn reasm_room(&self) -> usize {
+        let held: usize = self.reasm_by_peer.values().sum();
+        self.mem_budget()
+            .saturating_sub(self.mem_used())
+            .saturating_add(held)
+    }
+
+    /// TCP: the transport could not hold the message in progress on a connection (the budget
+    /// is full) and closed it (its disconnect follows): count the drop (`recv_drop_no_mem`).
+    pub fn tcp_reassembly_refused(&mut self) {
+        self.stats.inc(Counter::RecvDropNoMem);
+    }
+
     /// TCP: the message in progress on the path's current connection (`epoch`) now holds
     /// `held` bytes in the transport's parser (charged as it fills; 0 between messages).
     /// Returns false when that does not fit the node budget or the peer's share of

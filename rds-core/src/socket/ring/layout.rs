@@ -31,6 +31,18 @@ const OFF_D2C_TAIL: usize = 256;
 const OFF_DAEMON_IDLE: usize = 320;
 const OFF_CLIENT_WAIT: usize = 384;
 const OFF_WANT: usize = 448;
+/// Byte offsets for clients that read and write the segment through its file (tests, hostile
+/// clients, the ring fuzz target): the request ring's data starts after the header page, the
+/// result ring's after the request ring.
+pub const REQ_DATA: usize = HDR;
+/// See [`REQ_DATA`].
+pub const RES_DATA: usize = HDR + RING_CAP;
+/// The request ring's producer position (`u64`, little-endian).
+pub const REQ_HEAD_WORD: usize = OFF_C2D_HEAD;
+/// The result ring's producer position.
+pub const RES_HEAD_WORD: usize = OFF_D2C_HEAD;
+/// The result ring's consumer position.
+pub const RES_TAIL_WORD: usize = OFF_D2C_TAIL;
 /// Byte offset of the word of watched directions (`WANT_*`, little-endian), for clients that
 /// write the segment through its file (tests, hostile clients).
 pub const WANT_WORD: usize = OFF_WANT;
@@ -107,7 +119,8 @@ pub struct Rec {
 }
 
 impl Rec {
-    fn encode(&self) -> [u8; REC_HDR] {
+    /// The record header's bytes (what a client writes into the segment).
+    pub fn encode(&self) -> [u8; REC_HDR] {
         let mut b = [0u8; REC_HDR];
         b[0..4].copy_from_slice(&self.len.to_le_bytes());
         b[4..8].copy_from_slice(&self.op.to_le_bytes());
