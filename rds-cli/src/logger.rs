@@ -205,6 +205,11 @@ pub fn set_command_line(verbose: u8, explicit: Option<LevelFilter>) {
     apply();
 }
 
+/// The level in force (what `RDS_LOG` should say to pass it on to a program this one starts).
+pub fn level() -> LevelFilter {
+    filter_of(LOGGER.level.load(Relaxed))
+}
+
 /// Whether this process runs as a systemd service whose messages go to the journal:
 /// `JOURNAL_STREAM` or `INVOCATION_ID` set (as systemd sets them for a unit's processes).
 pub fn under_systemd() -> bool {

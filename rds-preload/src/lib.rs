@@ -16,6 +16,8 @@
 //! - `sock`: one RDS descriptor (`Entry`: the `rds_core::Socket` and its readiness pair), the
 //!   descriptor table and the thread that keeps readiness in step.
 //! - `abi`: the constants of `linux/rds.h` and `sys/socket.h` this library speaks.
+//! - `logger`: the logger behind the `log` facade, for this library's messages and
+//!   `rds-core`'s (`RDS_LOG`; `RDS_PRELOAD_LOG=1` is `RDS_LOG=debug`, each call a line).
 //!
 //! Readiness: the descriptor handed to the program is one end of a `socketpair(AF_UNIX,
 //! SOCK_STREAM)`. It is readable (POLLIN) exactly while a receive would return something (one
@@ -35,7 +37,7 @@
 pub mod abi;
 mod ffi;
 mod info;
-mod log;
+mod logger;
 mod ops;
 mod rdma;
 mod sock;
