@@ -19,7 +19,8 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-use log::{Level, LevelFilter, Log, Metadata, Record};
+pub use log::LevelFilter;
+use log::{Level, Log, Metadata, Record};
 
 /// The environment variable that sets the level.
 pub const ENV: &str = "RDS_LOG";
