@@ -54,6 +54,34 @@ pub fn script(cmd: clap::Command, prog: &str, shell: Shell) -> String {
     String::from_utf8_lossy(&v).into_owned()
 }
 
+/// Whether `script` (of `shell`) offers `option` (`-c`, `--count`, or a subcommand's name):
+/// bash and zsh write options as they are typed, fish as `-s c` and `-l count`.
+pub fn offers(script: &str, shell: Shell, option: &str) -> bool {
+    match (shell, option.strip_prefix("--"), option.strip_prefix('-')) {
+        (Shell::Fish, Some(long), _) => script.contains(&format!("-l {long}")),
+        (Shell::Fish, None, Some(short)) => script.contains(&format!("-s {short}")),
+        _ => script.contains(option),
+    }
+}
+
+/// Asserts that the script of every shell for `cmd` (named `prog`) offers each of `options`
+/// (for the tools' tests).
+///
+/// # Panics
+/// When one does not, with the script.
+pub fn assert_offers(cmd: &clap::Command, prog: &str, options: &[&str]) {
+    for (name, shell) in SHELLS {
+        let s = script(cmd.clone(), prog, shell);
+        assert!(s.contains(prog), "{name} completion of {prog}:\n{s}");
+        for o in options {
+            assert!(
+                offers(&s, shell, o),
+                "{name} completion of {prog} lacks {o}:\n{s}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

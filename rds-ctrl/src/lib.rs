@@ -1013,6 +1013,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn completions_offer_the_commands_and_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-ctrl",
+            &[
+                "health",
+                "load",
+                "stats",
+                "--node",
+                "--json",
+                "--log-level",
+                "--format",
+            ],
+        );
+    }
+
+    #[test]
     fn cli_is_consistent() {
         command().debug_assert();
     }

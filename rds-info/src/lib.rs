@@ -495,6 +495,25 @@ fn node_json(n: &RunningNode) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-info",
+            &[
+                "-c",
+                "-k",
+                "-n",
+                "-I",
+                "-T",
+                "--json",
+                "--format",
+                "--list-nodes",
+                "--log-level",
+            ],
+        );
+    }
+
     fn args(v: &[&str]) -> Args {
         match parse(v.iter().map(OsString::from)) {
             Ok(a) => a,

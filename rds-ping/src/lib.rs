@@ -178,6 +178,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &opts::command(),
+            "rds-ping",
+            &[
+                "-c",
+                "-n",
+                "-i",
+                "-I",
+                "-Q",
+                "-w",
+                "-W",
+                "--json",
+                "-f",
+                "--alive",
+                "--log-level",
+            ],
+        );
+    }
+
+    #[test]
     fn errors_make_the_exit_status_one() {
         let mut s = report::Summary {
             transmitted: 8,

@@ -567,6 +567,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-stress",
+            &[
+                "-s",
+                "-r",
+                "-q",
+                "-t",
+                "-d",
+                "--loopback",
+                "--rdma-mode",
+                "--json",
+                "--log-level",
+            ],
+        );
+    }
+
+    #[test]
     fn version_names_the_protocol() {
         let protocol = crate::control::RDS_VERSION;
         assert!(VERSION.ends_with(&format!(" (protocol {protocol})")));

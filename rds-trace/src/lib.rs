@@ -221,6 +221,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-trace",
+            &[
+                "-w",
+                "-r",
+                "-s",
+                "-c",
+                "-G",
+                "--jsonl",
+                "--install-wireshark-plugin",
+                "-v",
+                "--log-level",
+            ],
+        );
+    }
+
+    #[test]
     fn cli_is_consistent() {
         command().debug_assert();
     }
