@@ -361,9 +361,9 @@ impl<const N: usize> AtomicCounters<N> {
 }
 
 /// The RDS/TCP counters.
-pub type TcpStats = AtomicCounters<14>;
+pub type TcpStats = AtomicCounters<{ TCP_NAMES.len() }>;
 /// The RDS/IB counters.
-pub type IbStats = AtomicCounters<39>;
+pub type IbStats = AtomicCounters<{ IB_NAMES.len() }>;
 
 impl TcpStats {
     /// Zeroed TCP counters.
@@ -447,7 +447,8 @@ mod tests {
                 "tcp_wait_node_evicted",
                 "tcp_wait_expired",
                 "tcp_connect_refused",
-                "tcp_drain_expired"
+                "tcp_drain_expired",
+                "tcp_partial_timeouts"
             ]
         );
         assert_eq!(IB_NAMES.len(), 39);

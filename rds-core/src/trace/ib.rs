@@ -2,55 +2,24 @@
 
 use std::collections::BTreeMap;
 
-use super::checksum::{crc16, crc32};
+use super::crc::{crc16, crc32};
 use super::frame::RecordRef;
+use super::net::erf::{self, erf_timestamp, ErfRecord, ERF_TYPE_INFINIBAND};
+use super::net::ib::{
+    BthPacket, LrhPacket, BTH_LEN, BTH_RESERVED_AT, ICRC_LEN, LNH_IBA_LOCAL, LRH_LEN, LRH_VL_AT,
+    OP_RC_SEND_ONLY, P_KEY_DEFAULT, VCRC_LEN,
+};
 use super::pcap::pcap_record_header;
 use super::record::{Direction, Transport};
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
-/// ERF record type of an InfiniBand packet starting with its LRH.
-pub const ERF_TYPE_INFINIBAND: u8 = 21;
 /// Largest RDS fragment over InfiniBand: the header plus [`FRAG_SIZE`] payload bytes.
 pub const IB_MAX_FRAGMENT: usize = HEADER_LEN + FRAG_SIZE;
-
-/// ERF header length (no extension headers).
-pub(crate) const ERF_LEN: usize = 16;
-/// Local Route Header length.
-pub(crate) const LRH_LEN: usize = 8;
-/// Base Transport Header length.
-pub(crate) const BTH_LEN: usize = 12;
-/// LRH "link next header": IBA transport header (BTH) follows directly.
-pub(crate) const LNH_IBA_LOCAL: u8 = 2;
-/// LRH "link next header": a GRH follows.
-pub(crate) const LNH_IBA_GLOBAL: u8 = 3;
-/// BTH opcode RC SEND Only.
-pub(crate) const OP_RC_SEND_ONLY: u8 = 0x04;
-/// BTH opcode RC SEND Only with Immediate.
-pub(crate) const OP_RC_SEND_ONLY_IMM: u8 = 0x05;
-/// ERF flags: varying-length record.
-const ERF_FLAG_VLEN: u8 = 0x04;
-const P_KEY_DEFAULT: u16 = 0xffff;
-
-/// The ERF timestamp of `ts_ns`: seconds in the high 32 bits, the binary fraction of a second
-/// in the low 32 bits.
-pub(crate) fn erf_timestamp(ts_ns: u64) -> u64 {
-    let secs = ts_ns / 1_000_000_000;
-    let frac = ((ts_ns % 1_000_000_000) << 32) / 1_000_000_000;
-    (secs << 32) | frac
-}
-
-/// Inverse of [`erf_timestamp`]: exact for values it produced (rounds the fraction up).
-pub(crate) fn erf_timestamp_ns(ts: u64) -> u64 {
-    let secs = ts >> 32;
-    let frac = ts & 0xffff_ffff;
-    let ns = (frac * 1_000_000_000).div_ceil(1 << 32);
-    secs.saturating_mul(1_000_000_000).saturating_add(ns)
-}
 
 /// Length of the native IB packet (LRH through VCRC) that carries an RDS fragment of `frag`
 /// bytes: LRH, BTH, the fragment padded to 4 bytes, ICRC and VCRC.
 pub(crate) fn ib_packet_len(frag: usize) -> usize {
-    LRH_LEN + BTH_LEN + frag.div_ceil(4) * 4 + 4 + 2
+    LRH_LEN + BTH_LEN + frag.div_ceil(4) * 4 + ICRC_LEN + VCRC_LEN
 }
 
 /// Builds the ERF records of IB fragments, keeping a PSN per sending queue pair.
@@ -90,45 +59,52 @@ impl IbSynth {
         let frag = rec.len();
         let pad = (4 - frag % 4) % 4;
         // LRH PktLen counts 4-byte words from the LRH through the ICRC.
-        let words = (LRH_LEN + BTH_LEN + frag + pad + 4) / 4;
-        let pkt_len = words * 4 + 2;
+        let words = (LRH_LEN + BTH_LEN + frag + pad + ICRC_LEN) / 4;
+        let pkt_len = words * 4 + VCRC_LEN;
 
-        out.reserve(16 + ERF_LEN + pkt_len);
+        out.reserve(16 + erf::HEADER_LEN + pkt_len);
         out.extend_from_slice(&pcap_record_header(
             rec.ts_ns,
-            ERF_LEN + pkt_len,
-            (ERF_LEN + wire_len) as u32,
+            erf::HEADER_LEN + pkt_len,
+            (erf::HEADER_LEN + wire_len) as u32,
         ));
-        out.extend_from_slice(&erf_timestamp(rec.ts_ns).to_le_bytes());
-        out.push(ERF_TYPE_INFINIBAND);
-        out.push(ERF_FLAG_VLEN | iface);
-        out.extend_from_slice(&((ERF_LEN + pkt_len) as u16).to_be_bytes());
-        out.extend_from_slice(&0u16.to_be_bytes()); // loss counter
-        out.extend_from_slice(&(wire_len as u16).to_be_bytes());
-        let pkt = out.len();
-        // LRH: VL 0, LVer 0, SL 0, LNH 2.
-        out.push(0x00);
-        out.push(LNH_IBA_LOCAL);
-        out.extend_from_slice(&dlid.to_be_bytes());
-        out.extend_from_slice(&((words & 0x7ff) as u16).to_be_bytes());
-        out.extend_from_slice(&slid.to_be_bytes());
-        // BTH: opcode, SE | M | PadCnt | TVer, P_Key, reserved, DestQP, AckReq | PSN.
-        out.push(OP_RC_SEND_ONLY);
-        out.push((u8::from(solicited) << 7) | ((pad as u8) << 4));
-        out.extend_from_slice(&P_KEY_DEFAULT.to_be_bytes());
-        out.push(0);
-        out.extend_from_slice(&(dqpn & 0xff_ffff).to_be_bytes()[1..]);
-        out.extend_from_slice(&((1u32 << 31) | psn).to_be_bytes());
+        let at = out.len();
+        let pkt = at + erf::HEADER_LEN;
+        let bth = pkt + LRH_LEN;
+        let payload = bth + BTH_LEN;
+        out.resize(payload, 0);
+        let mut e = ErfRecord::new_unchecked(&mut out[at..pkt]);
+        e.set_timestamp(erf_timestamp(rec.ts_ns));
+        e.set_record_type(ERF_TYPE_INFINIBAND);
+        e.set_flags(erf::FLAG_VLEN, iface);
+        e.set_record_len((erf::HEADER_LEN + pkt_len) as u16);
+        e.set_loss_count(0);
+        e.set_wire_len(wire_len as u16);
+        // LRH: VL 0, LVer 0, SL 0.
+        let mut l = LrhPacket::new_unchecked(&mut out[pkt..bth]);
+        l.set_lnh(LNH_IBA_LOCAL);
+        l.set_dlid(dlid);
+        l.set_packet_len(words as u16);
+        l.set_slid(slid);
+        // BTH: MigReq 0, TVer 0, AckReq on every packet.
+        let mut b = BthPacket::new_unchecked(&mut out[bth..payload]);
+        b.set_opcode(OP_RC_SEND_ONLY);
+        b.set_solicited(solicited);
+        b.set_pad_count(pad);
+        b.set_pkey(P_KEY_DEFAULT);
+        b.set_dest_qp(dqpn);
+        b.set_ack_req(true);
+        b.set_psn(psn);
         for p in rec.bytes {
             out.extend_from_slice(p);
         }
-        out.resize(pkt + LRH_LEN + BTH_LEN + frag + pad, 0);
+        out.resize(payload + frag + pad, 0);
         // ICRC: the variant fields (LRH VL, BTH reserved byte) count as all ones.
         let mut masked = [0u8; LRH_LEN + BTH_LEN];
-        masked.copy_from_slice(&out[pkt..pkt + LRH_LEN + BTH_LEN]);
-        masked[0] |= 0xf0;
-        masked[LRH_LEN + 4] = 0xff;
-        let icrc = crc32(&[&masked, &out[pkt + LRH_LEN + BTH_LEN..]]);
+        masked.copy_from_slice(&out[pkt..payload]);
+        masked[LRH_VL_AT] |= 0xf0;
+        masked[LRH_LEN + BTH_RESERVED_AT] = 0xff;
+        let icrc = crc32(&[&masked, &out[payload..]]);
         out.extend_from_slice(&icrc.to_le_bytes());
         let vcrc = crc16(&out[pkt..]);
         out.extend_from_slice(&vcrc.to_le_bytes());

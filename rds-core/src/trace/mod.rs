@@ -33,22 +33,28 @@
 //!
 //! # Rooms
 //! Each room imports only rooms named after it: `capture` (records to one file, with its
-//! counts); `writer` ([`PcapSink`]); `reader` ([`PcapFrames`]); `tcp` and `ib` (the packet
-//! synthesizers); `frame` ([`TraceRecord`] and its borrowed form); `chunk` ([`TapChunk`],
-//! [`TapBatch`]); `record` (the tap's binary record format: [`TapFrame`], [`Transport`],
-//! [`Direction`]); `pcap` (file and record headers); `checksum`; `error`. `direct` (the file
-//! written past the page cache) stands apart. This file only names the public items; nothing
-//! in `trace` imports the node.
+//! counts); `writer` ([`PcapSink`]); `read` ([`PcapFrames`]: the driver, the dissection of IP
+//! links into TCP segments, ERF records into IB frames, TCP reassembly, the read-back types
+//! and errors); `tcp` and `ib` (the packet synthesizers); `frame` ([`TraceRecord`] and its
+//! borrowed form); `chunk` ([`TapChunk`], [`TapBatch`]); `record` (the tap's binary record
+//! format: [`TapFrame`], [`Transport`], [`Direction`]); `net` (zero-copy views of the headers
+//! around RDS frames in a capture: Ethernet and its VLAN tags, Linux cooked, IPv4, IPv6, TCP,
+//! ERF, the IB LRH and BTH; the reader reads and the synthesizers write through them); `pcap`
+//! (file and record headers, link types); `crc` (the IB CRCs; the Internet checksum is
+//! [`crate::wire::checksum`]); `error` (the writers' errors). `direct` (the file written past
+//! the page cache) stands apart. This file only names the public items; nothing in `trace`
+//! imports the node.
 
 mod capture;
-mod checksum;
 mod chunk;
+mod crc;
 mod direct;
 mod error;
 mod frame;
 mod ib;
+mod net;
 mod pcap;
-mod reader;
+mod read;
 mod record;
 mod tcp;
 mod writer;
@@ -58,9 +64,10 @@ pub use chunk::{ChunkRecords, TapBatch, TapChunk};
 pub use direct::{open_capture_file, CaptureFile};
 pub use error::{RecordError, TraceError};
 pub use frame::TraceRecord;
-pub use ib::{ERF_TYPE_INFINIBAND, IB_MAX_FRAGMENT};
+pub use ib::IB_MAX_FRAGMENT;
+pub use net::erf::ERF_TYPE_INFINIBAND;
 pub use pcap::{LINKTYPE_ERF, LINKTYPE_ETHERNET, PCAP_SNAPLEN};
-pub use reader::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
+pub use read::{CapturedFrame, FrameLink, PacketError, PcapFrames, ReadError, ReadStats};
 pub(crate) use record::record_head;
 pub use record::{
     decode_record_refs, decode_records, encode_record, Direction, RecordDecodeError, RecordIter,

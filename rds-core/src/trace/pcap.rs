@@ -15,6 +15,16 @@ pub const PCAP_SNAPLEN: u32 = 262_144;
 pub const LINKTYPE_ETHERNET: u32 = 1;
 /// `LINKTYPE_ERF` (Endace Extensible Record Format).
 pub const LINKTYPE_ERF: u32 = 197;
+/// `LINKTYPE_RAW`: raw IPv4 or IPv6.
+pub(crate) const LINKTYPE_RAW: u32 = 101;
+/// `LINKTYPE_LINUX_SLL`: Linux cooked v1.
+pub(crate) const LINKTYPE_LINUX_SLL: u32 = 113;
+/// `LINKTYPE_IPV4`: raw IPv4.
+pub(crate) const LINKTYPE_IPV4: u32 = 228;
+/// `LINKTYPE_IPV6`: raw IPv6.
+pub(crate) const LINKTYPE_IPV6: u32 = 229;
+/// `LINKTYPE_LINUX_SLL2`: Linux cooked v2.
+pub(crate) const LINKTYPE_LINUX_SLL2: u32 = 276;
 
 /// Writes the file header: nanosecond magic, version 2.4, [`PCAP_SNAPLEN`], little-endian.
 pub(crate) fn write_file_header<W: Write>(mut out: W, datalink: DataLink) -> Result<W, TraceError> {

@@ -13,10 +13,15 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
-use super::checksum::{fold, sum16};
 use super::frame::{RecordRef, FLOW_SLOTS};
+use super::net::ethernet::{self, ethertype, EthernetFrame};
+use super::net::ipv4::{self, Ipv4Packet};
+use super::net::ipv6::{self, Ipv6Packet};
+use super::net::tcp::{self, flags, TcpPacket};
+use super::net::IP_PROTO_TCP;
 use super::pcap::pcap_record_header;
 use super::record::{Direction, Transport};
+use crate::wire::{fold, sum16};
 
 /// Default TCP maximum segment size over IPv4: 1500-byte MTU minus IPv4 and TCP headers and
 /// the 12-byte timestamp option Linux uses.
@@ -81,17 +86,15 @@ pub(crate) struct SynthPacket {
     pub orig_len: u32,
 }
 
-const ETH_LEN: usize = 14;
-const IPV4_LEN: usize = 20;
-const IPV6_LEN: usize = 40;
-const TCP_LEN: usize = 20;
+const ETH_LEN: usize = ethernet::HEADER_LEN;
+const IPV4_LEN: usize = ipv4::HEADER_LEN;
+const IPV6_LEN: usize = ipv6::HEADER_LEN;
+const TCP_LEN: usize = tcp::HEADER_LEN;
 /// Largest TCP payload of one IPv4 datagram (total length ≤ 65535).
 const MAX_PAYLOAD_V4: u64 = 65535 - (IPV4_LEN + TCP_LEN) as u64;
 /// Largest TCP payload of one IPv6 packet without a jumbogram (payload length ≤ 65535).
 const MAX_PAYLOAD_V6: u64 = 65535 - TCP_LEN as u64;
 
-const TCP_ACK: u8 = 0x10;
-const TCP_PSH: u8 = 0x08;
 const TCP_WINDOW: u16 = 0xffff;
 const TTL: u8 = 64;
 
@@ -521,18 +524,19 @@ fn segment(
             pseudo_sum: 0,
         };
         let mut t = segment_slow(Vec::new(), &mut scratch, &mut 0, key, 0, &[], 0, false, 0).data;
-        if v4 {
-            t[ETH_LEN + 10..ETH_LEN + 12].fill(0);
-        }
-        t[tcp_start + 13] = 0;
-        t[tcp_start + 16..tcp_start + 18].fill(0);
         // Pseudo-header: both addresses and the protocol; the length is added per segment.
         let addrs = if v4 {
-            &t[ETH_LEN + 12..ETH_LEN + 20]
+            let mut ip = Ipv4Packet::new_unchecked(&mut t[ETH_LEN..tcp_start]);
+            ip.set_checksum(0);
+            sum16(sum16(0, &ip.src_addr().octets()), &ip.dst_addr().octets())
         } else {
-            &t[ETH_LEN + 8..ETH_LEN + 40]
+            let ip = Ipv6Packet::new_unchecked(&t[ETH_LEN..tcp_start]);
+            sum16(sum16(0, &ip.src_addr().octets()), &ip.dst_addr().octets())
         };
-        st.pseudo_sum = sum16(0, addrs) + 6;
+        st.pseudo_sum = addrs + u64::from(IP_PROTO_TCP);
+        let mut tcp = TcpPacket::new_unchecked(&mut t[tcp_start..]);
+        tcp.set_flags(0);
+        tcp.set_checksum(0);
         st.tmpl = t;
     }
     let seq = st.isn.wrapping_add(st.sent as u32);
@@ -543,7 +547,7 @@ fn segment(
 
     let captured: usize = parts.iter().map(|p| p.len()).sum();
     let complete = captured as u64 == reported;
-    let flags = TCP_ACK | if psh { TCP_PSH } else { 0 };
+    let flags = flags::ACK | if psh { flags::PSH } else { 0 };
     let tcp_len = TCP_LEN as u64 + reported;
     let incl = tcp_start + TCP_LEN + captured;
     out.reserve(16 + incl);
@@ -556,18 +560,18 @@ fn segment(
     out.extend_from_slice(&st.tmpl);
     let p = &mut out[start..];
     if v4 {
-        let ip = &mut p[ETH_LEN..ETH_LEN + IPV4_LEN];
-        ip[2..4].copy_from_slice(&((IPV4_LEN as u64 + tcp_len) as u16).to_be_bytes());
-        ip[4..6].copy_from_slice(&ip_id.to_be_bytes());
-        let csum = fold(sum16(0, ip));
-        ip[10..12].copy_from_slice(&csum.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(&mut p[ETH_LEN..ETH_LEN + IPV4_LEN]);
+        ip.set_total_len((IPV4_LEN as u64 + tcp_len) as u16);
+        ip.set_ident(ip_id);
+        ip.fill_checksum();
     } else {
-        p[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+        Ipv6Packet::new_unchecked(&mut p[ETH_LEN..ETH_LEN + IPV6_LEN])
+            .set_payload_len(tcp_len as u16);
     }
-    let tcp = &mut p[tcp_start..tcp_start + TCP_LEN];
-    tcp[4..8].copy_from_slice(&seq.to_be_bytes());
-    tcp[8..12].copy_from_slice(&ack.to_be_bytes());
-    tcp[13] = flags;
+    let mut tcp = TcpPacket::new_unchecked(&mut p[tcp_start..tcp_start + TCP_LEN]);
+    tcp.set_seq_number(seq);
+    tcp.set_ack_number(ack);
+    tcp.set_flags(flags);
     for part in parts {
         out.extend_from_slice(part);
     }
@@ -577,8 +581,7 @@ fn segment(
             st.pseudo_sum + (tcp_len >> 16) + (tcp_len & 0xffff),
             &out[tcp..],
         );
-        let csum = fold(acc);
-        out[tcp + 16..tcp + 18].copy_from_slice(&csum.to_be_bytes());
+        TcpPacket::new_unchecked(&mut out[tcp..]).set_checksum(fold(acc));
     }
 }
 
@@ -605,15 +608,21 @@ fn segment_slow(
 
     let captured: usize = parts.iter().map(|p| p.len()).sum();
     let complete = captured as u64 == reported;
-    let flags = TCP_ACK | if psh { TCP_PSH } else { 0 };
+    let flags = flags::ACK | if psh { flags::PSH } else { 0 };
     let tcp_len = TCP_LEN as u64 + reported;
-    let ip_len = if src.is_ipv4() { IPV4_LEN } else { IPV6_LEN };
+    // Records mixing IPv4 and IPv6 endpoints were refused; IPv6 takes the other case.
+    let v4 = matches!((src.ip(), dst.ip()), (IpAddr::V4(_), IpAddr::V4(_)));
+    let ip_len = if v4 { IPV4_LEN } else { IPV6_LEN };
+    let tcp_start = ETH_LEN + ip_len;
     p.clear();
-    p.reserve(ETH_LEN + ip_len + TCP_LEN + captured);
+    p.reserve(tcp_start + TCP_LEN + captured);
+    p.resize(tcp_start + TCP_LEN, 0);
 
     // Ethernet II.
-    p.extend_from_slice(&node_mac(dst.ip(), !src_local));
-    p.extend_from_slice(&node_mac(src.ip(), src_local));
+    let mut eth = EthernetFrame::new_unchecked(&mut p[..ETH_LEN]);
+    eth.set_dst_addr(node_mac(dst.ip(), !src_local));
+    eth.set_src_addr(node_mac(src.ip(), src_local));
+    eth.set_ethertype(if v4 { ethertype::IPV4 } else { ethertype::IPV6 });
     // IP.
     let mut pseudo_buf = [0u8; 40];
     let mut pseudo = Pseudo {
@@ -622,23 +631,19 @@ fn segment_slow(
     };
     match (src.ip(), dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            p.extend_from_slice(&0x0800u16.to_be_bytes());
-            let ip_start = p.len();
-            p.push(0x45); // version 4, IHL 5
-            p.push(0); // DSCP/ECN
-            p.extend_from_slice(&((IPV4_LEN as u64 + tcp_len) as u16).to_be_bytes());
-            p.extend_from_slice(&ip_id.to_be_bytes());
-            p.extend_from_slice(&0x4000u16.to_be_bytes()); // DF, offset 0
-            p.push(TTL);
-            p.push(6); // TCP
-            p.extend_from_slice(&[0, 0]);
-            p.extend_from_slice(&s.octets());
-            p.extend_from_slice(&d.octets());
-            let csum = fold(sum16(0, &p[ip_start..]));
-            p[ip_start + 10..ip_start + 12].copy_from_slice(&csum.to_be_bytes());
+            let mut ip = Ipv4Packet::new_unchecked(&mut p[ETH_LEN..tcp_start]);
+            ip.set_version_and_header_len(4, IPV4_LEN);
+            ip.set_total_len((IPV4_LEN as u64 + tcp_len) as u16);
+            ip.set_ident(ip_id);
+            ip.set_dont_frag(true);
+            ip.set_hop_limit(TTL);
+            ip.set_protocol(IP_PROTO_TCP);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(d);
+            ip.fill_checksum();
             pseudo.extend_from_slice(&s.octets());
             pseudo.extend_from_slice(&d.octets());
-            pseudo.extend_from_slice(&[0, 6]);
+            pseudo.extend_from_slice(&[0, IP_PROTO_TCP]);
             pseudo.extend_from_slice(&(tcp_len as u16).to_be_bytes());
         }
         (s, d) => {
@@ -647,37 +652,34 @@ fn segment_slow(
                 IpAddr::V6(a) => a,
             };
             let (s, d) = (to6(s), to6(d));
-            p.extend_from_slice(&0x86DDu16.to_be_bytes());
-            p.extend_from_slice(&[0x60, 0, 0, 0]); // version 6, class 0, flow label 0
-            p.extend_from_slice(&(tcp_len as u16).to_be_bytes());
-            p.push(6); // next header: TCP
-            p.push(TTL);
-            p.extend_from_slice(&s.octets());
-            p.extend_from_slice(&d.octets());
+            let mut ip = Ipv6Packet::new_unchecked(&mut p[ETH_LEN..tcp_start]);
+            ip.set_ver_tc_flow(6, 0, 0);
+            ip.set_payload_len(tcp_len as u16);
+            ip.set_next_header(IP_PROTO_TCP);
+            ip.set_hop_limit(TTL);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(d);
             pseudo.extend_from_slice(&s.octets());
             pseudo.extend_from_slice(&d.octets());
             pseudo.extend_from_slice(&(tcp_len as u32).to_be_bytes());
-            pseudo.extend_from_slice(&[0, 0, 0, 6]);
+            pseudo.extend_from_slice(&[0, 0, 0, IP_PROTO_TCP]);
         }
     }
-    // TCP.
-    let tcp_start = p.len();
-    p.extend_from_slice(&src.port().to_be_bytes());
-    p.extend_from_slice(&dst.port().to_be_bytes());
-    p.extend_from_slice(&seq.to_be_bytes());
-    p.extend_from_slice(&ack.to_be_bytes());
-    p.push((TCP_LEN as u8 / 4) << 4);
-    p.push(flags);
-    p.extend_from_slice(&TCP_WINDOW.to_be_bytes());
-    p.extend_from_slice(&[0, 0]); // checksum
-    p.extend_from_slice(&[0, 0]); // urgent pointer
+    // TCP: urgent pointer 0.
+    let mut tcp = TcpPacket::new_unchecked(&mut p[tcp_start..]);
+    tcp.set_src_port(src.port());
+    tcp.set_dst_port(dst.port());
+    tcp.set_seq_number(seq);
+    tcp.set_ack_number(ack);
+    tcp.set_header_len(TCP_LEN);
+    tcp.set_flags(flags);
+    tcp.set_window_len(TCP_WINDOW);
     for part in parts {
         p.extend_from_slice(part);
     }
     if complete {
         let acc = sum16(sum16(0, &pseudo.buf[..pseudo.len]), &p[tcp_start..]);
-        let csum = fold(acc);
-        p[tcp_start + 16..tcp_start + 18].copy_from_slice(&csum.to_be_bytes());
+        TcpPacket::new_unchecked(&mut p[tcp_start..]).set_checksum(fold(acc));
     }
     let orig_len = (ETH_LEN + ip_len) as u64 + tcp_len;
     SynthPacket {

@@ -20,18 +20,22 @@
 //! assert_eq!(parsed.exts().next(), Some(ExtHeader::Npaths(8)));
 //! ```
 
+mod checksum;
 mod cong_map;
 mod exthdr;
 mod header;
 pub mod ib_private;
 
+pub use checksum::checksum;
+pub(crate) use checksum::{fold, sum16};
 pub use cong_map::{monitor_mask, CongMap, CONG_MAP_BYTES, CONG_MAP_PORTS};
 pub use exthdr::{
     ext_len, types as ext_types, ExtHeader, ExtIter, ExtSpace, EXT_SPACE, EXT_TYPE_MAX,
     RDMA_BYTES_READ, RDMA_BYTES_WRITE,
 };
+pub(crate) use header::peek_len;
 pub use header::{
-    checksum, flags, HeaderPacket, HeaderRepr, FRAG_SIZE, HEADER_LEN, MAX_MSG_SIZE, PROBE_PORT,
+    flags, HeaderPacket, HeaderRepr, FRAG_SIZE, HEADER_LEN, MAX_MSG_SIZE, PROBE_PORT,
 };
 
 /// The TCP port every RDS/TCP listener uses (`RDS_TCP_PORT`), for IPv4 and IPv6.

@@ -329,9 +329,12 @@ impl EventLoop {
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
-            // Its posted sends run in later turns, a bounded number each.
-            if let Some(r) = self.drop_ring(id) {
-                self.closing.push(r);
+            // Its posted sends run now and in later turns, a bounded number each; the first
+            // turn runs while the connection still holds the socket.
+            if let Some(mut r) = self.drop_ring(id) {
+                if !r.finish() {
+                    self.closing.push(r);
+                }
             }
         }
         self.doomed.remove(&conn.id);
@@ -592,8 +595,10 @@ impl EventLoop {
             }
             Err(RingStop::Gone) => {
                 // Its posted sends still run; the connection is the client's to close.
-                if let Some(r) = self.drop_ring(id) {
-                    self.closing.push(r);
+                if let Some(mut r) = self.drop_ring(id) {
+                    if !r.finish() {
+                        self.closing.push(r);
+                    }
                 }
             }
             Err(RingStop::Fault(_)) => {

@@ -146,7 +146,8 @@ pub trait RingServe: Send + fmt::Debug {
 
     /// The client's connection ended: sends it posted (already reported sent) go out, a
     /// bounded number per call; nothing else is answered. Returns whether it is done (else
-    /// the event loop calls again on its next turn).
+    /// the event loop calls again on its next turn). The first call is made while the
+    /// connection still holds the socket (the ring keeps it open from then until it is done).
     fn finish(&mut self) -> bool;
 }
 

@@ -94,6 +94,9 @@ pub(crate) struct RingHost {
     forced_to: Option<Option<SocketAddr>>,
     /// Records a closing ring may still run ([`RingServe::finish`]).
     finish_left: Option<usize>,
+    /// A closing ring keeps its socket open until its posted sends have run (the connection
+    /// that owned it may be gone by then).
+    keep: Option<Arc<Socket>>,
 }
 
 /// Sets up a ring for `sock`: the reply, the descriptors to pass (in the order of [`super`]'s
@@ -113,6 +116,7 @@ pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
         forced: 0,
         forced_to: None,
         finish_left: None,
+        keep: None,
     };
     let fds = vec![
         seg,
@@ -443,7 +447,10 @@ impl RingServe for RingHost {
     }
 
     fn finish(&mut self) -> bool {
-        let sock = self.sock.upgrade();
+        if self.finish_left.is_none() {
+            self.keep = self.sock.upgrade();
+        }
+        let sock = self.keep.clone();
         // A turn's worth of records, and at most a full ring in all (a client that keeps
         // writing after its connection closed gets no more).
         let left = self.finish_left.get_or_insert(RING_CAP / REC_HDR);
