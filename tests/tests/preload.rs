@@ -126,10 +126,15 @@ fn call_log_levels() {
     let dir = tempfile::tempdir().unwrap();
     let stderr_of = |env: &[(&str, &str)]| -> String {
         let mut c = preloaded(program(), dir.path(), false);
-        c.envs(env.iter().copied()).args(["many", "127.21.9.1", "2"]);
+        c.envs(env.iter().copied())
+            .args(["many", "127.21.9.1", "2"]);
         let o = run(c, Duration::from_secs(60));
         let (out, err) = text(&o);
-        assert!(o.status.success(), "{env:?}: exit {}:\n{out}\n{err}", o.status);
+        assert!(
+            o.status.success(),
+            "{env:?}: exit {}:\n{out}\n{err}",
+            o.status
+        );
         err
     };
     let quiet = stderr_of(&[]);
@@ -148,7 +153,10 @@ fn call_log_levels() {
                 .and_then(|p| p.parse::<u32>().ok());
             assert!(pid.is_some() && l.contains(" = "), "{l}");
         }
-        assert!(err.lines().any(|l| l.contains("]: bind(")), "{env:?}:\n{err}");
+        assert!(
+            err.lines().any(|l| l.contains("]: bind(")),
+            "{env:?}:\n{err}"
+        );
     }
     let err = stderr_of(&[("RDS_PRELOAD_LOG", "1"), ("RDS_LOG", "warn")]);
     assert_eq!(err, "", "RDS_LOG decides over RDS_PRELOAD_LOG");
