@@ -22,6 +22,9 @@ pub const SHELLS: [(&str, Shell); 3] = [
 /// # Errors
 /// A message naming the shells.
 pub fn shell(name: &str) -> Result<Shell, String> {
+    if name.is_empty() {
+        return Err(format!("{OPTION} needs a shell: bash, zsh or fish"));
+    }
     SHELLS
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -104,6 +107,10 @@ mod tests {
         assert_eq!(requested(&a(&["t", "-c", "--generate-completions"])), None);
         assert_eq!(requested(&a(&["t"])), None);
         assert_eq!(shell("BASH"), Ok(Shell::Bash));
+        assert_eq!(
+            shell("").unwrap_err(),
+            "--generate-completions needs a shell: bash, zsh or fish"
+        );
         assert_eq!(
             shell("tcsh").unwrap_err(),
             "--generate-completions: unknown shell 'tcsh' (bash, zsh or fish)"
