@@ -3,7 +3,10 @@
 # (librds_preload.so, for unmodified AF_RDS programs) to $DESTDIR$PREFIX/lib and its header to
 # $DESTDIR$PREFIX/include, the man pages to $DESTDIR$PREFIX/share/man/man1, man7 and man8, and
 # the systemd unit of the host daemon (contrib/rds-daemon.service, its ExecStart pointing at
-# the installed rds-ctrl) to $DESTDIR$PREFIX/lib/systemd/system.
+# the installed rds-ctrl) to $DESTDIR$PREFIX/lib/systemd/system, and each tool's shell
+# completions (`TOOL --generate-completions SHELL`) to $DESTDIR$PREFIX/share/bash-completion/
+# completions/TOOL, share/zsh/vendor-completions/_TOOL and share/fish/vendor_completions.d/
+# TOOL.fish.
 #
 #   scripts/install.sh                          # builds, installs under /usr/local
 #   sudo PREFIX=/usr scripts/install.sh
@@ -54,10 +57,18 @@ unit=$DESTDIR$PREFIX/lib/systemd/system
 
 lib=$DESTDIR$PREFIX/lib
 inc=$DESTDIR$PREFIX/include
+bash_comp=$DESTDIR$PREFIX/share/bash-completion/completions
+zsh_comp=$DESTDIR$PREFIX/share/zsh/vendor-completions
+fish_comp=$DESTDIR$PREFIX/share/fish/vendor_completions.d
 
-install -d "$bin" "$lib" "$inc" "$man/man1" "$man/man7" "$man/man8" "$unit"
+install -d "$bin" "$lib" "$inc" "$man/man1" "$man/man7" "$man/man8" "$unit" \
+	"$bash_comp" "$zsh_comp" "$fish_comp"
 for t in $TOOLS; do
 	install -m 0755 "$BINDIR/$t" "$bin/$t"
+	"$BINDIR/$t" --generate-completions bash >"$bash_comp/$t"
+	"$BINDIR/$t" --generate-completions zsh >"$zsh_comp/_$t"
+	"$BINDIR/$t" --generate-completions fish >"$fish_comp/$t.fish"
+	chmod 0644 "$bash_comp/$t" "$zsh_comp/_$t" "$fish_comp/$t.fish"
 done
 install -m 0755 "$LIBDIR/$PRELOAD" "$lib/$PRELOAD"
 install -m 0644 "$root/rds-preload/include/rds_preload.h" "$inc/rds_preload.h"
@@ -72,3 +83,4 @@ chmod 0644 "$unit/rds-daemon.service"
 echo "installed $TOOLS to $bin"
 echo "the preload library to $lib/$PRELOAD, its header to $inc/rds_preload.h"
 echo "man pages to $man, the unit to $unit/rds-daemon.service"
+echo "shell completions to $bash_comp, $zsh_comp and $fish_comp"

@@ -2,7 +2,14 @@
 //! `rds-trace`), each written once with one rule:
 //! - [`num`]: sizes and counts with a k/m/g suffix ([`parse_size`]) and seconds with an
 //!   s/m/ms/us suffix ([`parse_seconds`]), as the rds-tools command lines take them;
-//! - [`exit`]: the exit status of an error ([`error_status`], [`Negative`]);
+//! - [`start`]: `main() -> ExitCode` around `run(parse())` for every tool ([`start::main`]);
+//! - [`exit`]: how a tool stops on an error ([`Failure`]: the text and the exit status) and
+//!   the one mapping from errors to statuses ([`error_status`], [`Negative`], a refused
+//!   command line: [`Failure::usage`]);
+//! - [`logger`]: the logger behind the `log` facade (levels from `RDS_LOG`, `--log-level`
+//!   and `-v`; journald priorities for the daemon under systemd), with [`LogArgs`];
+//! - [`signals`]: SIGINT and SIGTERM blocked and read from a signalfd ([`StopSignals`]);
+//! - [`completions`]: bash, zsh and fish completions (`--generate-completions SHELL`);
 //! - [`stack`]: the `--stack kernel|user|auto` option ([`stack_arg`], [`apply_stack`]);
 //! - [`table`]: the tables the tools print ([`table()`]), the terminal's width and word
 //!   wrapping for help text.
@@ -14,12 +21,18 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod completions;
 pub mod exit;
+pub mod logger;
 pub mod num;
+pub mod signals;
 pub mod stack;
+pub mod start;
 pub mod table;
 
-pub use exit::{error_status, usage_message, Negative, USAGE_STATUS};
+pub use exit::{error_status, usage_message, Failure, Negative, USAGE_STATUS};
+pub use logger::{LogArgs, LogLevelArg};
 pub use num::{duration_arg, parse_seconds, parse_size, size_arg, SecondsError, DURATION_SYNTAX};
+pub use signals::StopSignals;
 pub use stack::{apply_stack, info_stack, stack_arg, Stack, STACK_HELP};
 pub use table::table;

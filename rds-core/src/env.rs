@@ -33,6 +33,17 @@ pub const IB_DEBUG: &str = "RDS_IB_DEBUG";
 /// intercepted call on an RDS descriptor to standard error.
 pub const PRELOAD_LOG: &str = "RDS_PRELOAD_LOG";
 
+/// `RDS_LOG`: the level of log messages (`error`, `warn`, `info`, `debug`, `trace`), for the
+/// tools, the daemon, the preload library and the library under them.
+pub const LOG: &str = "RDS_LOG";
+
+/// [`LOG`], when set and not blank (as given: the reader judges it).
+pub fn log_level() -> Option<String> {
+    value(LOG)
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| !v.trim().is_empty())
+}
+
 /// Whether [`NO_DAEMON`] is set.
 pub fn no_daemon() -> bool {
     is_set(NO_DAEMON)

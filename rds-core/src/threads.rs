@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 pub const JOIN_LIMIT: Duration = Duration::from_secs(3);
 
 /// Joins `h` if it finishes within `limit`; returns whether it did. A thread that does not is
-/// detached (it ends with the process) and named on stderr. Joining the calling thread itself
+/// detached (it ends with the process) and named in a warning (the `log` facade). Joining the calling thread itself
 /// returns at once (false).
 pub fn join_within<T>(h: JoinHandle<T>, limit: Duration) -> bool {
     if h.thread().id() == std::thread::current().id() {
@@ -18,8 +18,8 @@ pub fn join_within<T>(h: JoinHandle<T>, limit: Duration) -> bool {
     let t0 = Instant::now();
     while !h.is_finished() {
         if t0.elapsed() >= limit {
-            eprintln!(
-                "rds: thread {} did not stop within {} ms; leaving it behind",
+            log::warn!(
+                "thread {} did not stop within {} ms; leaving it behind",
                 h.thread().name().unwrap_or("(unnamed)"),
                 limit.as_millis()
             );

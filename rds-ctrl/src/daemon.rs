@@ -7,24 +7,25 @@
 //! is applied to the defaults, the node starts on the addresses given (or on every configured
 //! unicast address whose port 16385 is free), and the control socket is served. It stops on
 //! SIGTERM or SIGINT, or on a `Shutdown` request (`rds-ctrl unload`); stopping closes the
-//! connections and removes the control socket. Log lines go to stderr.
+//! connections and removes the control socket. It logs through the `log` facade, as the
+//! library does, with the daemon's lines ([`rds_cli::logger::daemon`]): on stderr,
+//! `YYYY-MM-DD HH:MM:SS rds-ctrl daemon[PID]: message` (the log file of `rds-ctrl load`), or
+//! under systemd `<N>message` with the journald priority N; level `info` unless `RDS_LOG` or
+//! `--log-level` say otherwise.
 
-use std::io::Write;
 use std::net::{IpAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rds_core::abi::{RDS_IB_PORT_V4, RDS_IB_PORT_V6, RDS_TCP_PORT};
 use rds_core::ctl::DAEMON_NAME;
 use rds_core::tunables::Tunables;
 use rds_core::{CtlMode, Node, NodeConfig, Transports};
 
 use crate::config::{self, Config};
-use crate::util::{self, Negative};
+use crate::util::Negative;
 use crate::Transport;
 
 /// The start of the message for an unavailable IB transport (the reason follows).
@@ -38,17 +39,6 @@ pub fn transport_names(node: &Node) -> &'static str {
         (true, false) => "tcp",
         (false, false) => "none",
     }
-}
-
-/// Writes one log line (UTC time, pid) to stderr.
-pub fn log(msg: &str) {
-    let mut e = std::io::stderr().lock();
-    let _ = writeln!(
-        e,
-        "{} rds-ctrl daemon[{}]: {msg}",
-        util::utc_now(),
-        std::process::id()
-    );
 }
 
 /// The host's configured unicast addresses (interfaces up; IPv6 link-local addresses are left
@@ -80,30 +70,24 @@ pub fn host_addrs() -> Vec<IpAddr> {
     v
 }
 
-/// Reads the persistent tunables (warnings are logged).
+/// Reads the persistent tunables (what is wrong in the file is logged as warnings).
 pub fn persistent_tunables() -> Tunables {
     let path = config::path();
     let mut t = Tunables::default();
     match Config::load(&path) {
         Ok((c, warnings)) => {
             for w in warnings {
-                log(&format!("{}: {w} (ignored)", path.display()));
+                log::warn!("{}: {w} (ignored)", path.display());
             }
             let n = c.settings().len();
             for w in c.apply(&mut t) {
-                log(&format!("{}: {w} (ignored)", path.display()));
+                log::warn!("{}: {w} (ignored)", path.display());
             }
             if n > 0 {
-                log(&format!(
-                    "applied {n} persistent tunable(s) from {}",
-                    path.display()
-                ));
+                log::info!("applied {n} persistent tunable(s) from {}", path.display());
             }
         }
-        Err(e) => log(&format!(
-            "cannot read {}: {e} (using defaults)",
-            path.display()
-        )),
+        Err(e) => log::warn!("cannot read {}: {e} (using defaults)", path.display()),
     }
     t
 }
@@ -140,12 +124,7 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
         },
     };
     // Signals are taken through a signalfd: block them before any thread starts.
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGTERM);
-    mask.add(Signal::SIGINT);
-    mask.thread_block().context("blocking SIGTERM/SIGINT")?;
-    let sfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .context("signalfd")?;
+    let stop = rds_cli::StopSignals::block().context("blocking SIGTERM/SIGINT")?;
 
     let tunables = persistent_tunables();
     let addrs: Vec<IpAddr> = if addrs.is_empty() && !transports.tcp {
@@ -155,7 +134,7 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
         for ip in host_addrs() {
             match TcpListener::bind((ip, RDS_TCP_PORT)) {
                 Ok(_) => usable.push(ip),
-                Err(e) => log(&format!("skipping {ip}: port {RDS_TCP_PORT}: {e}")),
+                Err(e) => log::info!("skipping {ip}: port {RDS_TCP_PORT}: {e}"),
             }
         }
         if usable.is_empty() {
@@ -189,11 +168,9 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
             return Err(Negative(format!("{IB_UNAVAILABLE}: {why}")).into());
         }
         if transport == Transport::Auto {
-            log(&format!("{IB_UNAVAILABLE} ({why}): running TCP"));
+            log::info!("{IB_UNAVAILABLE} ({why}): running TCP");
         } else {
-            log(&format!(
-                "warning: {IB_UNAVAILABLE}: {why}; running TCP only"
-            ));
+            log::warn!("{IB_UNAVAILABLE}: {why}; running TCP only");
         }
     }
     let ports = match (node.tcp_running(), node.ib_running()) {
@@ -205,7 +182,7 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
             "port {RDS_TCP_PORT}; RDMA CM port {RDS_IB_PORT_V4} for IPv4, {RDS_IB_PORT_V6} for IPv6"
         ),
     };
-    log(&format!(
+    log::info!(
         "started: transport {} on {} ({ports}), control socket {}",
         transport_names(&node),
         addrs
@@ -216,19 +193,17 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
         node.ctl_path()
             .map(|p| p.display().to_string())
             .unwrap_or_default()
-    ));
+    );
     loop {
         if !node.is_running() {
-            log("stopped by a shutdown request");
+            log::info!("stopped by a shutdown request");
             break;
         }
-        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
         let ready = nix::poll::poll(&mut fds, PollTimeout::from(200u16)).unwrap_or(0);
         if ready > 0 {
-            if let Ok(Some(info)) = sfd.read_signal() {
-                let name = Signal::try_from(info.ssi_signo as i32)
-                    .map_or_else(|_| info.ssi_signo.to_string(), |s| s.as_str().to_string());
-                log(&format!("{name} received, stopping"));
+            if let Some(sig) = stop.take() {
+                log::info!("{} received, stopping", sig.as_str());
                 node.shutdown();
                 break;
             }
@@ -239,6 +214,6 @@ pub fn run(addrs: &[IpAddr], detach: bool, transport: Transport) -> anyhow::Resu
     while node.tcp_connection_count() > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    log("stopped");
+    log::info!("stopped");
     Ok(0)
 }

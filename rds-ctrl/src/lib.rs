@@ -16,7 +16,13 @@
 //!
 //! Exit status: 0 done, 1 negative result (nothing to unload, already loaded), 2 error (usage,
 //! permission, range, unreachable node); `health` exits as a monitoring plugin does
-//! ([`health`]): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+//! ([`health`]): 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN. `main` is
+//! [`rds_cli::start::main`] with [`TOOL`], [`parse`] and [`run`]; errors become a status
+//! with [`rds_cli::Failure::of`].
+//!
+//! Logging: `-v` (before the command) and `--log-level` set the level of this command's log
+//! messages, and are passed on as `RDS_LOG` to what it starts (the daemon of `load`, the tool
+//! of `info` and `ping`); `daemon` logs as a daemon ([`rds_cli::logger::daemon`]).
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -74,6 +80,13 @@ pub struct Cli {
     /// stats; see JSON SCHEMA in rds-ctrl(8))
     #[arg(long, global = true)]
     pub json: bool,
+    /// `-v`: more log messages (before the command; after it, `info` and `ping` pass it on).
+    #[arg(short = 'v', action = clap::ArgAction::Count, help = rds_cli::logger::VERBOSE_HELP)]
+    pub verbose: u8,
+    /// `--log-level`.
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = rds_cli::logger::level_arg,
+          help = rds_cli::logger::LEVEL_HELP)]
+    pub log_level: Option<log::LevelFilter>,
     /// The command.
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -315,11 +328,62 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
-/// Runs a parsed command line; returns the exit status.
+/// rds-ctrl for [`rds_cli::start::main`].
+pub const TOOL: rds_cli::start::Tool = rds_cli::start::Tool {
+    name: "rds-ctrl",
+    command,
+    usage_status: rds_cli::USAGE_STATUS,
+};
+
+/// The daemon's name in its log lines.
+pub const DAEMON_LOG_NAME: &str = "rds-ctrl daemon";
+
+/// Parses the command line (the program name first; a usage error of `health` exits 3,
+/// [`usage_status`]) and applies its log level: a daemon's lines for `daemon`, and the level
+/// given on the command line passed on as `RDS_LOG` to the programs this one starts.
+///
+/// # Errors
+/// Help, version or a usage error ([`rds_cli::Failure::usage`]).
+pub fn parse(args: Vec<OsString>) -> Result<Cli, rds_cli::Failure> {
+    let status = usage_status(&args);
+    let cli: Cli = rds_cli::exit::parse(TOOL.name, args, status)?;
+    if matches!(cli.cmd, Cmd::Daemon { .. }) {
+        rds_cli::logger::daemon(DAEMON_LOG_NAME);
+    }
+    rds_cli::logger::set_command_line(cli.verbose, cli.log_level);
+    if cli.verbose > 0 || cli.log_level.is_some() {
+        let level = rds_cli::logger::level().as_str().to_ascii_lowercase();
+        std::env::set_var(rds_cli::logger::ENV, level);
+    }
+    Ok(cli)
+}
+
+/// Runs a parsed command line with standard output; returns the exit status.
+///
+/// # Errors
+/// What stops it, with its status ([`rds_cli::Failure::of`]: a [`util::Negative`] result 1,
+/// a closed pipe 0, else 2; a failed write of the output 2).
+pub fn run(cli: Cli) -> Result<u8, rds_cli::Failure> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let r = execute(cli, &mut out);
+    let flushed = out.flush();
+    match r {
+        Ok(code) => match flushed {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(rds_cli::Failure::line(2, TOOL.name, e))
+            }
+            _ => Ok(code),
+        },
+        Err(e) => Err(rds_cli::Failure::of(TOOL.name, &e)),
+    }
+}
+
+/// Runs a parsed command line with `out` for its output; returns the exit status.
 ///
 /// # Errors
 /// Errors exit with status 2, [`util::Negative`] with 1; the caller prints them.
-pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn execute(cli: Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
     let node = cli.node.as_deref();
     let json = cli.json;
     match cli.cmd {
@@ -608,11 +672,11 @@ pub(crate) fn persistent_values() -> anyhow::Result<(Tunables, Config)> {
     let (c, warnings) =
         Config::load(&path).with_context(|| format!("reading {}", path.display()))?;
     for w in warnings {
-        eprintln!("rds-ctrl: warning: {}: {w}", path.display());
+        log::warn!("{}: {w}", path.display());
     }
     let mut t = Tunables::default();
     for w in c.apply(&mut t) {
-        eprintln!("rds-ctrl: warning: {}: {w}", path.display());
+        log::warn!("{}: {w}", path.display());
     }
     Ok((t, c))
 }
@@ -873,7 +937,7 @@ fn stats_kernel(
             );
         }
         for e in errors {
-            eprintln!("rds-ctrl: warning: {e}");
+            log::warn!("{e}");
         }
         out.write_all(m.exposition().as_bytes())?;
         return Ok(0);
@@ -926,9 +990,6 @@ fn stats(
     print_counters(out, counters, format == rds_info::Format::Json)
 }
 
-/// The exit status for an error: 1 for [`util::Negative`], 0 for a closed pipe, else 2.
-pub use rds_cli::error_status;
-
 /// The exit status of a usage error in `args` (the whole command line): UNKNOWN (3) for
 /// `health`, a monitoring plugin; else [`rds_cli::USAGE_STATUS`].
 pub fn usage_status(args: &[OsString]) -> u8 {
@@ -936,7 +997,7 @@ pub fn usage_status(args: &[OsString]) -> u8 {
     while let Some(a) = it.next() {
         match a.to_str() {
             // The global options that take a value in the next argument.
-            Some("--node" | "--stack") => {
+            Some("--node" | "--stack" | "--log-level") => {
                 it.next();
             }
             Some(o) if o.starts_with('-') => {}
@@ -950,6 +1011,23 @@ pub fn usage_status(args: &[OsString]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completions_offer_the_commands_and_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-ctrl",
+            &[
+                "health",
+                "load",
+                "stats",
+                "--node",
+                "--json",
+                "--log-level",
+                "--format",
+            ],
+        );
+    }
 
     #[test]
     fn cli_is_consistent() {

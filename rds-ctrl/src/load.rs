@@ -124,7 +124,7 @@ pub fn load(
                     log.display()
                 )?;
                 if let Some(e) = ib_missing.filter(|_| transport != Transport::Auto) {
-                    eprintln!("rds-ctrl: warning: {IB_UNAVAILABLE}: {e}; loaded TCP only");
+                    log::warn!("{IB_UNAVAILABLE}: {e}; loaded TCP only");
                 }
                 return Ok(0);
             }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub use rds_cli::Negative;
 
@@ -82,10 +82,14 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> io::Resu
         .open(log)?;
     let err = out.try_clone()?;
     let me = std::env::current_exe()?;
+    // Its lines go to `log`, not to the journal of a unit this command may run in: the
+    // daemon writes them with their timestamps (see rds_cli::logger).
     Command::new(me)
         .arg("__exec-detached")
         .arg(program)
         .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("INVOCATION_ID")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -185,22 +189,6 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
-/// The current UTC time as `YYYY-MM-DD HH:MM:SS`.
-pub fn utc_now() -> String {
-    utc_date(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    )
-}
-
-/// A time in seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
-pub fn utc_date(secs: u64) -> String {
-    let mut t = rds_core::ras::utc_ms(secs.saturating_mul(1_000_000_000));
-    t.truncate(19);
-    t
-}
-
 /// The last `n` lines of a file from byte `from` on (for failure reports).
 pub fn log_tail(path: &Path, from: u64, n: usize) -> String {
     let Ok(data) = std::fs::read(path) else {
@@ -235,13 +223,8 @@ mod tests {
     }
 
     #[test]
-    fn durations_and_dates() {
+    fn durations() {
         assert_eq!(human_duration(Duration::from_secs(3661)), "01:01:01");
         assert_eq!(human_duration(Duration::from_secs(90061)), "1d 01:01:01");
-        let now = utc_now();
-        assert_eq!(now.len(), 19, "{now}");
-        assert!(now.starts_with("20"), "{now}");
-        assert_eq!(utc_date(0), "1970-01-01 00:00:00");
-        assert_eq!(utc_date(1_795_651_200 + 3661), "2026-11-26 01:01:01");
     }
 }

@@ -1,8 +1,8 @@
 //! The host daemon through `rds-ctrl`: load/unload cycles leave nothing behind, tunables
 //! round-trip, persist across unload/load and are range-checked, privileges are enforced,
 //! stats/ras/version, SIGTERM, load failures, `kill -9` (clear client errors, the stale socket
-//! file replaced). Each test has its own loopback address (127.0.0.50–59, 127.31.8.1), runtime
-//! directory and config file.
+//! file replaced), log lines for journald and for the log file. Each test has its own loopback
+//! address (127.0.0.50–59, 127.31.8.1–2), runtime directory and config file.
 
 mod common;
 
@@ -515,4 +515,117 @@ fn a_killed_daemon_gives_clear_errors_and_is_replaced() {
     let v = status(&out, 0);
     assert!(v.contains(&format!("pid {}", d2.pid)), "{v}");
     d2.unload();
+}
+
+/// The daemon's log lines: under systemd (`INVOCATION_ID` set, as for a unit's processes)
+/// each line is `<N>message`, N the journald priority, without a time or a name; in the log
+/// file of `load` (which starts it without systemd's variables, wherever it runs) they keep
+/// the time and `rds-ctrl daemon[PID]: `. `RDS_LOG=warn` leaves the warnings alone.
+#[test]
+fn daemon_lines_for_journald_and_for_the_log_file() {
+    use std::process::Stdio;
+    let env = Env::new();
+    std::fs::write(&env.conf, "ping_enable = 7\n").unwrap();
+    let err_path = env.dir.path().join("journal.txt");
+    let run = |extra: &[(&str, &str)]| {
+        let err = std::fs::File::create(&err_path).unwrap();
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rds-ctrl"));
+        c.args(["daemon", "tcp", "--addr", "127.31.8.2"])
+            .env("RDS_RUNTIME_DIR", &env.run)
+            .env("RDS_CONFIG", &env.conf)
+            .env("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("RDS_LOG")
+            .env_remove("RDS_NO_DAEMON")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err);
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        wait_until("the daemon's socket", Duration::from_secs(20), || {
+            rds_core::ctl::client::CtlClient::connect(&env.sock()).is_ok()
+        });
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let st = child.wait().unwrap();
+        let lines = std::fs::read_to_string(&err_path).unwrap();
+        assert!(st.success(), "{st}\n{lines}");
+        lines
+    };
+    let lines = run(&[]);
+    for l in lines.lines() {
+        let p = l.get(..3).unwrap_or("");
+        assert!(
+            ["<3>", "<4>", "<6>", "<7>"].contains(&p) && !l.contains("rds-ctrl daemon["),
+            "{l:?} in\n{lines}"
+        );
+    }
+    let has = |prefix: &str| lines.lines().any(|l| l.starts_with(prefix));
+    assert!(
+        has("<6>started: transport tcp on 127.31.8.2 (port 16385), control socket "),
+        "{lines}"
+    );
+    assert!(
+        has("<4>"),
+        "the config file's bad line is a warning:\n{lines}"
+    );
+    assert!(lines.contains("out of range (0..1) (ignored)\n"), "{lines}");
+    assert!(has("<6>SIGTERM received, stopping"), "{lines}");
+    assert!(lines.ends_with("<6>stopped\n"), "{lines}");
+    // A level: the warnings only.
+    let lines = run(&[("RDS_LOG", "warn")]);
+    assert!(
+        !lines.is_empty() && lines.lines().all(|l| l.starts_with("<4>")),
+        "{lines}"
+    );
+    // `load` from within a unit: the log file keeps its times.
+    let out = env
+        .ctrl()
+        .args(["load", "tcp", "--addr", "127.31.8.2"])
+        .env("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
+        .env("JOURNAL_STREAM", "8:12345")
+        .output()
+        .unwrap();
+    let s = status(&out, 0);
+    let pid: u32 = s
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {s:?}"));
+    let mut d = Daemon {
+        env: &env,
+        pid,
+        addr: "127.31.8.2".parse().unwrap(),
+    };
+    d.unload();
+    let log = env.log();
+    let started = log
+        .lines()
+        .find(|l| l.contains("started: transport tcp on 127.31.8.2"))
+        .unwrap_or_else(|| panic!("{log}"));
+    // "YYYY-MM-DD HH:MM:SS rds-ctrl daemon[PID]: started: ..."
+    let b = started.as_bytes();
+    assert!(
+        b.len() > 20
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[10] == b' '
+            && b[13] == b':'
+            && b[16] == b':'
+            && started[19..].starts_with(" rds-ctrl daemon["),
+        "{log}"
+    );
+    assert!(started.contains("]: started: "), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("]: warning: ") && l.ends_with("out of range (0..1) (ignored)")),
+        "{log}"
+    );
+    assert!(!log.contains("<6>") && !log.contains("<4>"), "{log}");
 }

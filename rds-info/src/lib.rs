@@ -10,7 +10,8 @@
 //!
 //! Exit codes follow the original: 0 when the tables were printed (an unavailable category,
 //! such as `-I` on a node without IB, is reported on stderr and is not fatal), 1 for a usage
-//! error or when no node can be reached (the original's "Unable to create socket").
+//! error or when no node can be reached (the original's "Unable to create socket"). `main` is
+//! [`rds_cli::start::main`] with [`TOOL`], [`parse`] and [`run`].
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -108,7 +109,17 @@ pub struct Args {
     #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto")]
     pub stack: rds_cli::Stack,
+    /// Log level (`--log-level`; `-v` is the original's "more detail").
+    #[command(flatten)]
+    pub log: rds_cli::LogLevelArg,
 }
+
+/// rds-info for [`rds_cli::start::main`]: a usage error exits 1, as the original's.
+pub const TOOL: rds_cli::start::Tool = rds_cli::start::Tool {
+    name: "rds-info",
+    command,
+    usage_status: 1,
+};
 
 impl Args {
     /// The categories selected on the command line, in printing order; all when none is.
@@ -160,15 +171,6 @@ impl Args {
     }
 }
 
-/// What parsing the command line decided.
-#[derive(Debug)]
-pub enum Parsed {
-    /// Run with these arguments.
-    Run(Args),
-    /// Exit now with this code (help, version or a usage error, already printed).
-    Exit(u8),
-}
-
 /// The original usage text: version and explanations on stderr, the option list on stdout
 /// (the original prints it with `printf`).
 pub fn print_usage(bad: &str) {
@@ -192,34 +194,27 @@ pub fn print_usage(bad: &str) {
     );
 }
 
-/// Parses the command line; prints help, version and usage errors itself.
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
+/// Parses the command line (the program name first) and applies its log level. An unknown
+/// option prints the original usage text ([`print_usage`]).
+///
+/// # Errors
+/// Help or version (printed, status 0) and usage errors (status 1).
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, rds_cli::Failure> {
     match Args::try_parse_from(args) {
-        Ok(a) => Parsed::Run(a),
-        Err(e) => {
-            use clap::error::{ContextKind, ContextValue, ErrorKind};
-            match e.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-                    let _ = e.print();
-                    Parsed::Exit(0)
-                }
-                ErrorKind::UnknownArgument => {
-                    let bad = match e.get(ContextKind::InvalidArg) {
-                        Some(ContextValue::String(s)) => s.clone(),
-                        _ => "?".into(),
-                    };
-                    print_usage(&bad);
-                    Parsed::Exit(1)
-                }
-                _ => {
-                    eprint!(
-                        "{}",
-                        rds_cli::usage_message("rds-info", &e.render().to_string())
-                    );
-                    Parsed::Exit(1)
-                }
-            }
+        Ok(a) => {
+            a.log.apply();
+            Ok(a)
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::UnknownArgument => {
+            use clap::error::{ContextKind, ContextValue};
+            let bad = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::String(s)) => s.clone(),
+                _ => "?".into(),
+            };
+            print_usage(&bad);
+            Err(rds_cli::Failure::quiet(TOOL.usage_status))
+        }
+        Err(e) => Err(rds_cli::Failure::usage(TOOL.name, &e, TOOL.usage_status)),
     }
 }
 
@@ -228,11 +223,24 @@ pub fn command() -> clap::Command {
     Args::command()
 }
 
+/// Runs `rds-info` with standard output; returns the exit code.
+///
+/// # Errors
+/// A failed write of the output: status 1, or 0 and nothing said for a closed pipe
+/// ([`rds_cli::Failure::of_io`]).
+pub fn run(args: Args) -> Result<u8, rds_cli::Failure> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    execute(&args, &mut out)
+        .and_then(|code| out.flush().map(|()| code))
+        .map_err(|e| rds_cli::Failure::of_io(TOOL.name, &e, 1))
+}
+
 /// Runs `rds-info`; returns the exit code. Output goes to `out`, diagnostics to stderr.
 ///
 /// # Errors
 /// Only write errors on `out` (a closed pipe is for the caller to treat as success).
-pub fn run(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
+pub fn execute(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     if args.list_nodes {
         return list_nodes(out, args.output() == Format::Json);
     }
@@ -487,10 +495,29 @@ fn node_json(n: &RunningNode) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-info",
+            &[
+                "-c",
+                "-k",
+                "-n",
+                "-I",
+                "-T",
+                "--json",
+                "--format",
+                "--list-nodes",
+                "--log-level",
+            ],
+        );
+    }
+
     fn args(v: &[&str]) -> Args {
         match parse(v.iter().map(OsString::from)) {
-            Parsed::Run(a) => a,
-            Parsed::Exit(c) => panic!("exit {c}"),
+            Ok(a) => a,
+            Err(f) => panic!("exit {}: {}", f.status, f.msg),
         }
     }
 
@@ -518,14 +545,14 @@ mod tests {
 
     #[test]
     fn unknown_option_is_a_usage_error() {
-        assert!(matches!(
-            parse(["rds-info", "-x"].iter().map(OsString::from)),
-            Parsed::Exit(1)
-        ));
-        assert!(matches!(
-            parse(["rds-info", "-+"].iter().map(OsString::from)),
-            Parsed::Exit(1)
-        ));
+        assert_eq!(
+            parse(["rds-info", "-x"].iter().map(OsString::from)).unwrap_err(),
+            rds_cli::Failure::quiet(1)
+        );
+        assert_eq!(
+            parse(["rds-info", "-+"].iter().map(OsString::from)).unwrap_err(),
+            rds_cli::Failure::quiet(1)
+        );
     }
 
     #[test]
@@ -545,10 +572,9 @@ mod tests {
             &["rds-info", "--format", "xml"],
             &["rds-info", "--format"],
         ] {
-            assert!(matches!(
-                parse(bad.iter().map(OsString::from)),
-                Parsed::Exit(1)
-            ));
+            let f = parse(bad.iter().map(OsString::from)).unwrap_err();
+            assert_eq!(f.status, 1);
+            assert!(f.msg.starts_with("rds-info: "), "{}", f.msg);
         }
     }
 

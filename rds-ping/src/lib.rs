@@ -23,11 +23,11 @@ pub mod pool;
 pub mod report;
 pub mod targets;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use rds_cli::Failure;
 
 use crate::opts::OptError;
 
@@ -36,69 +36,77 @@ use crate::opts::OptError;
 /// every error of the other tools). The one-destination form keeps the original's 1.
 pub const ERROR_STATUS: i32 = rds_cli::USAGE_STATUS as i32;
 
-/// Runs rds-ping with `args` (without the program name); returns the exit code.
-pub fn main_with<I, T>(args: I) -> i32
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    let o = match opts::parse(args.iter().cloned()) {
-        Ok(o) => o,
+/// rds-ping for [`rds_cli::start::main`]: a usage error exits 1, as the original's (2 in the
+/// several-destination form, which [`parse`] tells).
+pub const TOOL: rds_cli::start::Tool = rds_cli::start::Tool {
+    name: "rds-ping",
+    command: opts::command,
+    usage_status: 1,
+};
+
+/// The exit status of an error in the form `multi` says: 2 with several destinations, the
+/// original's 1 with one.
+fn error_status(multi: bool) -> u8 {
+    if multi {
+        ERROR_STATUS as u8
+    } else {
+        1
+    }
+}
+
+/// Parses and checks the command line (the program name first) and applies its log level.
+///
+/// # Errors
+/// Help or version (printed, status 0); a refused command line with the original's messages
+/// and usage block, status 1, or 2 in the several-destination form ([`opts::multi_form`]).
+pub fn parse(args: Vec<OsString>) -> Result<opts::Opts, Failure> {
+    let args = args.get(1..).unwrap_or_default();
+    match opts::parse(args.iter().cloned()) {
+        Ok(o) => {
+            rds_cli::logger::set_command_line(0, o.log_level);
+            Ok(o)
+        }
         Err(e) => {
-            let code = if opts::multi_form(&args) {
-                ERROR_STATUS
-            } else {
-                1
-            };
-            return match e {
+            let code = error_status(opts::multi_form(args));
+            Err(match e {
                 OptError::Info(t) => {
                     print!("{t}");
-                    0
+                    Failure::quiet(0)
                 }
-                OptError::Usage(m) => {
-                    eprint!("{}", opts::usage_text(&m));
-                    code
-                }
-                OptError::Fatal(m) => {
-                    eprintln!("{}", m.trim_end());
-                    code
-                }
-            };
+                OptError::Usage(m) => Failure::new(code, opts::usage_text(&m)),
+                OptError::Fatal(m) => Failure::new(code, format!("{}\n", m.trim_end())),
+            })
         }
-    };
-    let error = if o.multi { ERROR_STATUS } else { 1 };
-    if let Err(m) = rds_cli::apply_stack("rds-ping", o.stack) {
-        eprintln!("{m}");
-        return error;
     }
-    let code = with_stop(|io| {
+}
+
+/// Pings as `o` says and prints the result; returns the exit status ([`exit_code`], or
+/// [`multi_exit_code`] with several destinations).
+///
+/// # Errors
+/// The stack or the sockets cannot be set up: status 1, or 2 with several destinations.
+pub fn run(o: opts::Opts) -> Result<u8, Failure> {
+    let error = error_status(o.multi);
+    rds_cli::apply_stack(TOOL.name, o.stack).map_err(|m| Failure::new(error, format!("{m}\n")))?;
+    let r = with_stop(|io| {
         if o.multi {
             run_multi(&o, io)
         } else {
-            run(&o, io)
+            run_one(&o, io)
         }
     });
     // The embedded node's control socket goes with it, on every path that ends the run.
     rds_core::socket::shutdown_default_node();
-    code
+    r.map(|code| code as u8)
 }
 
 /// Runs `f` with stdout, stderr and Ctrl-C (and SIGTERM) as the way to stop: the signals are
-/// taken through a signalfd, blocked before the node's threads start so that none of them
-/// takes the signal.
-fn with_stop(f: impl FnOnce(&mut ping::Io<'_>) -> i32) -> i32 {
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGINT);
-    mask.add(Signal::SIGTERM);
-    let sfd = mask.thread_block().ok().and_then(|()| {
-        SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).ok()
-    });
+/// taken through a signalfd ([`rds_cli::StopSignals`]), blocked before the node's threads
+/// start so that none of them takes the signal.
+fn with_stop<T>(f: impl FnOnce(&mut ping::Io<'_>) -> T) -> T {
+    let sfd = rds_cli::StopSignals::block().ok();
     let stop_fd = sfd.as_ref().map(AsRawFd::as_raw_fd);
-    let mut stop = || {
-        sfd.as_ref()
-            .is_some_and(|s| matches!(s.read_signal(), Ok(Some(_))))
-    };
+    let mut stop = || sfd.as_ref().is_some_and(|s| s.take().is_some());
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut err = std::io::stderr();
@@ -112,41 +120,25 @@ fn with_stop(f: impl FnOnce(&mut ping::Io<'_>) -> i32) -> i32 {
 }
 
 /// Runs the pings of the one-destination form and prints the result; returns the exit code.
-fn run(o: &opts::Opts, io: &mut ping::Io<'_>) -> i32 {
-    let sum = match ping::run(o, io) {
-        Ok(s) => s,
-        Err(ping::Fatal(m)) => {
-            eprintln!("{m}");
-            return 1;
-        }
-    };
+fn run_one(o: &opts::Opts, io: &mut ping::Io<'_>) -> Result<i32, Failure> {
+    let sum = ping::run(o, io).map_err(|ping::Fatal(m)| Failure::new(1, format!("{m}\n")))?;
     let out = &mut io.out;
     if o.json {
-        match serde_json::to_string_pretty(&sum) {
-            Ok(j) => {
-                let _ = writeln!(out, "{j}");
-            }
-            Err(e) => {
-                eprintln!("rds-ping: cannot encode the result: {e}");
-                return 1;
-            }
-        }
+        let j = serde_json::to_string_pretty(&sum).map_err(|e| {
+            Failure::line(1, TOOL.name, format_args!("cannot encode the result: {e}"))
+        })?;
+        let _ = writeln!(out, "{j}");
     } else {
         let _ = write!(out, "{}", report::summary_text(&sum));
     }
     let _ = out.flush();
-    exit_code(&sum)
+    Ok(exit_code(&sum))
 }
 
 /// Runs the several-destination form and prints one line (or JSON object) per destination.
-fn run_multi(o: &opts::Opts, io: &mut ping::Io<'_>) -> i32 {
-    let sums = match multi::run(o, io) {
-        Ok(s) => s,
-        Err(ping::Fatal(m)) => {
-            eprintln!("{m}");
-            return ERROR_STATUS;
-        }
-    };
+fn run_multi(o: &opts::Opts, io: &mut ping::Io<'_>) -> Result<i32, Failure> {
+    let error = error_status(true);
+    let sums = multi::run(o, io).map_err(|ping::Fatal(m)| Failure::new(error, format!("{m}\n")))?;
     let out = &mut io.out;
     if o.json {
         let list: Vec<report::Totals> = sums
@@ -154,20 +146,19 @@ fn run_multi(o: &opts::Opts, io: &mut ping::Io<'_>) -> i32 {
             .filter(|s| report::shown(o.show, s))
             .map(report::Totals::from)
             .collect();
-        match serde_json::to_string_pretty(&list) {
-            Ok(j) => {
-                let _ = writeln!(out, "{j}");
-            }
-            Err(e) => {
-                eprintln!("rds-ping: cannot encode the result: {e}");
-                return ERROR_STATUS;
-            }
-        }
+        let j = serde_json::to_string_pretty(&list).map_err(|e| {
+            Failure::line(
+                error,
+                TOOL.name,
+                format_args!("cannot encode the result: {e}"),
+            )
+        })?;
+        let _ = writeln!(out, "{j}");
     } else {
         let _ = write!(out, "{}", report::multi_lines(&sums, o.show));
     }
     let _ = out.flush();
-    multi_exit_code(&sums)
+    Ok(multi_exit_code(&sums))
 }
 
 /// The exit status of the several-destination form: 0 when every destination answered and
@@ -185,6 +176,27 @@ pub fn exit_code(sum: &report::Summary) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &opts::command(),
+            "rds-ping",
+            &[
+                "-c",
+                "-n",
+                "-i",
+                "-I",
+                "-Q",
+                "-w",
+                "-W",
+                "--json",
+                "-f",
+                "--alive",
+                "--log-level",
+            ],
+        );
+    }
 
     #[test]
     fn errors_make_the_exit_status_one() {

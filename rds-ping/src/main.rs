@@ -1,5 +1,5 @@
 //! rds-ping: see the library documentation and `man/rds-ping.1`.
 
-fn main() {
-    std::process::exit(rds_ping::main_with(std::env::args_os().skip(1)));
+fn main() -> std::process::ExitCode {
+    rds_cli::start::main(&rds_ping::TOOL, rds_ping::parse, rds_ping::run)
 }

@@ -59,6 +59,9 @@ struct Cli {
     verbose: bool,
     #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP)]
     stack: Option<String>,
+    /// Log level (`--log-level`; `-v` names the node).
+    #[command(flatten)]
+    log: rds_cli::LogLevelArg,
     /// Read destinations from FILE, one per line ("-": standard input; blank lines and
     /// #-comments ignored)
     #[arg(short = 'f', long = "file", value_name = "FILE")]
@@ -124,6 +127,8 @@ pub struct Opts {
     pub show: Show,
     /// Which RDS serves the sockets (`--stack`).
     pub stack: rds_cli::Stack,
+    /// `--log-level`.
+    pub log_level: Option<rds_cli::logger::LevelFilter>,
 }
 
 impl Opts {
@@ -301,7 +306,14 @@ where
         multi,
         show,
         stack,
+        log_level: cli.log.log_level,
     })
+}
+
+/// The clap command (for completions).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
 }
 
 fn with_name<I, T>(args: I) -> impl Iterator<Item = std::ffi::OsString>

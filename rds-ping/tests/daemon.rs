@@ -88,6 +88,29 @@ fn through_a_daemon_node() {
     assert_eq!(peer.counter(Counter::RecvPing), 3 + 1 + 2);
     assert_eq!(other.counter(Counter::RecvPing), 2 + 1);
     assert!(daemon.counter(Counter::SendQueued) >= sent + 4);
+
+    // The daemon goes away under a run: the pings fail (exit 1), and the library says why
+    // once, as an error line of the tool's log (the `log` facade, default level warn).
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rds-ping"))
+        .env("RDS_RUNTIME_DIR", &run_dir)
+        .env_remove("RDS_NO_DAEMON")
+        .env_remove("RDS_LOG")
+        .args(["-I", "127.6.5.1", "-i", "0.05", "-w", "3", "127.6.5.2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (-w 3 ends it whatever happens.)
+    std::thread::sleep(Duration::from_millis(800));
+    daemon.shutdown();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    let gone = format!(
+        "rds-ping: the RDS daemon at {} went away (stopped or crashed)\n",
+        run_dir.join("daemon.sock").display()
+    );
+    assert_eq!(err.matches(&gone).count(), 1, "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
 }
 
 fn check_output(out: &str, n: usize) {

@@ -28,7 +28,8 @@ fn man_page_options_match_help() {
     let mut in_opts = false;
     let mut from_man = BTreeSet::new();
     let lines: Vec<&str> = page.lines().collect();
-    let tag = Regex::new(r"\\-(\\-)?([A-Za-z][a-z-]*)").unwrap();
+    // `\-\-log\-level`: a roff hyphen inside a long name too.
+    let tag = Regex::new(r"\\-(\\-)?([A-Za-z](?:[a-z-]|\\-)*)").unwrap();
     for w in lines.windows(2) {
         if let Some(t) = w[0].strip_prefix(".SH ") {
             in_opts = t == "OPTIONS";
@@ -36,7 +37,7 @@ fn man_page_options_match_help() {
         if in_opts && w[0] == ".TP" {
             for c in tag.captures_iter(w[1]) {
                 let dashes = if c.get(1).is_some() { "--" } else { "-" };
-                from_man.insert(format!("{dashes}{}", &c[2]));
+                from_man.insert(format!("{dashes}{}", c[2].replace("\\-", "-")));
             }
         }
     }

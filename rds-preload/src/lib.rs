@@ -17,6 +17,8 @@
 //!   descriptor table and the thread that keeps readiness in step.
 //! - `abi`: the `sys/socket.h` constants this library speaks that `libc` lacks; the
 //!   `linux/rds.h` ones are `rds_core::abi`.
+//! - `logger`: the logger behind the `log` facade, for this library's messages and
+//!   `rds-core`'s (`RDS_LOG`; `RDS_PRELOAD_LOG=1` is `RDS_LOG=debug`, each call a line).
 //!
 //! Readiness: the descriptor handed to the program is one end of a `socketpair(AF_UNIX,
 //! SOCK_STREAM)`. It is readable (POLLIN) exactly while a receive would return something (one
@@ -36,7 +38,7 @@
 pub mod abi;
 mod ffi;
 mod info;
-mod log;
+mod logger;
 mod ops;
 mod rdma;
 mod sock;

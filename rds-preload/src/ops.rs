@@ -99,8 +99,9 @@ pub fn socket(ty: i32, protocol: i32) -> Res<i32> {
     if ty & !flags != libc::SOCK_SEQPACKET || protocol != 0 {
         return Err(libc::ESOCKTNOSUPPORT);
     }
+    crate::logger::init();
     if !sock::usable() {
-        crate::log::warn("RDS is not available in a forked child of a process that used it");
+        log::warn!("RDS is not available in a forked child of a process that used it");
         return Err(libc::EAFNOSUPPORT);
     }
     let (e, fd) = Entry::create(ty & libc::SOCK_CLOEXEC != 0)?;

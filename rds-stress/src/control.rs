@@ -26,6 +26,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use rds_core::errno::strerror;
 use serde_json::{Map, Value};
 
 /// The version string this implementation sends (what shipped C binaries report).
@@ -498,16 +499,6 @@ pub fn errno_suffix(e: &io::Error) -> String {
     match e.raw_os_error() {
         Some(n) => format!(", errno: {n} ({})\n", strerror(n)),
         None => format!(": {e}\n"),
-    }
-}
-
-/// The C library's text for `errno`.
-pub fn strerror(n: i32) -> String {
-    let s = io::Error::from_raw_os_error(n).to_string();
-    // "Connection refused (os error 111)" -> "Connection refused"
-    match s.rfind(" (os error") {
-        Some(i) => s[..i].to_string(),
-        None => s,
     }
 }
 

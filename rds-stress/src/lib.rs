@@ -28,35 +28,42 @@ pub mod task;
 
 pub use opts::{command, Args};
 
-use clap::Parser;
+/// rds-stress for [`rds_cli::start::main`].
+pub const TOOL: rds_cli::start::Tool = rds_cli::start::Tool {
+    name: "rds-stress",
+    command,
+    usage_status: rds_cli::USAGE_STATUS,
+};
 
-/// Parses the process arguments, runs, and returns the exit code (usage errors 2, fatal
-/// errors 1, as the original; 130 or 143 after a run ended by SIGINT or SIGTERM, the status of
-/// the original killed by the signal).
-pub fn main_code() -> i32 {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.use_stderr() {
-                let _ = e.print();
-                return 0;
-            }
-            eprint!(
-                "{}",
-                rds_cli::usage_message("rds-stress", &e.render().to_string())
-            );
-            return i32::from(rds_cli::USAGE_STATUS);
-        }
-    };
+/// Parses the command line (the program name first) and applies its log level.
+///
+/// # Errors
+/// Help and version (printed, status 0), usage errors (status 2, the original's).
+pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Args, rds_cli::Failure> {
+    let a: Args = rds_cli::exit::parse(TOOL.name, args, TOOL.usage_status)?;
+    a.log.apply();
+    Ok(a)
+}
+
+/// Runs, shuts the embedded nodes down and returns the exit status: 0 after a complete run,
+/// 130 or 143 after one ended by SIGINT or SIGTERM (the status of the original killed by the
+/// signal).
+///
+/// # Errors
+/// A fatal error, with the original's message and status (1).
+pub fn run(args: Args) -> Result<u8, rds_cli::Failure> {
     let r = run::run(&args);
     nodes::shutdown_all();
-    match r {
-        Ok(code) => code,
-        Err(f) => {
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            eprint!("{}", f.msg);
-            f.code
-        }
+    r.map(exit_status).map_err(rds_cli::Failure::from)
+}
+
+/// An exit status as the process reports it (its low eight bits).
+fn exit_status(code: i32) -> u8 {
+    (code & 0xff) as u8
+}
+
+impl From<opts::Fatal> for rds_cli::Failure {
+    fn from(f: opts::Fatal) -> Self {
+        rds_cli::Failure::new(exit_status(f.code), f.msg)
     }
 }

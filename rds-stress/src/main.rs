@@ -1,3 +1,5 @@
-fn main() {
-    std::process::exit(rds_stress::main_code());
+//! `rds-stress`: see the library documentation of this crate.
+
+fn main() -> std::process::ExitCode {
+    rds_cli::start::main(&rds_stress::TOOL, rds_stress::parse, rds_stress::run)
 }

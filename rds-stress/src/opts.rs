@@ -187,6 +187,9 @@ pub struct Args {
     #[arg(long = "stack", value_name = "kernel|user|auto", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto", help_heading = EXT)]
     pub stack: rds_cli::Stack,
+    /// Log level (`--log-level`; `-v` is the original's --verify).
+    #[command(flatten, next_help_heading = EXT)]
+    pub log: rds_cli::LogLevelArg,
     /// Print version
     #[arg(long = "version", action = ArgAction::Version, help_heading = EXT)]
     pub version: Option<bool>,
@@ -562,6 +565,25 @@ fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-stress",
+            &[
+                "-s",
+                "-r",
+                "-q",
+                "-t",
+                "-d",
+                "--loopback",
+                "--rdma-mode",
+                "--json",
+                "--log-level",
+            ],
+        );
+    }
 
     #[test]
     fn version_names_the_protocol() {

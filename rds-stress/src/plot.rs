@@ -21,7 +21,9 @@ use plotters::coord::combinators::IntoLogRange;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::control::{strerror, WireOptions};
+use rds_core::errno::strerror;
+
+use crate::control::WireOptions;
 use crate::opts::Fatal;
 use crate::stats::RttDistribution;
 

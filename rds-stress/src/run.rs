@@ -12,11 +12,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use rds_core::errno::strerror;
 use rds_core::{CtlMode, Node, NodeConfig};
 
 use crate::control::{
     self, errno_suffix, missing_json_keys, read_options, recv_byte, recv_json, send_all, send_json,
-    strerror, CtlError, WireOptions, JSON_FLAG_OFFSET, JSON_IDENTIFIER,
+    CtlError, WireOptions, JSON_FLAG_OFFSET, JSON_IDENTIFIER,
 };
 use crate::msg::header_size;
 use crate::opts::{check_limits, set_addr, Args, Fatal, Resolved};
@@ -143,35 +144,29 @@ fn stop_signal() -> Option<i32> {
     }
 }
 
-/// Takes SIGINT and SIGTERM on a thread of their own (blocked in every other thread, so this
-/// must run before any thread starts). Once the tasks are released, the first signal ends the
+/// Takes SIGINT and SIGTERM on a thread of their own ([`rds_cli::StopSignals`]: blocked in
+/// every other thread, so this must run before any thread starts). Once the tasks are released, the first signal ends the
 /// measurement: the run prints its summary and exits with 128 + the signal number (130, 143).
 /// Before that, or at a second signal, the process exits at once with that status. With
 /// `--cancel-sent-to`, SIGINT cancels what the tasks sent and exits 130 ([`interrupt`]).
 fn watch_signals(cancel_sent_to: bool) {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGINT);
-    set.add(Signal::SIGTERM);
-    if set.thread_block().is_err() {
+    use nix::sys::signal::Signal;
+    let Ok(stop) = rds_cli::StopSignals::block() else {
         return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || loop {
-            let Ok(sig) = set.wait() else { return };
-            let n = sig as i32;
-            if sig == Signal::SIGINT && cancel_sent_to {
-                interrupt(128 + n);
-            }
-            if MEASURING.load(Relaxed) && STOP_SIGNAL.load(Relaxed) == 0 {
-                STOP_SIGNAL.store(n, Relaxed);
-                continue;
-            }
-            let _ = std::io::stdout().flush();
-            crate::nodes::shutdown_all();
-            std::process::exit(128 + n);
-        });
+    };
+    let _ = stop.spawn("signals", move |sig| {
+        let n = sig as i32;
+        if sig == Signal::SIGINT && cancel_sent_to {
+            interrupt(128 + n);
+        }
+        if MEASURING.load(Relaxed) && STOP_SIGNAL.load(Relaxed) == 0 {
+            STOP_SIGNAL.store(n, Relaxed);
+            return true;
+        }
+        let _ = std::io::stdout().flush();
+        crate::nodes::shutdown_all();
+        std::process::exit(128 + n);
+    });
 }
 
 /// How often a waiting report loop looks for a stop signal.

@@ -34,7 +34,7 @@
 //!    the session within 5 seconds of the stop, ends the capture without waiting.
 //!
 //! Signals are handled without a signal handler: SIGINT and SIGTERM are blocked in every
-//! thread and a dedicated thread takes them with `sigwait`.
+//! thread and a dedicated thread reads them from a signalfd ([`rds_cli::StopSignals`]).
 
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal};
@@ -48,7 +48,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use rds_core::ctl::client::{CtlClient, CtlError};
 use rds_core::ctl::select::{self, RunningNode};
 use rds_core::ctl::{write_frame, write_frame_with_fd, NodeEndpoint, Reply, Request, TraceOutput};
@@ -161,26 +161,12 @@ impl Stopper {
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and the threads it starts later) and starts a
-/// thread that takes them with `sigwait`, passing each on `tx`.
+/// thread that takes them ([`rds_cli::StopSignals`]), passing each on `tx`.
 fn signal_thread(tx: mpsc::Sender<Signal>) -> anyhow::Result<()> {
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGINT);
-    set.add(Signal::SIGTERM);
-    set.thread_block().context("blocking SIGINT and SIGTERM")?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || loop {
-            match set.wait() {
-                Ok(sig) => {
-                    if tx.send(sig).is_err() {
-                        return;
-                    }
-                }
-                Err(_) => return,
-            }
-        })
-        .context("starting the signal thread")?;
-    Ok(())
+    rds_cli::StopSignals::block()
+        .context("blocking SIGINT and SIGTERM")?
+        .spawn("signals", move |sig| tx.send(sig).is_ok())
+        .context("starting the signal thread")
 }
 
 /// Watches signals, the duration and the stop deadline, for the sessions of `stoppers`.

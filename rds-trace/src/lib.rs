@@ -15,7 +15,8 @@
 //!   (embedded in the binary) into Wireshark's personal Lua plugin folder.
 //!
 //! Exit status: 0 success, 2 an error (bad arguments included); a broken pipe on stdout ends
-//! the run with 0.
+//! the run with 0 ([`rds_cli::Failure::of`]). `main` is [`rds_cli::start::main`] with
+//! [`TOOL`], [`parse`] and [`run`].
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod capture;
 pub mod plugin;
 pub mod report;
 
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -113,6 +115,27 @@ pub struct Cli {
     #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP, value_parser = rds_cli::stack_arg,
           default_value = "auto", conflicts_with_all = ["read", "install_wireshark_plugin"])]
     pub stack: rds_cli::Stack,
+
+    /// Log level (`-v`, `--log-level`).
+    #[command(flatten)]
+    pub log: rds_cli::LogArgs,
+}
+
+/// rds-trace for [`rds_cli::start::main`].
+pub const TOOL: rds_cli::start::Tool = rds_cli::start::Tool {
+    name: "rds-trace",
+    command,
+    usage_status: rds_cli::USAGE_STATUS,
+};
+
+/// Parses the command line (the program name first) and applies its log level.
+///
+/// # Errors
+/// Help, version or a usage error ([`rds_cli::Failure::usage`]).
+pub fn parse(args: Vec<OsString>) -> Result<Cli, rds_cli::Failure> {
+    let cli: Cli = rds_cli::exit::parse(TOOL.name, args, TOOL.usage_status)?;
+    cli.log.apply();
+    Ok(cli)
 }
 
 /// What to do on a host whose RDS is the kernel's: the capture comes from tcpdump, the
@@ -148,8 +171,12 @@ pub fn command() -> clap::Command {
 /// Runs the tool; returns the exit status.
 ///
 /// # Errors
-/// Whatever stops the run; `main` prints it and exits with [`error_status`].
-pub fn run(cli: Cli) -> anyhow::Result<u8> {
+/// Whatever stops the run, with its exit status ([`rds_cli::Failure::of`]).
+pub fn run(cli: Cli) -> Result<u8, rds_cli::Failure> {
+    run_cli(cli).map_err(|e| rds_cli::Failure::of(TOOL.name, &e))
+}
+
+fn run_cli(cli: Cli) -> anyhow::Result<u8> {
     if let Some(file) = cli.read {
         let filter = report::Filter {
             peer: cli.peer,
@@ -189,12 +216,28 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     })
 }
 
-/// Exit status for an error: 0 for a broken pipe (the reader went away), else 2.
-pub use rds_cli::error_status;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completions_offer_the_options() {
+        rds_cli::completions::assert_offers(
+            &command(),
+            "rds-trace",
+            &[
+                "-w",
+                "-r",
+                "-s",
+                "-c",
+                "-G",
+                "--jsonl",
+                "--install-wireshark-plugin",
+                "-v",
+                "--log-level",
+            ],
+        );
+    }
 
     #[test]
     fn cli_is_consistent() {

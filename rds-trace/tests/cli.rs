@@ -710,6 +710,8 @@ fn man_page_matches_help() {
             continue;
         }
         for word in l.split([' ', ',']) {
+            // `-v...`: a flag that may be repeated.
+            let word = word.trim_end_matches("...");
             if word.starts_with('-') && word.len() > 1 {
                 help_opts.push(word.to_string());
             }

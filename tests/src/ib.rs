@@ -35,8 +35,11 @@ pub fn start_ib_node(addr: Ipv4Addr, seed: u64) -> Result<Node> {
 }
 
 /// [`start_ib_node`] for several addresses (IPv4 and/or IPv6) and a control socket mode
-/// (`CtlMode::Named` serves `rds-info`; set `RDS_RUNTIME_DIR` in the guest first).
+/// (`CtlMode::Named` serves `rds-info`; set `RDS_RUNTIME_DIR` in the guest first). The
+/// tools' logger is installed first, so that `RDS_IB_DEBUG` (see [`debug_env`]) puts the
+/// transport's log on stderr in the guest side too.
 pub fn start_ib_node_with(addrs: &[IpAddr], seed: u64, ctl: CtlMode) -> Result<Node> {
+    rds_cli::logger::init("rds-tests");
     let addr = *addrs.first().context("no address")?;
     let mut cfg = NodeConfig::new(addrs.iter().copied());
     cfg.ctl = ctl;

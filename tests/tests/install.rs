@@ -1,6 +1,6 @@
 //! `scripts/install.sh` into a temporary DESTDIR with PREFIX=/usr, from the binaries of this
-//! build (BINDIR): the tools run from there, the man pages and the unit are in place, and the
-//! unit starts the installed rds-ctrl.
+//! build (BINDIR): the tools run from there, the man pages, the unit and each tool's bash, zsh
+//! and fish completions are in place, and the unit starts the installed rds-ctrl.
 
 use std::path::Path;
 use std::process::Command;
@@ -54,6 +54,37 @@ fn installs_into_a_destdir() {
         "man8/rds-preload.8",
     ] {
         assert!(usr.join("share/man").join(page).is_file(), "{page}");
+    }
+    // Completions in the shells' standard directories, each naming its tool's options.
+    for (tool, option) in [
+        ("rds-ping", "-c"),
+        ("rds-info", "--list-nodes"),
+        ("rds-stress", "--loopback"),
+        ("rds-ctrl", "health"),
+        ("rds-trace", "--install-wireshark-plugin"),
+    ] {
+        for (path, shell) in [
+            (format!("share/bash-completion/completions/{tool}"), "bash"),
+            (format!("share/zsh/vendor-completions/_{tool}"), "zsh"),
+            (
+                format!("share/fish/vendor_completions.d/{tool}.fish"),
+                "fish",
+            ),
+        ] {
+            let text =
+                std::fs::read_to_string(usr.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+            // fish names options without their dashes: `-s c`, `-l list-nodes`.
+            let bare = option.trim_start_matches('-');
+            let named = match shell {
+                "fish" if option.starts_with("--") => text.contains(&format!("-l {bare}")),
+                "fish" if option.starts_with('-') => text.contains(&format!("-s {bare}")),
+                _ => text.contains(option),
+            };
+            assert!(
+                named && text.contains(tool),
+                "{shell} completion of {tool}:\n{text}"
+            );
+        }
     }
     assert!(usr.join("lib/librds_preload.so").is_file());
     assert!(usr.join("include/rds_preload.h").is_file());

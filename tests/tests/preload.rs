@@ -42,6 +42,7 @@ fn preloaded(prog: &Path, dir: &Path, daemon: bool) -> Command {
     c.env("LD_PRELOAD", rds_tests::preload_library())
         .env("RDS_RUNTIME_DIR", dir.join("run"))
         .env_remove("RDS_PRELOAD_LOG")
+        .env_remove("RDS_LOG")
         .stdin(Stdio::null());
     if daemon {
         c.env_remove("RDS_NO_DAEMON");
@@ -114,6 +115,51 @@ fn assert_transcript(want: &str, got: &str) {
         "transcript differs:\n{}\nfull transcript:\n{got}",
         diff.join("\n")
     );
+}
+
+/// The library's log (the `log` facade): `RDS_LOG=debug`, or `RDS_PRELOAD_LOG=1` (its switch
+/// from before, kept as an alias), gives one line per call on an RDS descriptor,
+/// `rds-preload[PID]: call(args) = result`; `RDS_LOG` decides over the alias; at the default
+/// level a run that goes well says nothing.
+#[test]
+fn call_log_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_of = |env: &[(&str, &str)]| -> String {
+        let mut c = preloaded(program(), dir.path(), false);
+        c.envs(env.iter().copied())
+            .args(["many", "127.21.9.1", "2"]);
+        let o = run(c, Duration::from_secs(60));
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success(),
+            "{env:?}: exit {}:\n{out}\n{err}",
+            o.status
+        );
+        err
+    };
+    let quiet = stderr_of(&[]);
+    assert_eq!(quiet, "", "the default level says nothing on a good run");
+    for env in [[("RDS_PRELOAD_LOG", "1")], [("RDS_LOG", "debug")]] {
+        let err = stderr_of(&env);
+        let sockets: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("]: socket(AF_RDS, "))
+            .collect();
+        assert_eq!(sockets.len(), 2, "{env:?}:\n{err}");
+        for l in &sockets {
+            let pid = l
+                .strip_prefix("rds-preload[")
+                .and_then(|r| r.split(']').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            assert!(pid.is_some() && l.contains(" = "), "{l}");
+        }
+        assert!(
+            err.lines().any(|l| l.contains("]: bind(")),
+            "{env:?}:\n{err}"
+        );
+    }
+    let err = stderr_of(&[("RDS_PRELOAD_LOG", "1"), ("RDS_LOG", "warn")]);
+    assert_eq!(err, "", "RDS_LOG decides over RDS_PRELOAD_LOG");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! What the daemon's answers become for a client socket's caller: errors with an errno (the
-//! daemon gone is `ECONNRESET`, said once on stderr with the daemon's socket), received
+//! daemon gone is `ECONNRESET`, said once at error level with the daemon's socket), received
 //! messages, deadlines of blocking calls. Shared by the two ways a daemon client socket
 //! talks to the daemon: requests on the control connection (`remote`) and the shared-memory
 //! ring (`ring::client`).
@@ -50,7 +50,7 @@ pub(crate) fn io(e: CtlError) -> io::Error {
     if e.is_gone() {
         // Socket calls carry only an errno: say once what it means.
         if !GONE_TOLD.swap(true, Ordering::Relaxed) {
-            eprintln!("rds: {e}");
+            log::error!("{e}");
         }
         return io::Error::from_raw_os_error(libc::ECONNRESET);
     }

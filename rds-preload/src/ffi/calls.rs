@@ -8,7 +8,7 @@ use libc::{c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, s
 
 use super::next::*;
 use super::sys;
-use crate::log;
+use crate::logger;
 use crate::ops::{self, Cmsg, FORWARD};
 use crate::sock::{self, Entry, Lookup};
 use rds_core::abi::AF_RDS;
@@ -28,7 +28,7 @@ fn entry(fd: c_int) -> Option<Result<Arc<Entry>, ()>> {
 
 /// Sets errno from `r` and returns the C value.
 fn done<T: TryFrom<isize> + From<i8>>(call: impl FnOnce() -> String, r: Result<isize, i32>) -> T {
-    log::call(call, &r);
+    logger::call(call, &r);
     match r {
         Ok(n) => T::try_from(n).unwrap_or_else(|_| T::from(-1)),
         Err(e) => {
@@ -654,7 +654,7 @@ fn fcntl_ours(fd: c_int, e: Arc<Entry>, cmd: c_int, arg: usize, next: Option<FnF
             _ => {}
         }
     }
-    log::call(|| format!("fcntl({fd}, {cmd}, {arg:#x})"), &Ok(r as isize));
+    logger::call(|| format!("fcntl({fd}, {cmd}, {arg:#x})"), &Ok(r as isize));
     r
 }
 
@@ -742,7 +742,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
     let e = sock::remove(fd);
     let r = forward!(next_close(fd));
-    log::call(|| format!("close({fd})"), &Ok(r as isize));
+    logger::call(|| format!("close({fd})"), &Ok(r as isize));
     drop(e);
     r
 }
@@ -751,7 +751,7 @@ fn dup_done(old: Arc<Entry>, new: c_int, call: impl FnOnce() -> String) -> c_int
     if new >= 0 {
         sock::insert(new, old);
     }
-    log::call(call, &Ok(new as isize));
+    logger::call(call, &Ok(new as isize));
     new
 }
 

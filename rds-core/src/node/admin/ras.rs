@@ -1,9 +1,9 @@
 //! The sampler that fills a node's RAS event ring ([`crate::ras`]): a thread that looks at
 //! the node's paths and counters every [`SAMPLE_EVERY`], turns the differences into events at
-//! the level `net.rds.ras_level` asks for, keeps them in the ring, and (for the daemon) writes
-//! each to its log on stderr. It ends with the control server.
+//! the level `net.rds.ras_level` asks for, keeps them in the ring, and (for the daemon) logs
+//! each (the `log` facade: `ras KIND: text`, errors at error level, paths going down, resets
+//! and drops as warnings, the rest as information). It ends with the control server.
 
-use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,16 +33,13 @@ fn keep(ring: &Mutex<Ring>, events: Vec<RasEvent>, log: bool) {
         return;
     }
     if log {
-        let mut e = std::io::stderr().lock();
         for ev in &events {
-            let _ = writeln!(
-                e,
-                "{} rds daemon[{}]: ras {}: {}",
-                ras::utc_ms(ev.wall_ns),
-                std::process::id(),
-                ev.kind.name(),
-                ev.text
-            );
+            let level = match ev.kind {
+                RasKind::Error => log::Level::Error,
+                RasKind::Down | RasKind::Reset | RasKind::Drop => log::Level::Warn,
+                RasKind::Up | RasKind::Conn | RasKind::Count | RasKind::Ras => log::Level::Info,
+            };
+            log::log!(level, "ras {}: {}", ev.kind.name(), ev.text);
         }
     }
     let mut r = ring.lock().unwrap_or_else(|p| p.into_inner());
@@ -51,7 +48,7 @@ fn keep(ring: &Mutex<Ring>, events: Vec<RasEvent>, log: bool) {
     }
 }
 
-/// Starts the sampler of the server `ctx`; `log`: also write events to stderr.
+/// Starts the sampler of the server `ctx`; `log`: also log the events.
 pub(super) fn spawn(ctx: Weak<Ctx>, log: bool) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("rds-ras".into())

@@ -84,17 +84,10 @@ impl std::fmt::Debug for Ib {
     }
 }
 
+/// A message of the transport's connection handling, at debug level (`RDS_LOG=debug`, or
+/// `RDS_IB_DEBUG` for these alone).
 fn log(what: &str) {
-    if crate::env::ib_debug() {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        eprintln!(
-            "rds-ib: {}.{:03} {what}",
-            t.as_secs() % 1000,
-            t.subsec_millis()
-        );
-    }
+    log::debug!("{what}");
 }
 
 impl Ib {
