@@ -1200,12 +1200,20 @@ pub fn ring(data: &[u8]) {
     };
     // No SIGPIPE when the client shut its own end (libFuzzer's main does not ignore it).
     let no_sigpipe = nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
+    // The daemon's doorbell is a pipe (its writing end, non-blocking unless the script made
+    // it blocking: then a full pipe would hold this thread, so ring only while there is room).
     let ring_bell = |fds: &[OwnedFd]| {
-        let _ = nix::sys::socket::send(
-            fds[1].as_raw_fd(),
-            &1u64.to_le_bytes(),
-            no_sigpipe | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        );
+        if nix::poll::poll(
+            &mut [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&fds[1]),
+                nix::poll::PollFlags::POLLOUT,
+            )],
+            nix::poll::PollTimeout::ZERO,
+        )
+        .is_ok_and(|n| n > 0)
+        {
+            let _ = nix::unistd::write(&fds[1], &1u64.to_le_bytes());
+        }
     };
     let mut head = 0u64;
     let dest = sink.local_addr().unwrap();
@@ -1259,15 +1267,32 @@ pub fn ring(data: &[u8]) {
                         let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::empty()));
                     }
                     1 => {
+                        // Fill it (a socket without waiting; a pipe while it has room).
                         let junk = [0xa5u8; 4096];
                         for _ in 0..64 {
-                            if nix::sys::socket::send(
+                            let sent = nix::sys::socket::send(
                                 fd.as_raw_fd(),
                                 &junk,
                                 nix::sys::socket::MsgFlags::MSG_DONTWAIT | no_sigpipe,
-                            )
-                            .is_err()
-                            {
+                            );
+                            let room = || {
+                                nix::poll::poll(
+                                    &mut [nix::poll::PollFd::new(
+                                        std::os::fd::AsFd::as_fd(fd),
+                                        nix::poll::PollFlags::POLLOUT,
+                                    )],
+                                    nix::poll::PollTimeout::ZERO,
+                                )
+                                .is_ok_and(|n| n > 0)
+                            };
+                            let ok = match sent {
+                                Ok(_) => true,
+                                Err(nix::errno::Errno::ENOTSOCK) if room() => {
+                                    nix::unistd::write(fd, &junk).is_ok()
+                                }
+                                Err(_) => false,
+                            };
+                            if !ok {
                                 break;
                             }
                         }

@@ -3,10 +3,11 @@
 //! Small payloads live in allocations of their own size (the C library's per-thread caches
 //! serve them without a system call). Buffers of [`BIG`] bytes and more (the transport's read
 //! chunks, large messages being gathered or sent) come from one process-wide pool of power-of-
-//! two classes that keeps at most [`KEEP`] bytes of freed buffers for reuse; the rest goes back
-//! to the system at once, because allocations that large are mapped and unmapped by the C
-//! library ([`crate::sys::return_large_allocations`]). So a burst of large messages costs no
-//! fresh mapping per message, and the memory a departed peer made the node hold is returned.
+//! two classes that keeps at most [`KEEP`] bytes of freed buffers for reuse, so a burst of
+//! large messages costs no fresh allocation per message; the rest is freed. What the C
+//! library keeps of freed memory goes back to the system when the node's use of its budget
+//! falls by a lot (`crate::sys::trim_heap`), so the memory a departed peer made the node hold
+//! is returned.
 //!
 //! A frozen pooled buffer ([`freeze`]) is a [`Bytes`] whose last clone, dropped, gives the
 //! buffer back; a slice of it keeps the whole buffer alive. Callers that hand out slices

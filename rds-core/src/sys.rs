@@ -12,21 +12,15 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// Makes the C library map every allocation of [`crate::buf::BIG`] bytes or more and unmap
-/// it when freed (a fixed `M_MMAP_THRESHOLD`, which also stops glibc from raising it as large
-/// blocks are freed and keeping them in the heap): memory that peers made the node hold goes
-/// back to the system when they leave. The buffers the data path uses over and over come from
-/// [`crate::buf`]'s bounded pool instead, so they cost no fresh mapping. Done once per process,
-/// when the first node starts.
-pub fn return_large_allocations() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: mallopt only changes allocator parameters; glibc serialises it with its own
-        // locks.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, crate::buf::BIG as libc::c_int);
-        }
-    });
+/// Gives the C library's free memory back to the system (`malloc_trim(0)`: the top of every
+/// heap, and whole free pages inside them). The node calls it when what peers made it hold
+/// shrank by a lot ([`crate::node`], at most once a second).
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists under its locks; it takes
+    // no pointer from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// A libc return value: negative is `errno`.
@@ -71,6 +65,8 @@ pub struct Epoll {
 pub const EPOLLIN: u32 = libc::EPOLLIN as u32;
 /// Interest bits.
 pub const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
+/// Interest bits: edge-triggered.
+pub const EPOLLET: u32 = libc::EPOLLET as u32;
 /// Reported bits.
 pub const EPOLLERR: u32 = libc::EPOLLERR as u32;
 /// Reported bits.

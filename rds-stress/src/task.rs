@@ -14,7 +14,6 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use rds_core::message::{RdmaNotify, RdmaStatus, Received};
 use rds_core::rdma::{LocalVec, MrFlags, RdmaArgs, RdmaMap, SendCtl};
 use rds_core::{Node, RecvFlags, Socket};
@@ -532,8 +531,11 @@ impl Task {
         }
     }
 
+    /// A message from the template: large ones in a buffer of rds-core's pool, which the
+    /// library gives back when it is done with it (no allocation per message).
     fn message(&self, tpl: &[u8], h: &Header, rdma: Option<&RdmaFields>) -> Vec<u8> {
-        let mut v = tpl.to_vec();
+        let mut v = rds_core::buf::take(tpl.len());
+        v.extend_from_slice(tpl);
         h.emit(&mut v, self.env.v6);
         if let Some(r) = rdma {
             r.emit(&mut v);
@@ -562,7 +564,10 @@ impl Task {
     }
 
     fn send(&self, m: Vec<u8>, dst: SocketAddr) -> Result<usize, i32> {
-        self.send_result(self.sock.send_bytes(Bytes::from(m), Some(dst), true))
+        self.send_result(
+            self.sock
+                .send_bytes(rds_core::buf::freeze(m), Some(dst), true),
+        )
     }
 
     fn send_ctl(&self, m: &[u8], dst: SocketAddr, ctl: &SendCtl) -> Result<usize, i32> {

@@ -251,7 +251,6 @@ impl Node {
     /// A listener cannot bind (the address is not configured here, or port 16385 is taken,
     /// for example by the kernel's `rds_tcp`), or a system resource is missing.
     pub fn start(cfg: NodeConfig) -> io::Result<Node> {
-        sys::return_large_allocations();
         let seed = cfg.seed.unwrap_or_else(random_seed);
         let mut stack = Stack::new(resolve_tunables(cfg.tunables.clone()), seed);
         let tcp_stats = Arc::new(TcpStats::new());
@@ -613,6 +612,28 @@ impl Node {
 
 static NODE_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// When the I/O thread gives the C library's free memory back to the system: the budget's use
+/// fell by [`HeapTrim::DROP`] from its highest since the last trim, at most once a second.
+#[derive(Default)]
+struct HeapTrim {
+    peak: usize,
+    last: Option<Instant>,
+}
+
+impl HeapTrim {
+    const DROP: usize = 8 << 20;
+
+    fn observe(&mut self, now: Instant, used: usize) {
+        self.peak = self.peak.max(used);
+        let due = self.last.is_none_or(|t| now >= t + Duration::from_secs(1));
+        if due && self.peak - used >= Self::DROP {
+            sys::trim_heap();
+            self.peak = used;
+            self.last = Some(now);
+        }
+    }
+}
+
 /// The node's memory budget when `net.rds.mem_budget` is 0: min(256 MiB, RAM / 8).
 pub fn default_mem_budget() -> u64 {
     let cap = crate::proto::stack::DEFAULT_MEM_BUDGET;
@@ -841,12 +862,17 @@ impl Inner {
         let mut evs = Vec::new();
         let mut outs = Vec::new();
         let mut busy = true;
+        let mut trim = HeapTrim::default();
         while self.running.load(Ordering::SeqCst) {
             let timeout = if busy {
                 Some(Duration::ZERO)
             } else {
                 let now = self.now();
-                let t_engine = lock(&self.core).stack.poll_timeout();
+                let (t_engine, used) = {
+                    let core = lock(&self.core);
+                    (core.stack.poll_timeout(), core.stack.mem_used())
+                };
+                trim.observe(now, used);
                 let t_tcp = lock(&self.tcp).next_timer();
                 let next = match (t_engine, t_tcp) {
                     (Some(a), Some(b)) => Some(a.min(b)),

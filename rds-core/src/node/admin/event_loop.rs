@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    no_client_sockets, requests, send, Action, Conn, Ctx, Park, RingServe, RingStop, Watch,
-    ACCEPT_BACKOFF, BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM,
-    PRIVILEGED_RESERVE, REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
+    no_client_sockets, requests, send, Action, Conn, Ctx, Park, RingServe, Watch, ACCEPT_BACKOFF,
+    BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE,
+    REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
 };
 use crate::ctl::frame::FrameHeader;
 use crate::ctl::{write_frame, Reply, Request, MAX_DATA, MAX_JSON};
@@ -187,6 +187,11 @@ impl EventLoop {
 
     /// Runs until the server stops.
     pub(super) fn run(mut self) {
+        // A write to a pipe whose reader is gone (a ring client's doorbell) fails with EPIPE
+        // here instead of killing the process, whatever the program does with SIGPIPE.
+        let mut pipe = nix::sys::signal::SigSet::empty();
+        pipe.add(nix::sys::signal::Signal::SIGPIPE);
+        let _ = pipe.thread_block();
         let mut events = Vec::new();
         while !self.ctx.stop.load(Ordering::SeqCst) {
             let timeout = if self.again.is_empty() && self.closing.is_empty() {
@@ -544,7 +549,11 @@ impl EventLoop {
             && sys::send_with_fds(conn.stream.as_raw_fd(), &frame, &raw).is_ok()
             && self
                 .ep
-                .add(ring.doorbell(), RING_TOKEN | id, sys::EPOLLIN)
+                .add(
+                    ring.doorbell(),
+                    RING_TOKEN | id,
+                    sys::EPOLLIN | sys::EPOLLET,
+                )
                 .is_ok();
         if !ok {
             if registered {
@@ -594,15 +603,7 @@ impl EventLoop {
                 }
                 self.add_watches(id, served.watch);
             }
-            Err(RingStop::Gone) => {
-                // Its posted sends still run; the connection is the client's to close.
-                if let Some(mut r) = self.drop_ring(id) {
-                    if !r.finish() {
-                        self.closing.push(r);
-                    }
-                }
-            }
-            Err(RingStop::Fault(_)) => {
+            Err(_) => {
                 let owner = entry.owner;
                 self.ctx.ring_faults.fetch_add(1, Ordering::Relaxed);
                 let _faulted = self.drop_ring(id);

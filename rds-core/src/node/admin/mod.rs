@@ -128,17 +128,13 @@ pub enum Action {
 /// client rings [`RingServe::doorbell`], and when a socket readiness descriptor the ring
 /// asked to watch fires.
 pub trait RingServe: Send + fmt::Debug {
-    /// The descriptor the client rings (registered for input). Nothing the event loop does
-    /// with it may block: [`RingServe::serve`] clears it.
+    /// The descriptor the client rings, registered edge-triggered for input: the event loop
+    /// never reads or writes it (a client holds the same open file description).
     fn doorbell(&self) -> RawFd;
 
-    /// Clears the doorbell and runs what the client queued.
-    ///
-    /// # Errors
-    /// [`RingStop::Fault`]: the client broke the ring's rules (its connection is closed and
-    /// counted); [`RingStop::Gone`]: the client closed its end of the doorbell (the ring is
-    /// finished and forgotten, the connection stays).
-    fn serve(&mut self) -> Result<Served, RingStop>;
+    /// Runs what the client queued. `Err`: the client broke the ring's rules (its
+    /// connection is closed and counted).
+    fn serve(&mut self) -> Result<Served, String>;
 
     /// A descriptor from [`Served::watch`] fired (`rx`: the receive side); what to watch
     /// next.
@@ -149,15 +145,6 @@ pub trait RingServe: Send + fmt::Debug {
     /// the event loop calls again on its next turn). The first call is made while the
     /// connection still holds the socket (the ring keeps it open from then until it is done).
     fn finish(&mut self) -> bool;
-}
-
-/// Why a ring is served no more.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RingStop {
-    /// The client wrote something a well-behaved client never writes.
-    Fault(String),
-    /// The client closed its end of the doorbell (it exited, or closed the socket).
-    Gone,
 }
 
 /// What one [`RingServe::serve`] asks of the event loop.

@@ -70,11 +70,13 @@ impl RingState {
 #[derive(Debug)]
 pub(crate) struct RingClient {
     state: Mutex<RingState>,
-    /// This side's end of the doorbell: rung for requests, readable when results came.
+    /// The daemon's doorbell (an eventfd the daemon watches edge-triggered): rung for
+    /// requests.
     bell: OwnedFd,
-    /// Receive readiness (polled end), kept by the daemon, and its setting end.
+    /// This side's doorbell (a pipe's reading end): readable when results came.
+    done: OwnedFd,
+    /// Receive readiness (a pipe's reading end): set by the daemon, cleared here.
     rx: OwnedFd,
-    rx_set: OwnedFd,
     /// Send readiness (polled end), kept by the daemon.
     tx: OwnedFd,
     /// The control connection (its hangup means the daemon went away).
@@ -108,8 +110,8 @@ impl RingClient {
                 held: VecDeque::new(),
             }),
             bell: fds.next()?,
+            done: fds.next()?,
             rx: fds.next()?,
-            rx_set: fds.next()?,
             tx: fds.next()?,
             ctl,
             path: client.path().to_path_buf(),
@@ -126,6 +128,20 @@ impl RingClient {
     pub(crate) fn holds(&self) -> bool {
         let g = self.lock();
         !g.held.is_empty() || g.end.incoming()
+    }
+
+    /// Clears the receive readiness pipe when nothing is left to receive: nothing held here,
+    /// nothing handed or in the ring, and the daemon last saw its socket empty (the daemon
+    /// only ever sets it). Handed or queued meanwhile, the daemon's setting came before this
+    /// clear: ring it to set it again (its turn ends with bringing the readiness up to date).
+    fn clear_rx(&self, st: &RingState) {
+        let more = |e: &RingEnd| e.client_holds() || e.incoming() || e.sock_readable();
+        if st.held.is_empty() && st.want & WANT_RX != 0 && !more(&st.end) {
+            bell::clear_pipe(&self.rx);
+            if more(&st.end) {
+                sys::eventfd_signal(self.bell.as_raw_fd());
+            }
+        }
     }
 
     /// Whether the receive descriptor, kept by the daemon, says nothing is queued (then a
@@ -155,7 +171,7 @@ impl RingClient {
         rec.seq = st.seq;
         end.push(rec, payload).map_err(broken)?;
         if end.must_ring() {
-            bell::ring(self.bell.as_raw_fd());
+            sys::eventfd_signal(self.bell.as_raw_fd());
         }
         let spin_until = self.spin.then(|| std::time::Instant::now() + SPIN);
         let mut got = Vec::new();
@@ -186,11 +202,11 @@ impl RingClient {
                 continue;
             }
             let (_, hup) = sys::wait_readable_or_hangup(
-                self.bell.as_raw_fd(),
+                self.done.as_raw_fd(),
                 self.ctl.as_raw_fd(),
                 WAIT_CHUNK,
             )?;
-            let closed = bell::clear(self.bell.as_raw_fd()) == bell::Cleared::Closed;
+            let closed = bell::clear_pipe(&self.done) == bell::Cleared::Closed;
             end.awake();
             if (hup || closed) && !end.incoming() {
                 return Err(self.gone());
@@ -221,7 +237,7 @@ impl RingClient {
         if g.want & bit == 0 {
             g.want |= bit;
             if g.end.want(bit) {
-                bell::ring(self.bell.as_raw_fd());
+                sys::eventfd_signal(self.bell.as_raw_fd());
             }
         }
         if rx {
@@ -295,7 +311,7 @@ impl RingClient {
                 // (it may have died before it said it sleeps).
                 if ring || was_empty {
                     let (_, hup) = sys::wait_readable_or_hangup(
-                        self.bell.as_raw_fd(),
+                        self.done.as_raw_fd(),
                         self.ctl.as_raw_fd(),
                         Duration::ZERO,
                     )?;
@@ -305,7 +321,7 @@ impl RingClient {
                     }
                 }
                 if ring {
-                    bell::ring(self.bell.as_raw_fd());
+                    sys::eventfd_signal(self.bell.as_raw_fd());
                 }
                 st.room -= msg.len();
                 return Ok(msg.len());
@@ -349,14 +365,7 @@ impl RingClient {
                 return Ok(None);
             };
             st.end.taken();
-            let more = |e: &RingEnd| e.client_holds() || e.incoming() || e.sock_readable();
-            if st.held.is_empty() && st.want & WANT_RX != 0 && !more(&st.end) {
-                bell::clear(self.rx.as_raw_fd());
-                // Handed or queued meanwhile: the daemon set it before this clear.
-                if more(&st.end) {
-                    bell::ring(self.rx_set.as_raw_fd());
-                }
-            }
+            self.clear_rx(st);
             item
         };
         if data.len() > max {
@@ -407,6 +416,10 @@ impl RingClient {
             if !g.held.is_empty() {
                 // Pushed while the request ran: older than a peeked message.
                 continue;
+            }
+            if status == libc::EAGAIN {
+                // Nothing to receive: the readiness this side clears.
+                self.clear_rx(&g);
             }
             drop(g);
             match status {

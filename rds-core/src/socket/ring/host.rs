@@ -18,7 +18,7 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 
-use super::bell::{self, Signal};
+use super::bell::{self, Pipe, Signal};
 use super::{
     Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_READABLE,
     F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, POST_WINDOW, REC_HDR,
@@ -26,7 +26,7 @@ use super::{
 };
 use crate::ctl::{Failed, Reply};
 use crate::message::Received;
-use crate::node::admin::{Action, RingServe, RingStop, Served, Watch};
+use crate::node::admin::{Action, RingServe, Served, Watch};
 use crate::proto::SendExtras;
 use crate::socket::{RecvFlags, Socket};
 use crate::sys;
@@ -43,35 +43,47 @@ const PUSH_WINDOW: usize = 64 << 10;
 /// Records a closing ring runs per turn of the event loop (the rest wait for the next turn).
 const FINISH_TURN: usize = 64;
 
-/// One readiness direction the client may watch. The client may clear (and set again) the
-/// receive side itself (after it took the last message it held, when the daemon's socket was
-/// empty), so there every change is written, even one that `signalled` says is done.
+/// How one readiness direction the client may watch is signalled.
+#[derive(Debug)]
+enum Sig {
+    /// Receive: a pipe this side only writes. The client clears it itself (after it took the
+    /// last message it held, when the daemon's socket was empty, or when a receive found
+    /// nothing), so every time the socket is ready it is set again, even when `signalled`
+    /// says so; this side never clears it.
+    SetOnly(Pipe),
+    /// Send: a socket pair this side sets and clears (as the socket is ready or not).
+    SetAndClear(Signal),
+}
+
+/// One readiness direction the client may watch.
 #[derive(Debug)]
 struct Ready {
-    sig: Signal,
+    sig: Sig,
     signalled: bool,
     watching: bool,
-    client_clears: bool,
 }
 
 impl Ready {
-    fn new(client_clears: bool) -> io::Result<Ready> {
-        Ok(Ready {
-            sig: Signal::new()?,
+    fn new(sig: Sig) -> Ready {
+        Ready {
+            sig,
             signalled: false,
             watching: false,
-            client_clears,
-        })
+        }
     }
 
     fn set(&mut self, ready: bool) {
-        // Where the client also writes, the last state this side wrote may be stale.
-        if self.client_clears || self.signalled != ready {
-            if ready {
-                self.sig.set();
-            } else {
-                self.sig.clear();
+        match &self.sig {
+            Sig::SetOnly(p) if ready => bell::ring_pipe(&p.mine),
+            Sig::SetOnly(_) => {}
+            Sig::SetAndClear(s) if self.signalled != ready => {
+                if ready {
+                    s.set();
+                } else {
+                    s.clear();
+                }
             }
+            Sig::SetAndClear(_) => {}
         }
         self.signalled = ready;
     }
@@ -82,9 +94,12 @@ impl Ready {
 pub(crate) struct RingHost {
     end: RingEnd,
     sock: Weak<Socket>,
-    /// This side's end of the doorbell: the client rings it for requests, this side rings
-    /// it for results.
+    /// The doorbell the client rings for requests: an eventfd this side never reads or writes
+    /// (the client shares its description); the event loop watches it edge-triggered, so each
+    /// ring is one wake-up, and the client's own counter is its own business.
     bell: OwnedFd,
+    /// The doorbell this side rings for results (this side writes its end).
+    done: Pipe,
     rx: Ready,
     tx: Ready,
     /// Bytes of posted sends queued past congestion since a waited-for send to `forced_to`
@@ -106,24 +121,34 @@ pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
     let seg = sys::memfd_sealed("rds-ring", SEG_LEN).map_err(fail)?;
     let shm = sys::Shm::map(seg.as_raw_fd(), SEG_LEN).map_err(fail)?;
     let end = RingEnd::daemon(shm).ok_or_else(|| Failed(libc::EIO, "ring setup".into()))?;
-    let (bell, client_bell) = bell::pair().map_err(fail)?;
-    let host = RingHost {
+    let mut host = RingHost {
         end,
         sock: Arc::downgrade(sock),
-        bell,
-        rx: Ready::new(true).map_err(fail)?,
-        tx: Ready::new(false).map_err(fail)?,
+        bell: sys::eventfd().map_err(fail)?,
+        done: Pipe::to_client().map_err(fail)?,
+        rx: Ready::new(Sig::SetOnly(Pipe::to_client().map_err(fail)?)),
+        tx: Ready::new(Sig::SetAndClear(Signal::new().map_err(fail)?)),
         forced: 0,
         forced_to: None,
         finish_left: None,
         keep: None,
     };
+    // The client's ends: this side keeps none of them open (an end the client closed is
+    // seen as closed, and the pipes' other ends stay this side's alone).
+    let rx_end = match &mut host.rx.sig {
+        Sig::SetOnly(p) => p.hand_out().map_err(fail)?,
+        Sig::SetAndClear(_) => unreachable!("receive readiness is a pipe"),
+    };
+    let tx_end = match &host.tx.sig {
+        Sig::SetAndClear(s) => s.read_end().map_err(fail)?,
+        Sig::SetOnly(_) => unreachable!("send readiness is a socket pair"),
+    };
     let fds = vec![
         seg,
-        client_bell,
-        host.rx.sig.read_end().map_err(fail)?,
-        host.rx.sig.write_end().map_err(fail)?,
-        host.tx.sig.read_end().map_err(fail)?,
+        host.bell.try_clone().map_err(fail)?,
+        host.done.hand_out().map_err(fail)?,
+        rx_end,
+        tx_end,
     ];
     Ok(Action::Ring {
         reply: Reply::SockRing { seg_len: SEG_LEN },
@@ -328,7 +353,7 @@ impl RingHost {
                 self.end.push(out, &data)?;
             }
             if self.end.must_ring() {
-                bell::ring(self.bell.as_raw_fd());
+                bell::ring_pipe(&self.done.mine);
             }
         }
         served.more = true;
@@ -438,12 +463,8 @@ impl RingServe for RingHost {
         self.bell.as_raw_fd()
     }
 
-    fn serve(&mut self) -> Result<Served, RingStop> {
-        if bell::clear(self.bell.as_raw_fd()) == bell::Cleared::Closed {
-            return Err(RingStop::Gone);
-        }
-        self.serve_turn()
-            .map_err(|f| RingStop::Fault(f.0.to_string()))
+    fn serve(&mut self) -> Result<Served, String> {
+        self.serve_turn().map_err(|f| f.0.to_string())
     }
 
     fn finish(&mut self) -> bool {

@@ -11,17 +11,17 @@
 //!   position modulo [`RING_CAP`]) and the flags and counters below. A record is a
 //!   [`REC_HDR`]-byte header ([`Rec`]) and its payload, written across the ring's end when it
 //!   wraps.
-//! - **The doorbell**: one Unix stream socket pair; the daemon keeps one end, the client gets
-//!   the other. Each side rings the other by writing a byte at its own end and clears its own
-//!   doorbell by reading its own end.
-//! - **Two readiness signals** (receive and send), each a socket pair of the daemon's ([`bell::
-//!   Signal`]): set while bytes wait at the end the client polls. The client gets that end of
-//!   both, and the setting end of the receive signal (it clears and sets that one itself,
-//!   below).
+//! - **Two doorbells**: the daemon's, an eventfd the client writes to ring it and the daemon
+//!   only watches (edge-triggered: each ring is one wake-up; the daemon never reads or writes
+//!   it); the client's, a pipe ([`bell::Pipe`]) whose writing end the daemon keeps and whose
+//!   reading end the client polls and clears.
+//! - **Two readiness signals**, set while bytes wait at the end the client polls: receive, a
+//!   pipe the daemon only sets (the client clears it, below), and send, a socket pair the
+//!   daemon sets and clears ([`bell::Signal`]).
 //!
 //! The daemon creates all of them and passes them over the control connection that owns the
-//! socket ([`crate::ctl::Request::SockRing`]): segment, doorbell, receive signal (polled end),
-//! receive signal (setting end), send signal (polled end).
+//! socket ([`crate::ctl::Request::SockRing`]): segment, the daemon's doorbell, the client's
+//! doorbell (reading end), receive signal (reading end), send signal (polled end).
 //!
 //! # States
 //! - **Daemon idle / busy** (the idle word): the daemon sets it before it sleeps and checks the
@@ -45,9 +45,11 @@
 //! - **Pushed messages**: while the client watches its receive side, the daemon pushes
 //!   messages into the result ring as they reach the socket ([`F_PUSHED`], sequence 0). The
 //!   daemon counts the messages it handed (the handed word), the client the ones it took (the
-//!   taken word); the receive signal stays set while they differ. A client that took the last
-//!   one, when the daemon last saw its socket empty (the socket word), clears the receive
-//!   signal itself, then sets it again if something was handed or queued meanwhile.
+//!   taken word). The daemon sets the receive signal whenever it finds the socket readable or
+//!   the client holding handed messages, and never clears it: the client clears it when it
+//!   took the last one, or a receive found nothing, while the daemon last saw its socket empty
+//!   (the socket word); if something was handed or queued meanwhile, it rings the daemon's
+//!   doorbell, whose turn ends with the signals brought up to date.
 //! - **Closing**: when the owning connection closes, the posted sends still in the request ring
 //!   are the application's sent messages: the daemon runs them, a bounded number per turn of
 //!   its event loop, then forgets the ring.
@@ -59,9 +61,10 @@
 //!   reads before use, and copies a record out of the ring before looking at it; anything
 //!   inconsistent is a [`Fault`], which ends that client's connection and nothing else.
 //! - No call of the daemon on a descriptor the client holds can block, whatever the client
-//!   does to it (clears `O_NONBLOCK` on the shared description, fills it, closes or shuts down
-//!   its end): every read and write is non-blocking by its own flags ([`bell`]). A doorbell
-//!   whose client end is closed ends the connection.
+//!   does to it (clears `O_NONBLOCK` on a shared description, fills it, closes or shuts down
+//!   its end): the daemon never calls on its own doorbell, its pipe ends are its own
+//!   descriptions, and on the one socket pair it shares every read and write is non-blocking
+//!   by its own flags ([`bell`]).
 //! - Work per turn is bounded: at most a turn's worth of records, then other connections get
 //!   theirs.
 
