@@ -1,7 +1,5 @@
 //! The multipath handshake: probe pings, the peer's pong and lane count, generation numbers.
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 
 use crate::stats::Counter;
@@ -126,24 +124,9 @@ impl Stack {
             (Some(_), None) => true,
             (None, _) => false,
         };
-        let mut dropped = Vec::new();
-        for p in &mut c.paths {
-            p.next_rx_seq = 0;
-            for q in [&mut p.retrans, &mut p.send_q] {
-                let mut keep = VecDeque::with_capacity(q.len());
-                for m in q.drain(..) {
-                    if stale(&m) {
-                        dropped.push(m);
-                    } else {
-                        keep.push_back(m);
-                    }
-                }
-                *q = keep;
-            }
-        }
-        for m in dropped {
-            self.stats.inc(Counter::SendDropPeerRestart);
-            self.release(ci, &m);
+        for pi in 0..c.paths.len() {
+            self.conns[ci].paths[pi].next_rx_seq = 0;
+            self.drop_queued(ci, pi, Counter::SendDropPeerRestart, stale);
         }
     }
 

@@ -21,15 +21,27 @@ use super::{Stack, MSG_COST, PONG_QUEUE_MAX};
 impl Stack {
     /// Drops the pongs queued on one path (its connection will not come back for them).
     pub(super) fn drop_pongs(&mut self, ci: usize, path: usize) {
+        self.drop_queued(ci, path, Counter::SendPongDropDown, |m| m.pong);
+    }
+
+    /// Takes the messages `drop` picks out of a path's queues (the others keep their order)
+    /// and releases them, counting each in `counter`.
+    pub(super) fn drop_queued(
+        &mut self,
+        ci: usize,
+        path: usize,
+        counter: Counter,
+        drop: impl Fn(&OutMsg) -> bool,
+    ) {
         let p = &mut self.conns[ci].paths[path];
-        if p.send_q.iter().chain(p.retrans.iter()).all(|m| !m.pong) {
+        if !p.send_q.iter().chain(p.retrans.iter()).any(&drop) {
             return;
         }
         let mut dropped = Vec::new();
         for q in [&mut p.send_q, &mut p.retrans] {
             let mut keep = VecDeque::with_capacity(q.len());
             for m in q.drain(..) {
-                if m.pong {
+                if drop(&m) {
                     dropped.push(m);
                 } else {
                     keep.push_back(m);
@@ -38,7 +50,7 @@ impl Stack {
             *q = keep;
         }
         for m in dropped {
-            self.stats.inc(Counter::SendPongDropDown);
+            self.stats.inc(counter);
             self.release(ci, &m);
         }
     }
