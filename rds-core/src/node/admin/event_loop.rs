@@ -1,143 +1,53 @@
-//! The control server's event loop: one thread accepts connections, reads requests without
-//! blocking, runs client-socket operations in place (they answer or park), parks connections
-//! whose request waits for its socket, and hands the other requests to a bounded pool of
-//! worker threads, within the connection and worker caps of [`super`].
+//! The control server's event loop: one thread waits on epoll and hands each event to the
+//! part that owns it: [`admission`](super::admission) accepts connections,
+//! [`framing`](super::framing) reads requests without blocking, client-socket operations run
+//! here in place (they answer or park), [`parking`](super::parking) holds connections whose
+//! request waits for its socket, [`ring_serving`](super::ring_serving) serves shared-memory
+//! rings and [`workers`](super::workers) runs the other requests on a bounded pool, within
+//! the connection and worker caps of [`super`].
+//!
+//! Epoll tokens: the listener ([`LISTENER`]), the wake-up eventfd ([`WAKE`]), connections
+//! (their id), readiness descriptors of parked requests ([`FD_TOKEN`]` | fd`), ring doorbells
+//! ([`RING_TOKEN`]` | ring id`) and descriptors rings watch ([`WATCH_TOKEN`]` | fd`).
 
-use std::any::Any;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{
-    no_client_sockets, requests, send, Action, Conn, Ctx, Park, RingServe, Watch, ACCEPT_BACKOFF,
-    BUSY_PER_UID, CONNS_PER_NODE, CONNS_PER_UID, PRIVILEGED_HEADROOM, PRIVILEGED_RESERVE,
-    REPLY_TIMEOUT, REQUEST_TIMEOUT, WORKERS,
-};
-use crate::ctl::frame::FrameHeader;
-use crate::ctl::{write_frame, Reply, Request, MAX_DATA, MAX_JSON};
+use super::admission::{Admission, LISTENER};
+use super::framing::{read_some, refuse, send_nowait, take_frame, READ_CHUNK};
+use super::parking::{Parking, FD_TOKEN};
+use super::ring_serving::{Rings, RING_TOKEN, WATCH_TOKEN};
+use super::workers::{Done, Job, Pool, Work};
+use super::{no_client_sockets, send, Action, Conn, Ctx, Park, RingServe, REQUEST_TIMEOUT};
+use crate::ctl::{Reply, Request};
 use crate::sys;
 
 /// Longest sleep of the event loop (it then checks the stop flag and the timers).
 const TICK: Duration = Duration::from_millis(200);
-/// Descriptors kept from one request (only a TraceStart uses one).
-const MAX_PASSED_FDS: usize = 4;
-/// Bytes read from one connection per readiness event.
-const READ_CHUNK: usize = 64 * 1024;
-/// Largest frame, header included.
-const MAX_FRAME: usize = 8 + MAX_JSON + MAX_DATA;
-
-/// Epoll tokens: the listener, the wake-up eventfd, connections (their id), and socket
-/// readiness descriptors (`FD_TOKEN | fd`).
-const LISTENER: u64 = u64::MAX;
+/// The epoll token of the wake-up eventfd.
 const WAKE: u64 = u64::MAX - 1;
-const FD_TOKEN: u64 = 1 << 62;
-/// Epoll tokens of shared-memory rings: a ring's doorbell (`RING_TOKEN | ring id`) and a
-/// socket readiness descriptor a ring watches (`WATCH_TOKEN | fd`).
-const RING_TOKEN: u64 = 1 << 61;
-const WATCH_TOKEN: u64 = 1 << 60;
-
-/// A shared-memory ring of a connection's socket.
-#[derive(Debug)]
-struct RingEntry {
-    /// The connection that set it up (it ends with it).
-    owner: u64,
-    ring: Box<dyn RingServe>,
-}
-
-/// A readiness descriptor a ring watches once.
-struct Watched {
-    ring: u64,
-    rx: bool,
-    _hold: Box<dyn Any + Send>,
-}
-
-/// What a worker runs.
-#[derive(Debug)]
-enum Work {
-    Frame {
-        /// The request, or why it is malformed.
-        req: Result<Request, String>,
-        data: Vec<u8>,
-        file: Option<OwnedFd>,
-    },
-    /// The rest of a reply the event loop could not write without blocking.
-    Flush(Vec<u8>),
-}
-
-#[derive(Debug)]
-struct Job {
-    conn: Conn,
-    work: Work,
-}
-
-/// A connection back from a worker.
-#[derive(Debug)]
-enum Done {
-    Idle(Conn),
-    Park(Conn, Park),
-    Close(Conn),
-}
 
 /// The event loop's state (owned by its thread).
 pub(super) struct EventLoop {
     ctx: Arc<Ctx>,
     ep: sys::Epoll,
-    listener: UnixListener,
-    listening: bool,
-    backoff_until: Option<Instant>,
     wake: Arc<OwnedFd>,
+    admission: Admission,
     /// Connections waiting for a request (registered for input).
     idle: HashMap<u64, Conn>,
     /// Connections whose request waits for its socket (registered for hangup only).
-    parked: HashMap<u64, (Conn, Park)>,
-    /// Parked connections by the readiness descriptor they wait on.
-    fd_waiters: HashMap<RawFd, Vec<u64>>,
-    /// Complete requests waiting for a worker.
-    waiting: VecDeque<Job>,
-    conns_by_uid: HashMap<u32, usize>,
-    conns_total: usize,
-    conns_unpriv: usize,
-    busy_by_uid: HashMap<u32, usize>,
-    busy_total: usize,
-    busy_unpriv: usize,
-    workers: usize,
-    job_tx: mpsc::Sender<Job>,
-    job_rx: Arc<Mutex<mpsc::Receiver<Job>>>,
-    done_tx: mpsc::Sender<Done>,
-    done_rx: mpsc::Receiver<Done>,
-    next_id: u64,
-    /// Where requests are read into before they join their connection's buffer.
-    scratch: Vec<u8>,
-    /// Shared-memory rings, by id.
-    rings: HashMap<u64, RingEntry>,
-    /// Readiness descriptors rings watch.
-    watched: HashMap<RawFd, Watched>,
+    parking: Parking,
+    pool: Pool,
+    rings: Rings,
     /// Connections to close as soon as a worker gives them back (a ring of theirs faulted).
     doomed: HashSet<u64>,
-    next_ring: u64,
-    /// Rings with work left from their last turn: served again before the loop sleeps.
-    again: Vec<u64>,
-    /// Rings of closed connections still running the sends their clients posted.
-    closing: Vec<Box<dyn RingServe>>,
-}
-
-/// Writes an error frame without blocking (best effort: the connection is being dropped).
-fn refuse(stream: &UnixStream, errno: i32, message: String) {
-    if let Ok(json) = serde_json::to_vec(&Reply::error(errno, message)) {
-        let mut all = Vec::new();
-        if write_frame(&mut all, &json, &[]).is_ok() {
-            let _ = nix::sys::socket::send(
-                stream.as_raw_fd(),
-                &all,
-                nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-            );
-        }
-    }
+    /// Where requests are read into before they join their connection's buffer.
+    scratch: Vec<u8>,
 }
 
 impl EventLoop {
@@ -148,40 +58,19 @@ impl EventLoop {
         wake: Arc<OwnedFd>,
     ) -> io::Result<EventLoop> {
         let ep = sys::Epoll::new()?;
-        ep.add(listener.as_raw_fd(), LISTENER, sys::EPOLLIN)?;
+        let admission = Admission::new(listener, &ep)?;
         ep.add(wake.as_raw_fd(), WAKE, sys::EPOLLIN)?;
-        let (done_tx, done_rx) = mpsc::channel();
-        let (job_tx, job_rx) = mpsc::channel();
         Ok(EventLoop {
+            pool: Pool::new(ctx.clone(), wake.clone()),
             ctx,
             ep,
-            listener,
-            listening: true,
-            backoff_until: None,
             wake,
+            admission,
             idle: HashMap::new(),
-            parked: HashMap::new(),
-            fd_waiters: HashMap::new(),
-            waiting: VecDeque::new(),
-            conns_by_uid: HashMap::new(),
-            conns_total: 0,
-            conns_unpriv: 0,
-            busy_by_uid: HashMap::new(),
-            busy_total: 0,
-            busy_unpriv: 0,
-            workers: 0,
-            job_tx,
-            job_rx: Arc::new(Mutex::new(job_rx)),
-            done_tx,
-            done_rx,
-            next_id: 1,
-            scratch: vec![0u8; READ_CHUNK],
-            rings: HashMap::new(),
-            watched: HashMap::new(),
+            parking: Parking::default(),
+            rings: Rings::new(),
             doomed: HashSet::new(),
-            next_ring: 1,
-            again: Vec::new(),
-            closing: Vec::new(),
+            scratch: vec![0u8; READ_CHUNK],
         })
     }
 
@@ -194,10 +83,10 @@ impl EventLoop {
         let _ = pipe.thread_block();
         let mut events = Vec::new();
         while !self.ctx.stop.load(Ordering::SeqCst) {
-            let timeout = if self.again.is_empty() && self.closing.is_empty() {
-                self.next_timer().min(TICK)
-            } else {
+            let timeout = if self.rings.busy() {
                 Duration::ZERO
+            } else {
+                self.next_timer().min(TICK)
             };
             events.clear();
             if self.ep.wait(&mut events, Some(timeout)).is_err() {
@@ -211,19 +100,24 @@ impl EventLoop {
                     WAKE => sys::eventfd_clear(self.wake.as_raw_fd()),
                     t if t & FD_TOKEN != 0 => self.fd_ready((t & !FD_TOKEN) as RawFd),
                     t if t & RING_TOKEN != 0 => self.serve_ring(t & !RING_TOKEN),
-                    t if t & WATCH_TOKEN != 0 => self.watch_fired((t & !WATCH_TOKEN) as RawFd),
+                    t if t & WATCH_TOKEN != 0 => {
+                        self.rings.fired(&self.ep, (t & !WATCH_TOKEN) as RawFd);
+                    }
                     id => self.conn_event(id, ev),
                 }
             }
-            for id in std::mem::take(&mut self.again) {
+            for id in self.rings.take_again() {
                 self.serve_ring(id);
             }
-            self.closing.retain_mut(|r| !r.finish());
-            while let Ok(d) = self.done_rx.try_recv() {
+            self.rings.finish_closing();
+            while let Some(d) = self.pool.next_done() {
                 self.done(d);
             }
             self.timers();
-            self.schedule();
+            for conn in self.pool.schedule() {
+                // No worker can take it (the pool is gone): drop the connection.
+                self.close(conn);
+            }
         }
     }
 
@@ -231,168 +125,48 @@ impl EventLoop {
     /// of an accept back-off).
     fn next_timer(&self) -> Duration {
         let now = Instant::now();
-        let mut next: Option<Instant> = self.backoff_until;
-        for (_, p) in self.parked.values() {
-            for t in [p.deadline, p.retry_at].into_iter().flatten() {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        }
-        for c in self.idle.values() {
-            if let Some(t) = c.partial_since {
-                let t = t + REQUEST_TIMEOUT;
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        }
-        next.map_or(TICK, |t| t.saturating_duration_since(now))
+        let stalls = self
+            .idle
+            .values()
+            .filter_map(|c| c.partial_since.map(|t| t + REQUEST_TIMEOUT));
+        [self.admission.backoff_until(), self.parking.next_timer()]
+            .into_iter()
+            .flatten()
+            .chain(stalls)
+            .min()
+            .map_or(TICK, |t| t.saturating_duration_since(now))
     }
 
     fn accept(&mut self) {
-        loop {
-            match self.listener.accept() {
-                Ok((stream, _)) => self.admit(stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // The client left before it was accepted.
-                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
-                Err(_) => {
-                    // Out of descriptors (EMFILE, ENFILE) or memory, or another failure:
-                    // pause the listener rather than retry at once.
-                    if self.listening {
-                        let _ = self.ep.delete(self.listener.as_raw_fd());
-                        self.listening = false;
-                    }
-                    self.backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
-                    break;
-                }
-            }
+        for conn in self.admission.accept(&self.ep, &self.ctx) {
+            self.idle.insert(conn.id, conn);
         }
-    }
-
-    fn admit(&mut self, stream: UnixStream) {
-        let peer = super::peer::peer_of(&stream, self.ctx.owner_uid);
-        let uid_conns = self.conns_by_uid.get(&peer.uid).copied().unwrap_or(0);
-        let cap = if peer.privileged {
-            (self.conns_total >= CONNS_PER_NODE + PRIVILEGED_HEADROOM).then(|| {
-                format!(
-                    "too many control connections on this node (cap {})",
-                    CONNS_PER_NODE + PRIVILEGED_HEADROOM
-                )
-            })
-        } else if uid_conns >= CONNS_PER_UID {
-            Some(format!(
-                "too many control connections for uid {} (cap {CONNS_PER_UID} per uid)",
-                peer.uid
-            ))
-        } else if self.conns_unpriv >= CONNS_PER_NODE {
-            Some(format!(
-                "too many control connections on this node (cap {CONNS_PER_NODE})"
-            ))
-        } else {
-            None
-        };
-        if let Some(m) = cap {
-            self.ctx.refused.fetch_add(1, Ordering::Relaxed);
-            refuse(&stream, libc::EAGAIN, m);
-            return;
-        }
-        if stream.set_nonblocking(true).is_err()
-            || stream.set_write_timeout(Some(REPLY_TIMEOUT)).is_err()
-        {
-            return;
-        }
-        let id = self.next_id;
-        self.next_id += 1;
-        if self.ep.add(stream.as_raw_fd(), id, sys::EPOLLIN).is_err() {
-            return;
-        }
-        *self.conns_by_uid.entry(peer.uid).or_insert(0) += 1;
-        self.conns_total += 1;
-        if !peer.privileged {
-            self.conns_unpriv += 1;
-        }
-        self.idle.insert(
-            id,
-            Conn {
-                id,
-                stream,
-                peer,
-                buf: Vec::new(),
-                fds: Vec::new(),
-                partial_since: None,
-                socks: self.ctx.sockets.as_ref().map(|s| s.table(peer)),
-            },
-        );
     }
 
     /// Forgets a connection (already out of the maps and of epoll): its sockets close with
     /// its socket table.
     fn close(&mut self, conn: Conn) {
         let _ = self.ep.delete(conn.stream.as_raw_fd());
-        let ids: Vec<u64> = self
-            .rings
-            .iter()
-            .filter(|(_, r)| r.owner == conn.id)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ids {
-            // Its posted sends run now and in later turns, a bounded number each; the first
-            // turn runs while the connection still holds the socket.
-            if let Some(mut r) = self.drop_ring(id) {
-                if !r.finish() {
-                    self.closing.push(r);
-                }
-            }
-        }
+        self.rings.end_owner(&self.ep, conn.id);
         self.doomed.remove(&conn.id);
-        if let Some(n) = self.conns_by_uid.get_mut(&conn.peer.uid) {
-            *n -= 1;
-            if *n == 0 {
-                self.conns_by_uid.remove(&conn.peer.uid);
-            }
-        }
-        self.conns_total -= 1;
-        if !conn.peer.privileged {
-            self.conns_unpriv -= 1;
-        }
+        self.admission.left(&conn.peer);
     }
 
     fn conn_event(&mut self, id: u64, ev: u32) {
-        if let Some((conn, park)) = self.parked.remove(&id) {
+        if self.parking.contains(id) {
             // Parked connections are registered for hangup only.
             if ev & (sys::EPOLLHUP | sys::EPOLLRDHUP | sys::EPOLLERR) != 0 {
-                self.unwait(id, &park);
-                drop(park);
-                self.close(conn);
-            } else {
-                self.parked.insert(id, (conn, park));
+                if let Some((conn, park)) = self.parking.take(&self.ep, id) {
+                    drop(park);
+                    self.close(conn);
+                }
             }
             return;
         }
         let Some(mut conn) = self.idle.remove(&id) else {
             return;
         };
-        let mut eof = false;
-        let room = MAX_FRAME.saturating_sub(conn.buf.len()).min(READ_CHUNK);
-        if room > 0 {
-            let scratch = &mut self.scratch[..room];
-            match sys::recv_with_fds(conn.stream.as_raw_fd(), scratch, &mut conn.fds) {
-                Ok(0) => eof = true,
-                Ok(n) => {
-                    conn.buf.extend_from_slice(&scratch[..n]);
-                    if conn.partial_since.is_none() {
-                        conn.partial_since = Some(Instant::now());
-                    }
-                }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => eof = true,
-            }
-            if conn.fds.len() > MAX_PASSED_FDS {
-                conn.fds.truncate(MAX_PASSED_FDS);
-            }
-        }
-        if eof {
+        if !read_some(&mut conn, &mut self.scratch) {
             self.close(conn);
             return;
         }
@@ -422,7 +196,7 @@ impl EventLoop {
                     // is closed.
                     let file = conn.fds.pop();
                     conn.fds.clear();
-                    self.waiting.push_back(Job {
+                    self.pool.push(Job {
                         conn,
                         work: Work::Frame {
                             req: req.map_err(|e| e.to_string()),
@@ -479,27 +253,16 @@ impl EventLoop {
             Action::Reply(r, out) => (r, out),
         };
         let mut frame = Vec::new();
-        if send(&mut frame, &reply, &out).is_err() {
+        let sent = match send(&mut frame, &reply, &out) {
+            Ok(()) => send_nowait(&conn.stream, &frame).ok(),
+            Err(_) => None,
+        };
+        let Some(sent) = sent else {
             if registered {
                 let _ = self.ep.delete(conn.stream.as_raw_fd());
             }
             self.close(conn);
             return None;
-        }
-        let sent = match nix::sys::socket::send(
-            conn.stream.as_raw_fd(),
-            &frame,
-            nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EAGAIN) => 0,
-            Err(_) => {
-                if registered {
-                    let _ = self.ep.delete(conn.stream.as_raw_fd());
-                }
-                self.close(conn);
-                return None;
-            }
         };
         if sent < frame.len() {
             // The client's buffer is full: a worker writes the rest (bounded by
@@ -508,7 +271,7 @@ impl EventLoop {
                 let _ = self.ep.delete(conn.stream.as_raw_fd());
             }
             frame.drain(..sent);
-            self.waiting.push_back(Job {
+            self.pool.push(Job {
                 conn,
                 work: Work::Flush(frame),
             });
@@ -543,18 +306,9 @@ impl EventLoop {
     ) -> Option<Conn> {
         let mut frame = Vec::new();
         let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-        let id = self.next_ring;
-        self.next_ring += 1;
         let ok = send(&mut frame, reply, &[]).is_ok()
             && sys::send_with_fds(conn.stream.as_raw_fd(), &frame, &raw).is_ok()
-            && self
-                .ep
-                .add(
-                    ring.doorbell(),
-                    RING_TOKEN | id,
-                    sys::EPOLLIN | sys::EPOLLET,
-                )
-                .is_ok();
+            && self.rings.add(&self.ep, conn.id, ring).is_ok();
         if !ok {
             if registered {
                 let _ = self.ep.delete(conn.stream.as_raw_fd());
@@ -562,87 +316,15 @@ impl EventLoop {
             self.close(conn);
             return None;
         }
-        self.rings.insert(
-            id,
-            RingEntry {
-                owner: conn.id,
-                ring,
-            },
-        );
         self.watch(conn, registered)
     }
 
-    /// Forgets a ring: its doorbell and the descriptors it watches leave epoll. Returns it.
-    fn drop_ring(&mut self, id: u64) -> Option<Box<dyn RingServe>> {
-        let ring = self.rings.remove(&id).map(|r| {
-            let _ = self.ep.delete(r.ring.doorbell());
-            r.ring
-        });
-        let fds: Vec<RawFd> = self
-            .watched
-            .iter()
-            .filter(|(_, w)| w.ring == id)
-            .map(|(&fd, _)| fd)
-            .collect();
-        for fd in fds {
-            let _ = self.ep.delete(fd);
-            self.watched.remove(&fd);
-        }
-        ring
-    }
-
-    /// The client rang a ring's doorbell (or its turn came again).
+    /// The client rang a ring's doorbell (or its turn came again); a ring that faults
+    /// closes its connection (counted).
     fn serve_ring(&mut self, id: u64) {
-        let Some(entry) = self.rings.get_mut(&id) else {
-            return;
-        };
-        match entry.ring.serve() {
-            Ok(served) => {
-                if served.more && !self.again.contains(&id) {
-                    self.again.push(id);
-                }
-                self.add_watches(id, served.watch);
-            }
-            Err(_) => {
-                let owner = entry.owner;
-                self.ctx.ring_faults.fetch_add(1, Ordering::Relaxed);
-                let _faulted = self.drop_ring(id);
-                self.close_id(owner);
-            }
-        }
-    }
-
-    /// Watches socket readiness descriptors once each for ring `id`.
-    fn add_watches(&mut self, id: u64, watch: Vec<Watch>) {
-        for w in watch {
-            if self.watched.contains_key(&w.fd)
-                || self
-                    .ep
-                    .add(w.fd, WATCH_TOKEN | w.fd as u64, sys::EPOLLIN)
-                    .is_err()
-            {
-                continue;
-            }
-            self.watched.insert(
-                w.fd,
-                Watched {
-                    ring: id,
-                    rx: w.rx,
-                    _hold: w.hold,
-                },
-            );
-        }
-    }
-
-    /// A readiness descriptor a ring watched fired: tell the ring (which may watch again),
-    /// stop watching.
-    fn watch_fired(&mut self, fd: RawFd) {
-        let _ = self.ep.delete(fd);
-        if let Some(w) = self.watched.remove(&fd) {
-            if let Some(r) = self.rings.get_mut(&w.ring) {
-                let again = r.ring.fired(w.rx);
-                self.add_watches(w.ring, again);
-            }
+        if let Some(owner) = self.rings.serve(&self.ep, id) {
+            self.ctx.ring_faults.fetch_add(1, Ordering::Relaxed);
+            self.close_id(owner);
         }
     }
 
@@ -650,8 +332,7 @@ impl EventLoop {
     fn close_id(&mut self, id: u64) {
         if let Some(c) = self.idle.remove(&id) {
             self.close(c);
-        } else if let Some((c, p)) = self.parked.remove(&id) {
-            self.unwait(id, &p);
+        } else if let Some((c, p)) = self.parking.take(&self.ep, id) {
             drop(p);
             self.close(c);
         } else {
@@ -659,20 +340,8 @@ impl EventLoop {
         }
     }
 
+    /// A connection a worker gave back.
     fn done(&mut self, d: Done) {
-        let peer = match &d {
-            Done::Idle(c) | Done::Park(c, _) | Done::Close(c) => c.peer,
-        };
-        self.busy_total -= 1;
-        if !peer.privileged {
-            self.busy_unpriv -= 1;
-        }
-        if let Some(n) = self.busy_by_uid.get_mut(&peer.uid) {
-            *n -= 1;
-            if *n == 0 {
-                self.busy_by_uid.remove(&peer.uid);
-            }
-        }
         if let Done::Idle(c) | Done::Park(c, _) = &d {
             if self.doomed.contains(&c.id) {
                 let (Done::Idle(c) | Done::Park(c, _) | Done::Close(c)) = d;
@@ -698,42 +367,16 @@ impl EventLoop {
     }
 
     fn park(&mut self, conn: Conn, park: Park) {
-        if self
-            .ep
-            .add(conn.stream.as_raw_fd(), conn.id, sys::EPOLLRDHUP)
-            .is_err()
-        {
+        if let Err(conn) = self.parking.park(&self.ep, conn, park) {
             self.close(conn);
-            return;
-        }
-        for &fd in &park.fds {
-            let w = self.fd_waiters.entry(fd).or_default();
-            if w.is_empty() && self.ep.add(fd, FD_TOKEN | fd as u64, sys::EPOLLIN).is_err() {
-                continue;
-            }
-            w.push(conn.id);
-        }
-        self.parked.insert(conn.id, (conn, park));
-    }
-
-    /// Takes a parked connection off the descriptors it waits on.
-    fn unwait(&mut self, id: u64, park: &Park) {
-        for fd in &park.fds {
-            if let Some(w) = self.fd_waiters.get_mut(fd) {
-                w.retain(|&x| x != id);
-                if w.is_empty() {
-                    self.fd_waiters.remove(fd);
-                    let _ = self.ep.delete(*fd);
-                }
-            }
         }
     }
 
+    /// Runs a parked request again (`expired`: its deadline passed).
     fn unpark(&mut self, id: u64, expired: bool) {
-        let Some((conn, park)) = self.parked.remove(&id) else {
+        let Some((conn, park)) = self.parking.take(&self.ep, id) else {
             return;
         };
-        self.unwait(id, &park);
         let _ = self.ep.delete(conn.stream.as_raw_fd());
         let Park {
             req,
@@ -747,43 +390,17 @@ impl EventLoop {
     }
 
     fn fd_ready(&mut self, fd: RawFd) {
-        let ids = self.fd_waiters.get(&fd).cloned().unwrap_or_default();
-        if ids.is_empty() {
-            let _ = self.ep.delete(fd);
-        }
-        for id in ids {
+        for id in self.parking.waiting_on(&self.ep, fd) {
             self.unpark(id, false);
         }
     }
 
     fn timers(&mut self) {
         let now = Instant::now();
-        if self.backoff_until.is_some_and(|t| now >= t) {
-            self.backoff_until = None;
-            if !self.listening
-                && self
-                    .ep
-                    .add(self.listener.as_raw_fd(), LISTENER, sys::EPOLLIN)
-                    .is_ok()
-            {
-                self.listening = true;
-                self.accept();
-            }
+        if self.admission.resume(&self.ep, now) {
+            self.accept();
         }
-        let due: Vec<(u64, bool)> = self
-            .parked
-            .iter()
-            .filter_map(|(&id, (_, p))| {
-                if p.deadline.is_some_and(|d| now >= d) {
-                    Some((id, true))
-                } else if p.retry_at.is_some_and(|r| now >= r) {
-                    Some((id, false))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        for (id, expired) in due {
+        for (id, expired) in self.parking.due(now) {
             self.unpark(id, expired);
         }
         let stalled: Vec<u64> = self
@@ -807,61 +424,6 @@ impl EventLoop {
             }
         }
     }
-
-    /// Hands waiting requests to workers as the caps allow, oldest first.
-    fn schedule(&mut self) {
-        let mut keep = VecDeque::new();
-        while let Some(job) = self.waiting.pop_front() {
-            let p = job.conn.peer;
-            let uid_busy = self.busy_by_uid.get(&p.uid).copied().unwrap_or(0);
-            let fits = self.busy_total < WORKERS
-                && (p.privileged
-                    || (self.busy_unpriv < WORKERS - PRIVILEGED_RESERVE
-                        && uid_busy < BUSY_PER_UID));
-            if !fits {
-                keep.push_back(job);
-                continue;
-            }
-            self.busy_total += 1;
-            if !p.privileged {
-                self.busy_unpriv += 1;
-            }
-            *self.busy_by_uid.entry(p.uid).or_insert(0) += 1;
-            if self.workers < self.busy_total {
-                self.spawn_worker();
-            }
-            if let Err(mpsc::SendError(job)) = self.job_tx.send(job) {
-                // No worker can take it (the pool is gone): drop the connection.
-                self.done(Done::Close(job.conn));
-            }
-        }
-        self.waiting = keep;
-    }
-
-    fn spawn_worker(&mut self) {
-        let rx = self.job_rx.clone();
-        let tx = self.done_tx.clone();
-        let ctx = self.ctx.clone();
-        let wake = self.wake.clone();
-        if std::thread::Builder::new()
-            .name("rds-ctl-work".into())
-            .spawn(move || loop {
-                let job = {
-                    let g = rx.lock().unwrap_or_else(|p| p.into_inner());
-                    g.recv()
-                };
-                let Ok(job) = job else { break };
-                let d = work(&ctx, job);
-                if tx.send(d).is_err() {
-                    break;
-                }
-                sys::eventfd_signal(wake.as_raw_fd());
-            })
-            .is_ok()
-        {
-            self.workers += 1;
-        }
-    }
 }
 
 /// Whether the event loop runs `req` itself: the socket operations, which never block there
@@ -878,59 +440,4 @@ fn inline_ok(req: &Request) -> bool {
             | Request::SockCancel { .. }
             | Request::SockRing { .. }
     )
-}
-
-/// A request's JSON and data parts.
-type Frame = (Vec<u8>, Vec<u8>);
-
-/// Takes the first complete frame out of the connection's buffer. `Err((json, data))`: the
-/// header claims more than the limits allow.
-fn take_frame(conn: &mut Conn) -> Result<Option<Frame>, (usize, usize)> {
-    let Some(h) = FrameHeader::peek(&conn.buf) else {
-        if conn.buf.is_empty() {
-            conn.partial_since = None;
-        }
-        return Ok(None);
-    };
-    if !h.within_limits() {
-        return Err((h.json, h.data));
-    }
-    let Some((j, d)) = h.parts(&conn.buf) else {
-        return Ok(None);
-    };
-    let (j, d) = (j.to_vec(), d.to_vec());
-    conn.buf.drain(..h.frame_len());
-    if conn.buf.is_empty() && conn.buf.capacity() > READ_CHUNK {
-        // An idle connection keeps no large buffer.
-        conn.buf = Vec::new();
-    }
-    // The next request's clock starts with its first byte.
-    conn.partial_since = (!conn.buf.is_empty()).then(Instant::now);
-    Ok(Some((j, d)))
-}
-
-/// Runs one job on a worker.
-fn work(ctx: &Ctx, job: Job) -> Done {
-    let Job { mut conn, work } = job;
-    if conn.stream.set_nonblocking(false).is_err() {
-        return Done::Close(conn);
-    }
-    let next = match work {
-        Work::Frame { req, data, file } => requests::frame(ctx, &mut conn, req, data, file),
-        Work::Flush(rest) => {
-            use std::io::Write;
-            conn.stream
-                .write_all(&rest)
-                .ok()
-                .map(|()| Action::Reply(Reply::Ok, Vec::new()))
-        }
-    };
-    match next {
-        None => Done::Close(conn),
-        Some(_) if conn.stream.set_nonblocking(true).is_err() => Done::Close(conn),
-        Some(Action::Park(p)) => Done::Park(conn, p),
-        // Rings are set up in the event loop only.
-        Some(Action::Ring { .. }) => Done::Close(conn),
-        Some(Action::Reply(..)) => Done::Idle(conn),
-    }
 }

@@ -10,9 +10,11 @@
 //! its duration.
 //!
 //! Files: this one holds the server's handle, its limits and the hook for client sockets;
-//! `event_loop` the connections, the epoll loop and the workers; `requests` the node's own
-//! requests (hello, info, counters, tunables, connections); `trace` trace sessions; `ras` the
-//! sampler that fills the node's RAS event ring.
+//! `event_loop` the epoll loop, which hands each event to `admission` (accepting connections,
+//! peer checks, connection caps), `framing` (reading requests, writing replies), `parking`
+//! (requests waiting for their socket), `ring_serving` (shared-memory rings) and `workers` (the
+//! pool); `requests` the node's own requests (hello, info, counters, tunables, connections);
+//! `trace` trace sessions; `ras` the sampler that fills the node's RAS event ring.
 //!
 //! Client sockets are not the node's business: a node serves them only when it was started
 //! with a [`ClientSockets`] service ([`crate::NodeConfig::client_sockets`]; the daemon's is
@@ -30,12 +32,17 @@
 //! See the module documentation of [`crate::ctl`] for the protocol, the ownership of client
 //! sockets and the privilege rules.
 
+mod admission;
 mod event_loop;
+mod framing;
 mod info;
+mod parking;
 mod peer;
 mod ras;
 mod requests;
+mod ring_serving;
 mod trace;
+mod workers;
 
 use std::any::Any;
 use std::fmt;
