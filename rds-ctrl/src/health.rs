@@ -236,7 +236,7 @@ impl Health {
                 }
             })
             .collect();
-        let has_ib = rds_info::format::has_ib(snap);
+        let has_ib = rds_info::node::has_ib(snap);
         Health {
             uptime: util::pid_uptime(hello.pid),
             hello,

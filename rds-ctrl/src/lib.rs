@@ -957,12 +957,12 @@ fn print_counters(
     if json {
         return util::print_json(out, &util::counters_json(counters));
     }
-    let snap = rds_core::ctl::InfoSnapshot {
-        counters,
-        ..Default::default()
-    };
     let mut s = String::new();
-    rds_info::format::counters(&mut s, &snap, rds_info::format::Layout::default());
+    rds_info::format::render(
+        &mut s,
+        &rds_info::format::Table::Counters(counters),
+        rds_info::format::Layout::default(),
+    );
     out.write_all(s.as_bytes())?;
     Ok(0)
 }

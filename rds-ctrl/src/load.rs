@@ -107,7 +107,7 @@ pub fn load(
                     .join(" ");
                 let running = match c.info() {
                     Ok(snap) => {
-                        let ib = rds_info::format::has_ib(&snap);
+                        let ib = rds_info::node::has_ib(&snap);
                         let tcp = snap.transports.iter().any(|t| t == "tcp");
                         match (tcp, ib) {
                             (true, true) => "tcp+ib",

@@ -1,38 +1,24 @@
 //! `rds-info` on the kernel's RDS: the same tables, read as the original reads them, from the
-//! kernel's `RDS_INFO_*` getsockopts ([`rds_core::kernel::info`]). Widths follow [`format`]'s
-//! rules (rds-tools 2.0.7, or 2.3 with `-a`, which also asks for the `RDS6_` tables and falls
-//! back to the IPv4 one where the kernel has none). A table the kernel cannot give (no
-//! `rds_rdma` for `-I`, no handler for `-p` upstream) is reported on stderr with the original's
-//! message and is not fatal.
+//! kernel's `RDS_INFO_*` getsockopts ([`rds_core::kernel::info`]), each record converted into
+//! [`format`]'s row of its table (rds-tools 2.0.7, or 2.3 with `-a`, which also asks for the
+//! `RDS6_` tables and falls back to the IPv4 one where the kernel has none). With `-v`,
+//! connection rows end with their transport and IB rows with the connection's limits. A table
+//! the kernel cannot give (no `rds_rdma` for `-I`, no handler for `-p` upstream) is reported on
+//! stderr with the original's message and is not fatal.
 //!
 //! [`format`]: crate::format
 
-use std::fmt::Write as _;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
 
 use rds_core::kernel::info::{
-    self as kinfo, KernelInfo, CONN_CONNECTED, CONN_CONNECTING, CONN_ERROR, CONN_SENDING,
+    self as kinfo, KConn, KIb, KMsg, KSock, KTcp, KernelInfo, CONN_CONNECTED, CONN_CONNECTING,
+    CONN_ERROR, CONN_SENDING,
 };
 
-use crate::format::{addr, proc_comm, Category};
+use crate::format::{proc_comm, Category, ConnRow, IbRow, MsgRow, SockRow, Table, TcpRow};
 
 /// `RDS_INFO_CONN_PATHS` (UEK only).
 const CONN_PATHS: i32 = 10020;
-
-fn w(all: bool) -> usize {
-    if all {
-        37
-    } else {
-        15
-    }
-}
-
-fn title(out: &mut String, t: &str) {
-    out.push('\n');
-    out.push_str(t);
-    out.push_str(":\n");
-}
 
 fn flags(f: u8) -> String {
     [
@@ -46,219 +32,135 @@ fn flags(f: u8) -> String {
     .collect()
 }
 
-fn shows(all: bool, ips: &[IpAddr]) -> bool {
-    all || ips
-        .iter()
-        .all(|ip| rds_core::info::canonical(*ip).is_ipv4())
-}
-
-fn sa(a: SocketAddr) -> (String, u16) {
-    (addr(a.ip()), a.port())
-}
-
-/// Prints one category from the kernel into `out`, or returns the line for stderr.
+/// The rows of category `c` from the kernel (`all`: `-a`, the IPv6 tables too).
 ///
 /// # Errors
 /// The original's message when the kernel refuses the table.
-pub fn category(
-    k: &KernelInfo,
-    out: &mut String,
-    c: Category,
-    all: bool,
-    verbose: u8,
-) -> Result<(), String> {
+pub fn table(k: &KernelInfo, c: Category, all: bool) -> Result<Table, String> {
     let fail = |e: io::Error| {
         format!(
             "rds-info: Unable to get statistics to process the \"{}\" info request: {e}",
             c.description()
         )
     };
-    let w = w(all);
-    match c {
-        Category::Counters => {
-            let cw = if all { 32 } else { 25 };
-            let rows = k.counters().map_err(fail)?;
-            title(out, "Counters");
-            let _ = writeln!(out, "{:>cw$} {:>16}", "CounterName", "Value");
-            for (n, v) in rows {
-                let _ = writeln!(out, "{n:>cw$} {v:>16}");
-            }
-        }
-        Category::Sockets => {
-            let rows = k.sockets(all).map_err(fail)?;
-            title(out, "RDS Sockets");
-            let _ = write!(
-                out,
-                "{:>w$} {:>5} {:>w$} {:>5} {:>10} {:>10} {:>8}",
-                "BoundAddr", "BPort", "ConnAddr", "CPort", "SndBuf", "RcvBuf", "Inode"
-            );
-            if all {
-                let _ = write!(out, " {:>8} {:>10} {:>16}", "Cong", "Pid", "Comm");
-            }
-            out.push('\n');
-            for s in rows {
-                if !shows(all, &[s.bound.ip()]) {
-                    continue;
-                }
-                let (ba, bp) = sa(s.bound);
-                let (ca, cp) = sa(s.connected);
-                let _ = write!(
-                    out,
-                    "{ba:>w$} {bp:>5} {ca:>w$} {cp:>5} {:>10} {:>10} {:>8}",
-                    s.sndbuf, s.rcvbuf, s.inode
-                );
-                if all {
-                    let (pid, cong) = s.pid_cong.unwrap_or((0, 0));
-                    // The original's mapping: 0 (no support) as -1, -1 (not congested) as 0.
-                    let shown = match cong {
-                        0 => -1,
-                        -1 => 0,
-                        v => v,
-                    };
-                    let _ = write!(out, " {shown:>8}");
-                    if let Some(comm) = proc_comm(pid) {
-                        let _ = write!(out, " {pid:>10} {comm:>16}");
-                    }
-                }
-                out.push('\n');
-            }
-        }
-        Category::Connections => {
-            let rows = k.connections(all).map_err(fail)?;
-            title(out, "RDS Connections");
-            let _ = writeln!(
-                out,
-                "{:>w$} {:>w$} {:>4} {:>16} {:>16} {:>4}",
-                "LocalAddr", "RemoteAddr", "Tos", "NextTX", "NextRX", "Flgs"
-            );
-            for c in rows {
-                if !shows(all, &[c.laddr, c.faddr]) {
-                    continue;
-                }
-                let _ = write!(
-                    out,
-                    "{:>w$} {:>w$} {:>4} {:>16} {:>16} {}",
-                    addr(c.laddr),
-                    addr(c.faddr),
-                    c.tos,
-                    c.next_tx_seq,
-                    c.next_rx_seq,
-                    flags(c.flags)
-                );
-                if verbose > 0 {
-                    let _ = write!(out, "  transport={}", c.transport);
-                }
-                out.push('\n');
-            }
-        }
+    Ok(match c {
+        Category::Counters => Table::Counters(k.counters().map_err(fail)?),
+        Category::Sockets => Table::Sockets(
+            k.sockets(all)
+                .map_err(fail)?
+                .iter()
+                .map(|s| sock_row(s, all))
+                .collect(),
+        ),
+        Category::Connections => Table::Connections(
+            k.connections(all)
+                .map_err(fail)?
+                .iter()
+                .map(conn_row)
+                .collect(),
+        ),
         Category::Recv | Category::Send | Category::Retrans => {
-            let (opt, which) = match c {
-                Category::Recv => (kinfo::RECV_MESSAGES, "Receive"),
-                Category::Send => (kinfo::SEND_MESSAGES, "Send"),
-                _ => (kinfo::RETRANS_MESSAGES, "Retransmit"),
+            let opt = match c {
+                Category::Recv => kinfo::RECV_MESSAGES,
+                Category::Send => kinfo::SEND_MESSAGES,
+                _ => kinfo::RETRANS_MESSAGES,
             };
-            let rows = k.messages(opt, all).map_err(fail)?;
-            title(out, &format!("{which} Message Queue"));
-            let _ = writeln!(
-                out,
-                "{:>w$} {:>5} {:>w$} {:>5} {:>4} {:>16} {:>10}",
-                "LocalAddr", "LPort", "RemoteAddr", "RPort", "Tos", "Seq", "Bytes"
-            );
-            for m in rows {
-                if !shows(all, &[m.local.ip(), m.peer.ip()]) {
-                    continue;
-                }
-                let (la, lp) = sa(m.local);
-                let (fa, fp) = sa(m.peer);
-                let _ = writeln!(
-                    out,
-                    "{la:>w$} {lp:>5} {fa:>w$} {fp:>5} {:>4} {:>16} {:>10}",
-                    m.tos, m.seq, m.len
-                );
-            }
+            Table::Messages(
+                c,
+                k.messages(opt, all)
+                    .map_err(fail)?
+                    .iter()
+                    .map(msg_row)
+                    .collect(),
+            )
         }
-        Category::Tcp => {
-            let rows = k.tcp(all).map_err(fail)?;
-            title(out, "TCP Connections");
-            let _ = writeln!(
-                out,
-                "{:>w$} {:>5} {:>w$} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                "LocalAddr",
-                "LPort",
-                "RemoteAddr",
-                "RPort",
-                "HdrRemain",
-                "DataRemain",
-                "SentNxt",
-                "ExpectUna",
-                "SeenUna"
-            );
-            for t in rows {
-                if !shows(all, &[t.local.ip(), t.peer.ip()]) {
-                    continue;
-                }
-                let (la, lp) = sa(t.local);
-                let (fa, fp) = sa(t.peer);
-                let _ = writeln!(
-                    out,
-                    "{la:>w$} {lp:>5} {fa:>w$} {fp:>5} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                    t.hdr_rem, t.data_rem, t.last_sent_nxt, t.last_expected_una, t.last_seen_una
-                );
-            }
-        }
-        Category::Ib => {
-            let rows = k.ib(all).map_err(fail)?;
-            title(out, "RDS IB Connections");
-            let _ = write!(
-                out,
-                "{:>w$} {:>w$} {:>4} {:>3} {:>32} {:>32}",
-                "LocalAddr", "RemoteAddr", "Tos", "SL", "LocalDev", "RemoteDev"
-            );
-            if all {
-                let _ = write!(out, " {:>10} {:>10}", "SrcQPNo", "DstQPNo");
-            }
-            out.push('\n');
-            for i in rows {
-                if !shows(all, &[i.src, i.dst]) {
-                    continue;
-                }
-                let _ = write!(
-                    out,
-                    "{:>w$} {:>w$} {:>4} {:>3} {:>32} {:>32}",
-                    addr(i.src),
-                    addr(i.dst),
-                    i.tos,
-                    i.sl,
-                    i.src_gid.to_string(),
-                    i.dst_gid.to_string()
-                );
-                if all {
-                    // Upstream records carry no queue pair numbers.
-                    let _ = write!(out, " {:>10} {:>10}", 0, 0);
-                }
-                if verbose > 0 {
-                    let l = i.limits;
-                    let _ = write!(
-                        out,
-                        "  send_wr={}, recv_wr={}, send_sge={}, rdma_mr_max={}, \
-                         rdma_mr_size={}, cache_allocs={}",
-                        l[0], l[1], l[2], l[3], l[4], i.cache_allocs
-                    );
-                }
-                out.push('\n');
-            }
-        }
-        Category::Paths => {
-            // UEK only; upstream has no handler and says ENOPROTOOPT.
-            let (_, each) = k.raw(CONN_PATHS).map_err(fail)?;
-            title(out, "RDS Paths");
-            let _ = writeln!(
-                out,
-                "(record size {each}: this kernel's paths layout is not decoded)"
-            );
-        }
+        Category::Tcp => Table::Tcp(k.tcp(all).map_err(fail)?.iter().map(tcp_row).collect()),
+        Category::Ib => Table::Ib(k.ib(all).map_err(fail)?.iter().map(ib_row).collect()),
+        // UEK only; upstream has no handler and says ENOPROTOOPT.
+        Category::Paths => Table::PathsUndecoded(k.raw(CONN_PATHS).map_err(fail)?.1),
+    })
+}
+
+/// `-k`. With `-a` (`all`), the owner's pid and comm when the record names a pid whose comm
+/// can be read.
+pub fn sock_row(s: &KSock, all: bool) -> SockRow {
+    let (pid, cong) = s.pid_cong.unwrap_or((0, 0));
+    SockRow {
+        bound: s.bound,
+        connected: s.connected,
+        sndbuf: u64::from(s.sndbuf),
+        rcvbuf: u64::from(s.rcvbuf),
+        inode: s.inode,
+        // The original's mapping: 0 (no support) as -1, -1 (not congested) as 0.
+        cong: match cong {
+            0 => -1,
+            -1 => 0,
+            v => v,
+        },
+        owner: if all {
+            proc_comm(pid).map(|comm| (pid, comm))
+        } else {
+            None
+        },
     }
-    Ok(())
+}
+
+/// `-n`.
+pub fn conn_row(c: &KConn) -> ConnRow {
+    ConnRow {
+        laddr: c.laddr,
+        faddr: c.faddr,
+        tos: c.tos,
+        next_tx: c.next_tx_seq,
+        next_rx: c.next_rx_seq,
+        flags: flags(c.flags),
+        more: format!("  transport={}", c.transport),
+        detail: Vec::new(),
+    }
+}
+
+/// `-r`, `-s`, `-t`.
+pub fn msg_row(m: &KMsg) -> MsgRow {
+    MsgRow {
+        local: m.local,
+        peer: m.peer,
+        tos: m.tos,
+        seq: m.seq,
+        len: m.len,
+    }
+}
+
+/// `-T`.
+pub fn tcp_row(t: &KTcp) -> TcpRow {
+    TcpRow {
+        local: t.local,
+        peer: t.peer,
+        hdr_rem: t.hdr_rem,
+        data_rem: t.data_rem,
+        sent_nxt: t.last_sent_nxt,
+        expected_una: t.last_expected_una,
+        seen_una: t.last_seen_una,
+        more: String::new(),
+    }
+}
+
+/// `-I`. Upstream records carry no queue pair numbers (0 with `-a`).
+pub fn ib_row(i: &KIb) -> IbRow {
+    let l = i.limits;
+    IbRow {
+        src: i.src,
+        dst: i.dst,
+        tos: i.tos,
+        sl: i.sl,
+        src_dev: i.src_gid.to_string(),
+        dst_dev: i.dst_gid.to_string(),
+        qpn: (0, 0),
+        more: format!(
+            "  send_wr={}, recv_wr={}, send_sge={}, rdma_mr_max={}, rdma_mr_size={}, \
+             cache_allocs={}",
+            l[0], l[1], l[2], l[3], l[4], i.cache_allocs
+        ),
+    }
 }
 
 /// The kernel's tables as JSON: each selected category's rows (field names as the kernel's
@@ -346,11 +248,171 @@ pub fn json(k: &KernelInfo, cats: &[Category], all: bool) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::{render, Layout};
 
     #[test]
     fn flag_letters() {
         assert_eq!(flags(0), "----");
         assert_eq!(flags(CONN_CONNECTED), "--C-");
         assert_eq!(flags(CONN_SENDING | CONN_CONNECTING | CONN_ERROR), "sc-E");
+    }
+
+    fn print(t: &Table, all: bool, verbose: u8) -> String {
+        let mut s = String::new();
+        let l = Layout {
+            all_families: all,
+            verbose,
+            socket_pid: None,
+        };
+        render(&mut s, t, l);
+        s
+    }
+
+    fn sock(bound: &str, connected: &str, inode: u64, pid_cong: Option<(u32, i32)>) -> KSock {
+        KSock {
+            bound: bound.parse().unwrap(),
+            connected: connected.parse().unwrap(),
+            sndbuf: 131072,
+            rcvbuf: 262144,
+            inode,
+            pid_cong,
+        }
+    }
+
+    #[test]
+    fn sockets_2_0_7_and_2_3() {
+        let rows = [
+            sock("10.0.0.1:4000", "0.0.0.0:0", 5123, Some((0, 0))),
+            sock("[fd00::1]:7", "[fd00::2]:9", 3, Some((0, -1))),
+            sock("10.0.0.2:1", "10.0.0.3:2", 4, None),
+        ];
+        let t = |all| Table::Sockets(rows.iter().map(|s| sock_row(s, all)).collect());
+        assert_eq!(
+            print(&t(false), false, 0),
+            "\nRDS Sockets:\n\
+             \x20     BoundAddr BPort        ConnAddr CPort     SndBuf     RcvBuf    Inode\n\
+             \x20      10.0.0.1  4000         0.0.0.0     0     131072     262144     5123\n\
+             \x20      10.0.0.2     1        10.0.0.3     2     131072     262144        4\n"
+        );
+        // -a: the IPv6 socket too, and Cong as the original maps it (0: -1, -1: 0); pid 0
+        // names no process, so those rows end after Cong.
+        let s = print(&t(true), true, 0);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines.len(), 6, "{s}");
+        assert_eq!(
+            lines[2],
+            format!(
+                "{:>37} BPort {:>37} CPort     SndBuf     RcvBuf    Inode     Cong        Pid             Comm",
+                "BoundAddr", "ConnAddr"
+            )
+        );
+        assert_eq!(
+            lines[3],
+            format!(
+                "{:>37}  4000 {:>37}     0     131072     262144     5123       -1",
+                "10.0.0.1", "0.0.0.0"
+            )
+        );
+        assert_eq!(
+            lines[4],
+            format!(
+                "{:>37}     7 {:>37}     9     131072     262144        3        0",
+                "fd00::1", "fd00::2"
+            )
+        );
+        assert!(lines[5].ends_with("        4       -1"), "{s}");
+        // A pid whose comm can be read: its Pid and Comm columns.
+        let me = std::process::id();
+        let comm = proc_comm(me).expect("this process's comm");
+        let row = sock_row(&sock("10.0.0.1:1", "0.0.0.0:0", 1, Some((me, 5))), true);
+        assert_eq!((row.cong, row.owner), (5, Some((me, comm))));
+        assert_eq!(
+            sock_row(&sock("10.0.0.1:1", "0.0.0.0:0", 1, Some((me, 5))), false).owner,
+            None
+        );
+    }
+
+    #[test]
+    fn connections_tos_flags_and_transport() {
+        let rows = [
+            KConn {
+                next_tx_seq: 12,
+                next_rx_seq: 5,
+                laddr: "10.0.0.1".parse().unwrap(),
+                faddr: "10.0.0.2".parse().unwrap(),
+                transport: "tcp".into(),
+                flags: CONN_SENDING | CONN_CONNECTED,
+                tos: 3,
+            },
+            KConn {
+                next_tx_seq: 1,
+                next_rx_seq: 1,
+                laddr: "fd00::1".parse().unwrap(),
+                faddr: "fd00::2".parse().unwrap(),
+                transport: "infiniband".into(),
+                flags: CONN_ERROR,
+                tos: 0,
+            },
+        ];
+        let t = Table::Connections(rows.iter().map(conn_row).collect());
+        assert_eq!(
+            print(&t, false, 1),
+            "\nRDS Connections:\n\
+             \x20     LocalAddr      RemoteAddr  Tos           NextTX           NextRX Flgs\n\
+             \x20      10.0.0.1        10.0.0.2    3               12                5 s-C-  transport=tcp\n"
+        );
+        assert!(print(&t, true, 0).ends_with(&format!(
+            "{:>37} {:>37}    0                1                1 ---E\n",
+            "fd00::1", "fd00::2"
+        )));
+    }
+
+    #[test]
+    fn messages_keep_their_tos() {
+        let m = KMsg {
+            seq: 11,
+            len: 1048576,
+            local: "10.0.0.1:4000".parse().unwrap(),
+            peer: "10.0.0.2:5000".parse().unwrap(),
+            flags: 0,
+            tos: 2,
+        };
+        assert_eq!(
+            print(
+                &Table::Messages(Category::Send, vec![msg_row(&m)]),
+                false,
+                0
+            ),
+            "\nSend Message Queue:\n\
+             \x20     LocalAddr LPort      RemoteAddr RPort  Tos              Seq      Bytes\n\
+             \x20      10.0.0.1  4000        10.0.0.2  5000    2               11    1048576\n"
+        );
+    }
+
+    #[test]
+    fn ib_gids_limits_and_no_queue_pairs() {
+        let i = KIb {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.3".parse().unwrap(),
+            src_gid: "fe80::1".parse().unwrap(),
+            dst_gid: "fe80::3".parse().unwrap(),
+            limits: [256, 1024, 8, 4096, 257],
+            tos: 1,
+            sl: 2,
+            cache_allocs: 6,
+        };
+        let t = Table::Ib(vec![ib_row(&i)]);
+        let gids = format!("{:>32} {:>32}", "fe80::1", "fe80::3");
+        assert_eq!(
+            print(&t, false, 1),
+            format!(
+                "\nRDS IB Connections:\n\
+                 \x20     LocalAddr      RemoteAddr  Tos  SL {:>32} {:>32}\n\
+                 \x20      10.0.0.1        10.0.0.3    1   2 {gids}  send_wr=256, recv_wr=1024, \
+                 send_sge=8, rdma_mr_max=4096, rdma_mr_size=257, cache_allocs=6\n",
+                "LocalDev", "RemoteDev"
+            )
+        );
+        assert!(print(&t, true, 0).ends_with(&format!("{gids}          0          0\n")));
     }
 }

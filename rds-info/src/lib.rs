@@ -6,7 +6,9 @@
 //! ([`rds_core::ctl`]): the one named with `--node`, else the host daemon, else the only
 //! running node. One [`InfoSnapshot`] is taken
 //! and the selected categories are printed in the ASCII order of their option letters (the
-//! original's order, whatever the command line says). Formats are in [`format`].
+//! original's order, whatever the command line says). Either source converts its rows into the
+//! row types of [`format`], which prints them ([`node`] for a node of ours, [`kernel`] for the
+//! kernel's RDS).
 //!
 //! Exit codes follow the original: 0 when the tables were printed (an unavailable category,
 //! such as `-I` on a node without IB, is reported on stderr and is not fatal), 1 for a usage
@@ -18,6 +20,7 @@
 pub mod format;
 pub mod kernel;
 pub mod metrics;
+pub mod node;
 pub mod prometheus;
 
 use std::ffi::OsString;
@@ -287,14 +290,7 @@ pub fn execute(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
         socket_pid: (client.hello.node != rds_core::ctl::DAEMON_NAME).then_some(client.hello.pid),
     };
     for c in args.categories() {
-        let mut s = String::new();
-        match format::category(&mut s, c, &snap, layout) {
-            Ok(()) => out.write_all(s.as_bytes())?,
-            Err(msg) => {
-                out.flush()?;
-                eprintln!("{msg}");
-            }
-        }
+        print_table(out, node::table(&snap, c, layout), layout)?;
         if let Some((n, what)) = omitted(&snap.omitted, c).filter(|&(n, _)| n > 0) {
             out.flush()?;
             eprintln!("rds-info: {n} more {what} not listed (a node's reply holds the first ones)");
@@ -302,6 +298,22 @@ pub fn execute(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     }
     out.flush()?;
     Ok(0)
+}
+
+/// Prints a table, or its source's reason for not giving it (on stderr, not fatal).
+fn print_table(out: &mut dyn Write, t: Result<format::Table, String>, l: Layout) -> io::Result<()> {
+    match t {
+        Ok(t) => {
+            let mut s = String::new();
+            format::render(&mut s, &t, l);
+            out.write_all(s.as_bytes())
+        }
+        Err(msg) => {
+            out.flush()?;
+            eprintln!("{msg}");
+            Ok(())
+        }
+    }
 }
 
 /// `run` on the kernel's RDS.
@@ -335,15 +347,13 @@ fn run_kernel(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
         )?;
         return Ok(0);
     }
+    let layout = Layout {
+        all_families: args.all_families,
+        verbose: args.verbose,
+        socket_pid: None,
+    };
     for c in args.categories() {
-        let mut s = String::new();
-        match kernel::category(&k, &mut s, c, args.all_families, args.verbose) {
-            Ok(()) => out.write_all(s.as_bytes())?,
-            Err(msg) => {
-                out.flush()?;
-                eprintln!("{msg}");
-            }
-        }
+        print_table(out, kernel::table(&k, c, args.all_families), layout)?;
     }
     out.flush()?;
     Ok(0)
