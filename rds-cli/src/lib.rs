@@ -34,5 +34,5 @@ pub use exit::{error_status, usage_message, Failure, Negative, USAGE_STATUS};
 pub use logger::{LogArgs, LogLevelArg};
 pub use num::{duration_arg, parse_seconds, parse_size, size_arg, SecondsError, DURATION_SYNTAX};
 pub use signals::StopSignals;
-pub use stack::{apply_stack, info_stack, stack_arg, Stack, STACK_HELP};
+pub use stack::{apply_stack, info_stack, stack_arg, StackChoice, STACK_HELP};
 pub use table::table;

@@ -1,8 +1,8 @@
 //! The `--stack kernel|user|auto` option every tool takes: which RDS serves the tool's
-//! sockets and tables ([`rds_core::socket::Stack`]). One parser ([`stack_arg`]), one help
+//! sockets and tables ([`rds_core::socket::StackChoice`]). One parser ([`stack_arg`]), one help
 //! text ([`STACK_HELP`]) and one check ([`apply_stack`]) so that the tools agree.
 
-pub use rds_core::socket::Stack;
+pub use rds_core::socket::StackChoice;
 
 /// The option's help line.
 pub const STACK_HELP: &str = "Which RDS to use: kernel (the kernel's AF_RDS), user (this \
@@ -14,16 +14,16 @@ pub const STACK_HELP: &str = "Which RDS to use: kernel (the kernel's AF_RDS), us
 ///
 /// # Errors
 /// A message naming the three values.
-pub fn stack_arg(s: &str) -> Result<Stack, String> {
+pub fn stack_arg(s: &str) -> Result<StackChoice, String> {
     s.parse()
 }
 
 /// The stack a tool resolves `auto` to for tables and counters (no address to ask the
 /// daemon about): the kernel's when it has RDS loaded, else ours.
-pub fn info_stack(s: Stack) -> Stack {
+pub fn info_stack(s: StackChoice) -> StackChoice {
     match s {
-        Stack::Auto if rds_core::kernel::loaded() => Stack::Kernel,
-        Stack::Auto => Stack::User,
+        StackChoice::Auto if rds_core::kernel::loaded() => StackChoice::Kernel,
+        StackChoice::Auto => StackChoice::User,
         other => other,
     }
 }
@@ -33,8 +33,8 @@ pub fn info_stack(s: Stack) -> Stack {
 ///
 /// # Errors
 /// That line.
-pub fn apply_stack(tool: &str, s: Stack) -> Result<(), String> {
-    if s == Stack::Kernel {
+pub fn apply_stack(tool: &str, s: StackChoice) -> Result<(), String> {
+    if s == StackChoice::Kernel {
         if let Some(why) = rds_core::kernel::unavailable_reason() {
             return Err(format!("{tool}: --stack kernel: {why}"));
         }
@@ -49,9 +49,9 @@ mod tests {
 
     #[test]
     fn values() {
-        assert_eq!(stack_arg("kernel"), Ok(Stack::Kernel));
-        assert_eq!(stack_arg("USER"), Ok(Stack::User));
-        assert_eq!(stack_arg("auto"), Ok(Stack::Auto));
+        assert_eq!(stack_arg("kernel"), Ok(StackChoice::Kernel));
+        assert_eq!(stack_arg("USER"), Ok(StackChoice::User));
+        assert_eq!(stack_arg("auto"), Ok(StackChoice::Auto));
         let e = stack_arg("kern").unwrap_err();
         assert!(
             e.contains("invalid stack 'kern'") && e.contains("kernel"),
@@ -64,7 +64,7 @@ mod tests {
         if rds_core::kernel::loaded() {
             return; // a kernel-RDS host: the lab tests cover it
         }
-        let e = apply_stack("rds-x", Stack::Kernel).unwrap_err();
+        let e = apply_stack("rds-x", StackChoice::Kernel).unwrap_err();
         assert!(
             e.starts_with("rds-x: --stack kernel: the kernel's RDS is not available"),
             "{e}"
@@ -73,6 +73,6 @@ mod tests {
             e.contains("modprobe rds_tcp") && e.contains("--stack user"),
             "{e}"
         );
-        assert_eq!(info_stack(Stack::Auto), Stack::User);
+        assert_eq!(info_stack(StackChoice::Auto), StackChoice::User);
     }
 }

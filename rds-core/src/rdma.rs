@@ -25,7 +25,7 @@
 //! - Only the IB transport does RDMA. On TCP or loopback (and through the daemon, whose
 //!   memory is another process's) these calls fail with `EOPNOTSUPP`, like the kernel's
 //!   `rds_tcp`.
-//! - On a socket of the kernel's RDS ([`crate::socket::Stack::Kernel`]) these calls are the
+//! - On a socket of the kernel's RDS ([`crate::socket::StackChoice::Kernel`]) these calls are the
 //!   kernel's: `RDS_GET_MR` / `RDS_FREE_MR` and the `RDS_CMSG_RDMA_*` control messages on the
 //!   buffer's memory, with the kernel's errors (`rds_rdma` serves them; RDS/TCP refuses).
 

@@ -75,7 +75,7 @@ pub struct Cli {
     /// Which RDS `stats` reads: the kernel's counters or a node of ours.
     #[arg(long, global = true, value_name = "STACK", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto")]
-    pub stack: rds_cli::Stack,
+    pub stack: rds_cli::StackChoice,
     /// Print one JSON document instead of the text (get, health, ras, ras extract, version,
     /// stats; see JSON SCHEMA in rds-ctrl(8))
     #[arg(long, global = true)]
@@ -889,8 +889,8 @@ fn version(out: &mut dyn Write, node: Option<&str>, json: bool) -> anyhow::Resul
 
 /// Whether `stats` reads the kernel's counters: `--stack kernel`, or `auto` on a host whose
 /// kernel has RDS loaded.
-fn kernel_stats(stack: rds_cli::Stack) -> anyhow::Result<bool> {
-    if rds_cli::info_stack(stack) != rds_cli::Stack::Kernel {
+fn kernel_stats(stack: rds_cli::StackChoice) -> anyhow::Result<bool> {
+    if rds_cli::info_stack(stack) != rds_cli::StackChoice::Kernel {
         return Ok(false);
     }
     if let Some(why) = rds_core::kernel::unavailable_reason() {

@@ -111,7 +111,7 @@ pub struct Args {
     /// Which RDS to read: the kernel's tables or a node of ours.
     #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto")]
-    pub stack: rds_cli::Stack,
+    pub stack: rds_cli::StackChoice,
     /// Log level (`--log-level`; `-v` is the original's "more detail").
     #[command(flatten)]
     pub log: rds_cli::LogLevelArg,
@@ -247,7 +247,7 @@ pub fn execute(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
     if args.list_nodes {
         return list_nodes(out, args.output() == Format::Json);
     }
-    if args.node.is_none() && rds_cli::info_stack(args.stack) == rds_cli::Stack::Kernel {
+    if args.node.is_none() && rds_cli::info_stack(args.stack) == rds_cli::StackChoice::Kernel {
         return run_kernel(args, out);
     }
     let mut client = match CtlClient::connect_node(args.node.as_deref()) {

@@ -126,7 +126,7 @@ pub struct Opts {
     /// What the several-destination form prints.
     pub show: Show,
     /// Which RDS serves the sockets (`--stack`).
-    pub stack: rds_cli::Stack,
+    pub stack: rds_cli::StackChoice,
     /// `--log-level`.
     pub log_level: Option<rds_cli::logger::LevelFilter>,
 }
@@ -255,7 +255,7 @@ where
     };
     let stack = match &cli.stack {
         Some(v) => rds_cli::stack_arg(v).map_err(|m| fatal(format!("--stack: {m}")))?,
-        None => rds_cli::Stack::Auto,
+        None => rds_cli::StackChoice::Auto,
     };
     let deadline = secs(&cli.deadline, "deadline")?;
     let timeout = secs(&cli.timeout, "timeout")?.unwrap_or(DEFAULT_TIMEOUT);

@@ -186,7 +186,7 @@ pub struct Args {
     /// Which RDS the tasks use.
     #[arg(long = "stack", value_name = "kernel|user|auto", help = rds_cli::STACK_HELP,
           value_parser = rds_cli::stack_arg, default_value = "auto", help_heading = EXT)]
-    pub stack: rds_cli::Stack,
+    pub stack: rds_cli::StackChoice,
     /// Log level (`--log-level`; `-v` is the original's --verify).
     #[command(flatten, next_help_heading = EXT)]
     pub log: rds_cli::LogLevelArg,

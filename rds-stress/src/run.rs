@@ -376,11 +376,11 @@ fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Op
     // needs the kernel's rds_rdma: without it `auto` uses a node of ours with RDS/IB.
     let kernel_rdma = || rds_core::kernel::transport_modules().contains(&"rds_rdma");
     let on_kernel = match rds_core::socket::stack() {
-        rds_core::socket::Stack::Kernel => true,
-        rds_core::socket::Stack::Auto => {
+        rds_core::socket::StackChoice::Kernel => true,
+        rds_core::socket::StackChoice::Auto => {
             rds_core::socket::kernel_preferred() && (w.rdma_size == 0 || kernel_rdma())
         }
-        rds_core::socket::Stack::User => false,
+        rds_core::socket::StackChoice::User => false,
     };
     let node = if want_ib && !on_kernel {
         match rdma::not_on_rdma_device(ip) {

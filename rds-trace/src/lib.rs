@@ -114,7 +114,7 @@ pub struct Cli {
     /// With -w: which RDS to capture (a node of ours; the kernel's is captured with tcpdump)
     #[arg(long, value_name = "STACK", help = rds_cli::STACK_HELP, value_parser = rds_cli::stack_arg,
           default_value = "auto", conflicts_with_all = ["read", "install_wireshark_plugin"])]
-    pub stack: rds_cli::Stack,
+    pub stack: rds_cli::StackChoice,
 
     /// Log level (`-v`, `--log-level`).
     #[command(flatten)]
@@ -198,7 +198,7 @@ fn run_cli(cli: Cli) -> anyhow::Result<u8> {
     let Some(file) = cli.write else {
         anyhow::bail!("one of -w, -r, --install-wireshark-plugin is needed");
     };
-    if cli.node.is_none() && rds_cli::info_stack(cli.stack) == rds_cli::Stack::Kernel {
+    if cli.node.is_none() && rds_cli::info_stack(cli.stack) == rds_cli::StackChoice::Kernel {
         if let Some(why) = rds_core::kernel::unavailable_reason() {
             anyhow::bail!("--stack kernel: {why}");
         }

@@ -31,6 +31,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use super::answer::{data_from, io};
+use super::preset::Preset;
 use super::ring::client::RingClient;
 use crate::ctl::client::CtlClient;
 use crate::ctl::{NodeEndpoint, Reply, Request, SockOpt};
@@ -109,8 +110,33 @@ fn update(st: &FdState, readable: bool, writable: bool) {
 }
 
 impl Remote {
+    /// Binds through the daemon, handing it the options set so far, if one runs and owns
+    /// `addr`; `Ok(None)` when not.
+    pub(super) fn bind_preset(
+        addr: SocketAddr,
+        p: &Preset,
+        timestamps: bool,
+    ) -> io::Result<Option<(Remote, SocketAddr)>> {
+        let Some(ep) = crate::ctl::find_daemon() else {
+            return Ok(None);
+        };
+        let mut opts = vec![
+            SockOpt::CongMonitor(p.cong_monitor),
+            SockOpt::Recverr(p.recverr),
+            SockOpt::Timestamps(timestamps),
+        ];
+        opts.extend(p.sndbuf.map(SockOpt::Sndbuf));
+        opts.extend(p.rcvbuf.map(SockOpt::Rcvbuf));
+        match Remote::bind(&ep, addr, p.transport, &opts, p.connected) {
+            Ok(r) => Ok(Some(r)),
+            // The daemon does not own the address: an embedded node may.
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Opens a client socket on the daemon at `endpoint` and binds it.
-    pub(crate) fn bind(
+    fn bind(
         endpoint: &NodeEndpoint,
         addr: SocketAddr,
         transport: Option<TransportKind>,
