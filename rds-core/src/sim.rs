@@ -20,14 +20,12 @@ use core::time::Duration;
 
 use crate::proto::driver::{self, Frames, Io};
 use crate::proto::{
-    AcceptError, ConnId, DropReason, Rng, SockId, Stack, StreamParser, TransportKind,
+    ConnId, DropReason, Established, HeldEnd, Incoming, LinkId, Rng, SockId, Stack, StreamParser,
+    TransportKind,
 };
 use crate::time::Instant;
 use crate::tunables::Tunables;
 use crate::wire::MAX_MSG_SIZE;
-
-/// How often a held (accepted, not yet assigned) connection is offered again.
-const HELD_RETRY: Duration = Duration::from_millis(2);
 
 /// Simulator settings.
 #[derive(Debug, Clone)]
@@ -88,9 +86,11 @@ struct End {
     /// The acceptor refused this connection: TCP acknowledges what arrives (the kernel
     /// accepted the connection), nothing reads it, and a reset follows.
     refused: bool,
-    /// The acceptor holds this connection unread, waiting for a lane: since when, and the
-    /// bytes that arrived meanwhile (acknowledged by TCP, processed once adopted).
-    held: Option<(Instant, Vec<Bytes>)>,
+    /// Nobody reads this end yet: the acceptor's engine holds it waiting for a lane, or the
+    /// initiator has not yet learnt that its attempt completed. The bytes that arrived
+    /// meanwhile (acknowledged by TCP) are read once the engine takes the connection; closed
+    /// unread, they would be lost.
+    held: Option<Vec<Bytes>>,
     /// The peer closed its side while this end was held: close right after adoption.
     peer_closed: bool,
     parser: StreamParser,
@@ -146,8 +146,15 @@ enum Ev {
     Closed { link: usize, end: usize },
     /// The acceptor resets a connection it refused.
     Refuse { link: usize },
-    /// The acceptor offers a held connection to its engine again.
-    Retry { link: usize },
+    /// An attempt the initiator dropped before it reached the peer ended (`shutdown(2)` in
+    /// `SYN_SENT` aborts it): the initiator's drain of it is over.
+    Aborted {
+        node: usize,
+        inc: u64,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+    },
 }
 
 /// The simulated network.
@@ -160,6 +167,9 @@ pub struct Sim {
     links: Vec<Link>,
     /// (node, conn, path) -> (link, end) of the path's current transport connection.
     by_path: HashMap<(usize, ConnId, usize), (usize, usize)>,
+    /// Connection attempts not yet reported to their initiator: (node, conn, path, epoch) ->
+    /// the link the acceptor's TCP completed (`None`: the request is still on its way).
+    attempts: HashMap<(usize, ConnId, usize, u32), Option<usize>>,
     queue: BTreeMap<(Instant, u64), Ev>,
     seq: u64,
     next_port: u16,
@@ -179,6 +189,7 @@ impl Sim {
             nodes: Vec::new(),
             links: Vec::new(),
             by_path: HashMap::new(),
+            attempts: HashMap::new(),
             queue: BTreeMap::new(),
             seq: 0,
             next_port: 40000,
@@ -272,6 +283,7 @@ impl Sim {
         let (_, faddr, _) = self.nodes[n].stack.conn_addrs(conn);
         let lat = self.latency();
         let inc = self.nodes[n].incarnation;
+        self.attempts.insert((n, conn, path, epoch), None);
         self.schedule(
             self.now + lat,
             Ev::Arrive {
@@ -287,6 +299,29 @@ impl Sim {
 
     /// Node `n` closes the path's transport connection with `epoch`.
     fn disconnect(&mut self, n: usize, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+        if let Some(attempt) = self.attempts.remove(&(n, conn, path, epoch)) {
+            // Dropped while connecting.
+            match attempt {
+                Some(l) if reason.drains() => self.drain_attempt(l, epoch),
+                Some(l) => self.close_end(l, 0),
+                None if reason.drains() => {
+                    // Aborted in SYN_SENT: the request never completes, the drain ends now.
+                    let inc = self.nodes[n].incarnation;
+                    self.schedule(
+                        self.now,
+                        Ev::Aborted {
+                            node: n,
+                            inc,
+                            conn,
+                            path,
+                            epoch,
+                        },
+                    );
+                }
+                None => {}
+            }
+            return;
+        }
         if let Some(&(l, e)) = self.by_path.get(&(n, conn, path)) {
             if self.links[l].ends[e].epoch == epoch {
                 self.by_path.remove(&(n, conn, path));
@@ -364,6 +399,47 @@ impl Sim {
         }
     }
 
+    /// The initiator's attempt on link `l` (end 0) was dropped after the acceptor's TCP
+    /// completed it: half-close it and read it to its end under the attempt's `epoch`.
+    fn drain_attempt(&mut self, l: usize, epoch: u32) {
+        let end = &mut self.links[l].ends[0];
+        let n = end.node;
+        let conn = end.conn;
+        let path = end.path;
+        self.notify_closed(l, 1);
+        self.start_reading(l, 0, conn, path, epoch);
+        self.pump(n);
+    }
+
+    /// End `e` of link `l` is read from now on as `(conn, path, epoch)`: first what arrived
+    /// while nobody read it, then its end of stream if the peer closed meanwhile.
+    fn start_reading(&mut self, l: usize, e: usize, conn: ConnId, path: usize, epoch: u32) {
+        let now = self.now;
+        let end = &mut self.links[l].ends[e];
+        end.conn = conn;
+        end.path = path;
+        end.epoch = epoch;
+        let t = end.node;
+        let held = end.held.take().unwrap_or_default();
+        let mut frames = Vec::new();
+        let mut r = Ok(());
+        for d in held {
+            r = r.and(self.links[l].ends[e].parser.feed(d, &mut frames));
+        }
+        let st = &mut self.nodes[t].stack;
+        let _ = driver::deliver(st, now, conn, path, epoch, frames, r);
+        if self.links[l].ends[e].peer_closed {
+            self.links[l].ends[e].open = false;
+            if self.by_path.get(&(t, conn, path)) == Some(&(l, e)) {
+                self.by_path.remove(&(t, conn, path));
+            }
+            self.nodes[t]
+                .stack
+                .handle_disconnected(now, conn, path, epoch);
+            self.notify_closed(l, 1 - e);
+        }
+    }
+
     fn delivery_time(&mut self, l: usize, to: usize) -> Instant {
         let lat = self.latency();
         let end = &mut self.links[l].ends[to];
@@ -430,6 +506,7 @@ impl Sim {
             }
         }
         self.by_path.retain(|k, _| k.0 != n);
+        self.attempts.retain(|k, _| k.0 != n);
     }
 
     /// The earliest pending event or timer.
@@ -512,7 +589,7 @@ impl Sim {
                 let refused = end.refused;
                 self.links[link].ends[to].rx_bytes += data.len() as u64;
                 self.bytes_carried += data.len() as u64;
-                if let Some((_, buf)) = self.links[link].ends[to].held.as_mut() {
+                if let Some(buf) = self.links[link].ends[to].held.as_mut() {
                     buf.push(data.clone());
                 }
                 if refused || self.links[link].ends[to].held.is_some() {
@@ -586,69 +663,73 @@ impl Sim {
                 let target = self.nodes.iter().position(|n| n.addr == to_addr);
                 let lat = self.latency();
                 let mut link = None;
+                if !self.attempts.contains_key(&(from, conn, path, epoch)) {
+                    // The initiator aborted the attempt before the acceptor's TCP completed
+                    // it: the acceptor's connection is reset before anyone reads it.
+                    return;
+                }
                 if let Some(t) = target {
                     let from_addr = self.nodes[from].addr;
                     let port = self.client_port(path);
                     let kind = self.cfg.kind;
-                    let accepted = self.nodes[t].stack.handle_accept(
+                    let l = self.links.len();
+                    let answer = self.nodes[t].stack.link_accepted(
                         now,
+                        LinkId(l as u64),
                         to_addr,
                         from_addr,
                         kind,
                         port,
-                        Duration::ZERO,
                     );
                     let t_inc = self.nodes[t].incarnation;
-                    match accepted {
-                        Ok((bconn, bpath, bepoch)) => {
+                    // TCP: the initiator's TCP acknowledges what arrives from now on, before
+                    // its engine hears that the attempt completed.
+                    let mut a = self.new_end(from, from_inc, conn, path, 0);
+                    if kind == TransportKind::Tcp {
+                        a.held = Some(Vec::new());
+                    } else {
+                        // IB: the active side learns of the connection (RTU) before any
+                        // SEND of the passive side can reach it.
+                        a.next_rx_time = now + lat;
+                    }
+                    let mut b = self.new_end(t, t_inc, conn, path, 0);
+                    b.client_port = port;
+                    match answer {
+                        Incoming::Read {
+                            conn: bconn,
+                            path: bpath,
+                            epoch: bepoch,
+                        } => {
                             // A newer connection replaced the path's previous one, if any.
                             if let Some(&(ol, oe)) = self.by_path.get(&(t, bconn, bpath)) {
                                 self.close_end(ol, oe);
                             }
-                            let l = self.links.len();
-                            let mut a = self.new_end(from, from_inc, conn, path, 0);
-                            a.next_rx_time = now + lat;
-                            let b = self.new_end(t, t_inc, bconn, bpath, bepoch);
-                            self.links.push(Link {
-                                ends: [a, b],
-                                acks_lost: [false; 2],
-                            });
+                            (b.conn, b.path, b.epoch) = (bconn, bpath, bepoch);
                             self.by_path.insert((t, bconn, bpath), (l, 1));
                             link = Some(l);
                         }
-                        Err(AcceptError::Wait) if kind == TransportKind::Tcp => {
-                            // Held unread until the engine can give it a lane.
-                            let l = self.links.len();
-                            let mut a = self.new_end(from, from_inc, conn, path, 0);
-                            a.next_rx_time = now + lat;
-                            let mut b = self.new_end(t, t_inc, conn, path, 0);
-                            b.held = Some((now, Vec::new()));
-                            b.client_port = port;
-                            self.links.push(Link {
-                                ends: [a, b],
-                                acks_lost: [false; 2],
-                            });
+                        // Held unread until the engine gives it a lane (Io::adopt).
+                        Incoming::Hold => {
+                            b.held = Some(Vec::new());
                             link = Some(l);
-                            self.schedule(now + HELD_RETRY, Ev::Retry { link: l });
                         }
-                        Err(_) if kind == TransportKind::Tcp => {
+                        Incoming::Refuse(_) if kind == TransportKind::Tcp => {
                             // TCP completed the handshake before the engine refused: the
                             // initiator sees the connection up (its data acknowledged by the
                             // acceptor's TCP), then a reset.
-                            let l = self.links.len();
-                            let mut a = self.new_end(from, from_inc, conn, path, 0);
-                            a.next_rx_time = now + lat;
-                            let mut b = self.new_end(t, t_inc, conn, path, 0);
                             b.refused = true;
-                            self.links.push(Link {
-                                ends: [a, b],
-                                acks_lost: [false; 2],
-                            });
                             link = Some(l);
                             let d = self.latency() + self.latency();
                             self.schedule(now + lat + d, Ev::Refuse { link: l });
                         }
-                        Err(_) => {}
+                        Incoming::Refuse(_) => {}
+                    }
+                    if link.is_some() {
+                        self.links.push(Link {
+                            ends: [a, b],
+                            acks_lost: [false; 2],
+                        });
+                        self.attempts.insert((from, conn, path, epoch), link);
                     }
                 }
                 // The initiator learns the outcome before any data from the acceptor arrives.
@@ -681,84 +762,53 @@ impl Sim {
                     }
                     return;
                 }
+                if self.attempts.remove(&(node, conn, path, epoch)).is_none() {
+                    // The engine dropped the attempt meanwhile: it drains (or ended).
+                    return;
+                }
                 let st = &mut self.nodes[node].stack;
                 match link {
-                    Some(l) if st.is_trigger_only(conn) => {
+                    Some(l) if self.links[l].ends[1].refused || !self.links[l].ends[0].open => {
+                        // The acceptor refused it (a reset right after the handshake).
                         st.handle_connect_failed(now, conn, path, epoch);
-                        self.close_end(l, 0);
-                    }
-                    Some(l) if !self.links[l].ends[0].open => {
-                        // The acceptor already closed it (reset right after the handshake).
-                        st.handle_connect_failed(now, conn, path, epoch);
-                    }
-                    Some(l) if st.handle_connected(now, conn, path, epoch) => {
-                        let (_, ep) = st.path_state(conn, path);
-                        self.links[l].ends[0].epoch = ep;
-                        if let Some(&(ol, oe)) = self.by_path.get(&(node, conn, path)) {
-                            self.close_end(ol, oe);
+                        self.links[l].ends[0].held = None;
+                        if self.links[l].ends[0].open {
+                            self.close_end(l, 0);
                         }
-                        self.by_path.insert((node, conn, path), (l, 0));
                     }
-                    Some(l) => self.close_end(l, 0),
+                    Some(l) => match st.link_connected(now, conn, path, epoch) {
+                        Established::Read { epoch: ep } => {
+                            if let Some(&(ol, oe)) = self.by_path.get(&(node, conn, path)) {
+                                self.close_end(ol, oe);
+                            }
+                            self.by_path.insert((node, conn, path), (l, 0));
+                            self.start_reading(l, 0, conn, path, ep);
+                        }
+                        Established::Drain => self.drain_attempt(l, epoch),
+                        Established::Close => {
+                            // Closed unread: what arrived is lost (the engine answers this only
+                            // where the peer never writes).
+                            self.links[l].ends[0].held = None;
+                            self.close_end(l, 0);
+                        }
+                    },
                     None => st.handle_connect_failed(now, conn, path, epoch),
                 }
                 self.pump(node);
             }
-            Ev::Retry { link } => {
-                let end = &self.links[link].ends[1];
-                let Some((since, _)) = end.held.as_ref() else {
-                    return;
-                };
-                let waited = now - *since;
-                let t = end.node;
-                if !self.end_live(link, 1) {
-                    return;
+            Ev::Aborted {
+                node,
+                inc,
+                conn,
+                path,
+                epoch,
+            } => {
+                if self.nodes[node].incarnation == inc {
+                    self.nodes[node]
+                        .stack
+                        .handle_disconnected(now, conn, path, epoch);
+                    self.pump(node);
                 }
-                let from = self.links[link].ends[0].node;
-                let (to_addr, from_addr) = (self.nodes[t].addr, self.nodes[from].addr);
-                let port = end.client_port;
-                let kind = self.cfg.kind;
-                match self.nodes[t]
-                    .stack
-                    .handle_accept(now, to_addr, from_addr, kind, port, waited)
-                {
-                    Ok((bconn, bpath, bepoch)) => {
-                        if let Some(&(ol, oe)) = self.by_path.get(&(t, bconn, bpath)) {
-                            self.close_end(ol, oe);
-                        }
-                        let e = &mut self.links[link].ends[1];
-                        e.conn = bconn;
-                        e.path = bpath;
-                        e.epoch = bepoch;
-                        let (_, held) = e.held.take().expect("held");
-                        self.by_path.insert((t, bconn, bpath), (link, 1));
-                        let mut frames = Vec::new();
-                        let mut r = Ok(());
-                        for d in held {
-                            r = r.and(self.links[link].ends[1].parser.feed(d, &mut frames));
-                        }
-                        let st = &mut self.nodes[t].stack;
-                        let _ = driver::deliver(st, now, bconn, bpath, bepoch, frames, r);
-                        if self.links[link].ends[1].peer_closed {
-                            self.pump(t);
-                            self.links[link].ends[1].open = false;
-                            self.by_path.remove(&(t, bconn, bpath));
-                            self.nodes[t]
-                                .stack
-                                .handle_disconnected(now, bconn, bpath, bepoch);
-                            self.notify_closed(link, 0);
-                        }
-                    }
-                    Err(AcceptError::Wait) if waited < crate::proto::stack::STASH_MAX => {
-                        self.schedule(now + HELD_RETRY, Ev::Retry { link });
-                    }
-                    Err(_) => {
-                        self.links[link].ends[1].held = None;
-                        self.links[link].ends[1].refused = true;
-                        self.close_end(link, 1);
-                    }
-                }
-                self.pump(t);
             }
             Ev::Refuse { link } => {
                 if self.links[link].ends[1].open {
@@ -820,6 +870,34 @@ impl Sim {
         }
     }
 
+    /// Node `t`'s engine gives its held connection `link` a lane: what arrived meanwhile is
+    /// read first, then the end of stream if the peer closed meanwhile.
+    fn adopt(&mut self, t: usize, link: usize, conn: ConnId, path: usize, epoch: u32) {
+        let now = self.now;
+        if self.links[link].ends[1].held.is_none() || !self.end_live(link, 1) {
+            // Gone meanwhile: the path sees its end.
+            self.nodes[t]
+                .stack
+                .handle_disconnected(now, conn, path, epoch);
+            return;
+        }
+        if let Some(&(ol, oe)) = self.by_path.get(&(t, conn, path)) {
+            self.close_end(ol, oe);
+        }
+        self.by_path.insert((t, conn, path), (link, 1));
+        self.start_reading(link, 1, conn, path, epoch);
+    }
+
+    /// The acceptor's engine gave its held connection `link` up: reset it unread.
+    fn refuse_held(&mut self, link: usize) {
+        let e = &mut self.links[link].ends[1];
+        if e.held.take().is_none() {
+            return;
+        }
+        e.refused = true;
+        self.close_end(link, 1);
+    }
+
     /// A client source port congruent to the lane index mod 8, as newer kernels choose.
     fn client_port(&mut self, path: usize) -> u16 {
         self.next_port = self.next_port.wrapping_add(8);
@@ -859,6 +937,15 @@ impl Io for SimIo<'_> {
 
     fn cong_changed(&mut self) {
         self.sim.nodes[self.n].cong_changed = true;
+    }
+
+    fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
+        self.sim.adopt(self.n, link.0 as usize, conn, path, epoch);
+    }
+
+    fn refuse(&mut self, link: LinkId, why: HeldEnd) {
+        let _ = why;
+        self.sim.refuse_held(link.0 as usize);
     }
 
     // The simulated network has no RDMA regions: `rdma_unuse` does nothing.

@@ -26,8 +26,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::proto::{
-    ConnId, ConnInfo, DropReason, Event, PathState, QueuedMsgInfo, SockId, SockInfo, Stack,
-    TransportKind,
+    ConnId, ConnInfo, DropReason, Established, Event, HeldEnd, Incoming, LinkId, PathState,
+    QueuedMsgInfo, SockId, SockInfo, Stack, TransportKind,
 };
 use crate::stats::{Counter, IbStats, TcpStats};
 use crate::sys;
@@ -121,7 +121,7 @@ pub(crate) struct Waiter {
     /// Writable eventfd (POLLOUT readiness), created on demand.
     pub tx_fd: Mutex<Option<(OwnedFd, bool)>>,
     /// The socket sent a message since its last blocking receive waited (that wait then
-    /// reads the transport itself: `Bound::wait_readable`).
+    /// reads the transport itself: `Embedded::wait_readable`).
     pub sent: AtomicBool,
 }
 
@@ -951,11 +951,6 @@ impl Inner {
                 }
             }
             self.apply(&mut tcp, &mut core, outs, now);
-            for st in tcp.take_stash(now) {
-                self.offer(
-                    &mut tcp, &mut core, st.stream, st.local, st.peer, st.since, now,
-                );
-            }
             crate::proto::driver::handle_due(&mut core.stack, now);
             self.run_io_work(&mut tcp, &mut ib, &mut core, now);
         }
@@ -996,23 +991,19 @@ impl Inner {
                         &mut old,
                     );
                     self.apply(tcp, core, &mut old, now);
-                    self.offer(tcp, core, stream, local, peer, now, now);
+                    self.offer(tcp, core, stream, local, peer, now);
                 }
                 TcpOut::Connected(idx, serial) => {
                     let Some((c, p, epoch)) = tcp.ident(idx, serial) else {
                         continue;
                     };
-                    if core.stack.is_trigger_only(c) {
-                        // The larger address may not own the connection: its only purpose
-                        // was to make the peer connect back.
-                        tcp.close_now(idx, false);
-                        core.stack.handle_connect_failed(now, c, p, epoch);
-                    } else if core.stack.handle_connected(now, c, p, epoch) {
-                        let (_, e) = core.stack.path_state(c, p);
-                        tcp.established(idx, e);
-                        tcp.mark(idx);
-                    } else {
-                        tcp.close_now(idx, false);
+                    match core.stack.link_connected(now, c, p, epoch) {
+                        Established::Read { epoch } => {
+                            tcp.established(idx, epoch);
+                            tcp.mark(idx);
+                        }
+                        Established::Drain => tcp.retire(idx, now),
+                        Established::Close => tcp.close_now(idx, false),
                     }
                 }
                 TcpOut::ConnectFailed(idx, serial) => {
@@ -1075,9 +1066,8 @@ impl Inner {
         }
     }
 
-    /// Offers an accepted connection to the engine: adopt it on its lane, hold it unread a
-    /// little longer, or reset it.
-    #[allow(clippy::too_many_arguments)]
+    /// Offers an accepted connection to the engine: read it on its lane, hold it unread
+    /// (the engine answers later with [`Event::Adopt`] or [`Event::Refuse`]), or reset it.
     fn offer(
         &self,
         tcp: &mut Tcp,
@@ -1085,28 +1075,30 @@ impl Inner {
         stream: std::net::TcpStream,
         local: std::net::SocketAddr,
         peer: std::net::SocketAddr,
-        since: Instant,
         now: Instant,
     ) {
-        let waited = now - since;
-        match core.stack.handle_accept(
-            now,
-            local.ip(),
-            peer.ip(),
-            TransportKind::Tcp,
-            peer.port(),
-            waited,
-        ) {
-            Ok((c, p, epoch)) => {
+        let link = tcp.new_link();
+        let kind = TransportKind::Tcp;
+        match core
+            .stack
+            .link_accepted(now, link, local.ip(), peer.ip(), kind, peer.port())
+        {
+            Incoming::Read { conn, path, epoch } => {
                 let tun = core.stack.tunables().clone();
-                if tcp.adopt(stream, local, peer, c, p, epoch, &tun).is_err() {
-                    core.stack.handle_disconnected(now, c, p, epoch);
+                let r = tcp.adopt(stream, local, peer, conn, path, epoch, &tun, now);
+                if r.is_err() {
+                    core.stack.handle_disconnected(now, conn, path, epoch);
                 }
             }
-            Err(crate::proto::AcceptError::Wait) if waited < crate::proto::stack::STASH_MAX => {
-                tcp.stash(stream, local, peer, since, now);
-            }
-            Err(e) => tcp.refuse(stream, e),
+            Incoming::Hold => tcp.hold(
+                link,
+                tcp::HeldConn {
+                    stream,
+                    local,
+                    peer,
+                },
+            ),
+            Incoming::Refuse(why) => tcp.refuse(stream, why),
         }
     }
 
@@ -1215,6 +1207,19 @@ impl crate::proto::driver::Io for AppIo<'_> {
     fn cong_changed(&mut self) {
         self.inner.cong_cv.notify_all();
     }
+
+    fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
+        self.defer(Event::Adopt {
+            link,
+            conn,
+            path,
+            epoch,
+        });
+    }
+
+    fn refuse(&mut self, link: LinkId, why: HeldEnd) {
+        self.defer(Event::Refuse { link, why });
+    }
 }
 
 /// The node's transports on the I/O thread (every lock held): TCP, or IB for an IB
@@ -1265,7 +1270,7 @@ impl crate::proto::driver::Io for TransportIo<'_> {
         let tun = self.core.stack.tunables().clone();
         if self
             .tcp
-            .connect(conn, path, epoch, laddr, faddr, &tun)
+            .connect(conn, path, epoch, laddr, faddr, &tun, now)
             .is_err()
         {
             self.core
@@ -1295,6 +1300,29 @@ impl crate::proto::driver::Io for TransportIo<'_> {
         if let Some(t) = self.ib.as_mut() {
             t.unuse(sock, rkey);
         }
+    }
+
+    fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
+        let Some(h) = self.tcp.take_held(link) else {
+            // Gone meanwhile (node shutdown): the path sees its end.
+            self.core
+                .stack
+                .handle_disconnected(self.now, conn, path, epoch);
+            return;
+        };
+        let tun = self.core.stack.tunables().clone();
+        let r = self
+            .tcp
+            .adopt(h.stream, h.local, h.peer, conn, path, epoch, &tun, self.now);
+        if r.is_err() {
+            self.core
+                .stack
+                .handle_disconnected(self.now, conn, path, epoch);
+        }
+    }
+
+    fn refuse(&mut self, link: LinkId, why: HeldEnd) {
+        self.tcp.refuse_held(link, why);
     }
 }
 

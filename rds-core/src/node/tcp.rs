@@ -12,13 +12,11 @@
 //!   [`TCP_CONNS_MIN`]) per node, counting accepted, outgoing, draining and waiting ones. A
 //!   connection accepted beyond either cap is reset at once (`tcp_accept_addr_limit`,
 //!   `tcp_accept_node_limit`); the node's own outgoing connections are never refused.
-//! - Accepted connections waiting, unread, for a lane: at most [`TCP_WAIT_PER_ADDR`] (8) per
-//!   remote address and [`TCP_WAIT_MAX`] (256) per node. Beyond the address's cap its oldest
-//!   waiting connection is reset (`tcp_wait_addr_evicted`): a peer reconnecting its lanes
-//!   again has given up on the older attempts. Beyond the node's cap the oldest waiting
-//!   connection of the address holding the most is reset (`tcp_wait_node_evicted`), so that
-//!   many addresses flooding cannot push out a peer with few. A connection that waits
-//!   [`STASH_MAX`] (5 s) without getting a lane is reset (`tcp_wait_expired`).
+//! - Accepted connections waiting, unread, for a lane are held by the engine's rules
+//!   ([`crate::proto::stack::HELD_PER_ADDR`] per remote address,
+//!   [`crate::proto::stack::HELD_MAX`] per node, at most `STASH_MAX`); this module keeps
+//!   their sockets and resets the ones the engine gives up (`tcp_wait_addr_evicted`,
+//!   `tcp_wait_node_evicted`, `tcp_wait_expired`).
 //! - When `accept` fails for want of descriptors (EMFILE, ENFILE; `tcp_accept_emfile`), the
 //!   pending connection stays in the backlog: its peer's TCP already acknowledged what it
 //!   sent, and RDS/TCP counts that as delivered, so resetting it would lose messages. After
@@ -39,8 +37,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::tap::{Dir, Tap, TxFrames};
 use crate::buf;
-use crate::proto::stack::STASH_MAX;
-use crate::proto::{canonical, AcceptError, ConnId, DropReason, Frame, Stack, StreamParser};
+use crate::proto::{canonical, AcceptError, ConnId, DropReason, Frame, HeldEnd, LinkId};
+use crate::proto::{Stack, StreamParser};
 use crate::stats::{TcpCounter, TcpStats};
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use crate::time::Instant;
@@ -80,11 +78,6 @@ pub(crate) const TCP_CONNS_PER_ADDR: usize = 32;
 pub(crate) const TCP_CONNS_MAX: usize = 4096;
 /// The node's connection cap is never set below this, whatever `RLIMIT_NOFILE` says.
 pub(crate) const TCP_CONNS_MIN: usize = 16;
-/// Most accepted connections waiting for a lane per remote address (a reconnect of all 8
-/// lanes).
-pub(crate) const TCP_WAIT_PER_ADDR: usize = 8;
-/// Most accepted connections waiting for a lane per node.
-pub(crate) const TCP_WAIT_MAX: usize = 256;
 /// First pause of a listener whose `accept` failed (EMFILE, ENFILE, ENOBUFS, ...).
 pub(crate) const LISTEN_PAUSE_MIN: Duration = Duration::from_millis(100);
 /// Longest pause of a listener while its `accept` keeps failing.
@@ -213,8 +206,9 @@ pub(crate) struct Tcp {
     pending_flush: Vec<usize>,
     pub stats: Arc<TcpStats>,
     port_rng: crate::proto::Rng,
-    stashed: Vec<Stashed>,
-    stash_retry_at: Instant,
+    /// Accepted connections the engine holds unread ([`crate::proto::Incoming::Hold`]).
+    held: HashMap<LinkId, HeldConn>,
+    next_link: u64,
     /// Test hook: where outgoing connections to a peer address go instead of `peer:16385`.
     routes: HashMap<IpAddr, SocketAddr>,
     /// Bytes the parsers' messages in progress hold, in all.
@@ -223,17 +217,13 @@ pub(crate) struct Tcp {
     partial_cap: usize,
 }
 
-/// An accepted connection waiting, unread, for a lane.
+/// An accepted connection the engine holds, unread, until it has a lane for it.
 #[derive(Debug)]
-pub(crate) struct Stashed {
+pub(crate) struct HeldConn {
     pub stream: TcpStream,
     pub local: SocketAddr,
     pub peer: SocketAddr,
-    pub since: Instant,
 }
-
-/// How often held connections are offered to the engine again.
-const STASH_RETRY: Duration = Duration::from_millis(2);
 
 /// A listener's bind error: when the port is taken and the kernel's RDS `module` (`rds_tcp`
 /// for 16385, `rds_rdma` for the RDMA CM port) is loaded, one line naming the module and what
@@ -274,8 +264,8 @@ impl Tcp {
             pending_flush: Vec::new(),
             stats,
             port_rng: crate::proto::Rng::new(seed),
-            stashed: Vec::new(),
-            stash_retry_at: Instant::ZERO,
+            held: HashMap::new(),
+            next_link: 0,
             routes: HashMap::new(),
             partial_total: 0,
             partial_cap: usize::MAX,
@@ -314,7 +304,7 @@ impl Tcp {
 
     /// Accepted connections waiting for a lane.
     pub(crate) fn waiting(&self) -> usize {
-        self.stashed.len()
+        self.held.len()
     }
 
     fn insert(&mut self, c: TcpConn) -> usize {
@@ -426,12 +416,12 @@ impl Tcp {
                     let ip = canonical(peer.ip());
                     let of_addr = self.per_addr.get(&ip).copied().unwrap_or(0)
                         + self
-                            .stashed
-                            .iter()
-                            .filter(|s| canonical(s.peer.ip()) == ip)
+                            .held
+                            .values()
+                            .filter(|h| canonical(h.peer.ip()) == ip)
                             .count()
                         + fresh.get(&ip).copied().unwrap_or(0);
-                    let total = self.live + self.stashed.len() + fresh_total;
+                    let total = self.live + self.held.len() + fresh_total;
                     let over = if of_addr >= TCP_CONNS_PER_ADDR {
                         Some(TcpCounter::TcpAcceptAddrLimit)
                     } else if total >= self.conn_cap {
@@ -688,6 +678,7 @@ impl Tcp {
         laddr: IpAddr,
         faddr: IpAddr,
         tun: &Tunables,
+        now: Instant,
     ) -> io::Result<()> {
         let target = self
             .routes
@@ -742,7 +733,9 @@ impl Tcp {
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
         if let Some(old) = self.by_path.insert((conn, path), idx) {
-            self.close_now(old, false);
+            // The engine connects a path only after its previous connection ended or was
+            // dropped; should one still be here, it is read to its end, never closed unread.
+            self.retire(old, now);
         }
         self.epoll
             .add(fd, TOKEN_CONN | idx as u64, EPOLLOUT | EPOLLIN | EPOLLRDHUP)?;
@@ -764,11 +757,12 @@ impl Tcp {
         }
     }
 
-    /// Identity of a connection attempt.
+    /// Identity of a connection attempt still in progress (not one the engine dropped since
+    /// its outcome was collected: that one drains).
     pub(crate) fn ident(&self, idx: usize, serial: u64) -> Option<(ConnId, usize, u32)> {
         self.conns[idx]
             .as_ref()
-            .filter(|c| c.serial == serial)
+            .filter(|c| c.serial == serial && c.state == State::Connecting)
             .map(|c| (c.conn, c.path, c.epoch))
     }
 
@@ -783,14 +777,24 @@ impl Tcp {
         path: usize,
         epoch: u32,
         tun: &Tunables,
+        now: Instant,
     ) -> io::Result<()> {
         stream.set_nonblocking(true)?;
         sys::tune_rds_tcp(stream.as_raw_fd())?;
         sys::set_bufs(stream.as_raw_fd(), tun.tcp_sndbuf, tun.tcp_rcvbuf)?;
         if let Some(&old) = self.by_path.get(&(conn, path)) {
-            // The engine replaced the stale connection of this path.
+            // Only a larger address's attempt that asked us to connect back can still be
+            // here (the peer resets it without writing to it: rule 5 of the engine's
+            // connection lifecycle); anything else is read to its end.
             self.stats.inc(TcpCounter::TcpListenClosedStale);
-            self.close_now(old, false);
+            let connecting = self.conns[old]
+                .as_ref()
+                .is_some_and(|c| c.state == State::Connecting);
+            if connecting {
+                self.close_now(old, false);
+            } else {
+                self.retire(old, now);
+            }
         }
         self.next_serial += 1;
         let c = TcpConn {
@@ -837,85 +841,37 @@ impl Tcp {
         reset(stream);
     }
 
-    /// Holds an accepted connection unread until the engine can give it a lane, within the
-    /// waiting caps: beyond [`TCP_WAIT_PER_ADDR`] the address's oldest waiting connection is
-    /// reset, beyond [`TCP_WAIT_MAX`] the oldest one of the address holding the most.
-    pub(crate) fn stash(
-        &mut self,
-        stream: TcpStream,
-        local: SocketAddr,
-        peer: SocketAddr,
-        since: Instant,
-        now: Instant,
-    ) {
-        let ip = canonical(peer.ip());
-        let oldest_of = |stashed: &[Stashed], ip: IpAddr| {
-            stashed
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| canonical(s.peer.ip()) == ip)
-                .min_by_key(|(_, s)| s.since)
-                .map(|(i, _)| i)
-        };
-        let same = self
-            .stashed
-            .iter()
-            .filter(|s| canonical(s.peer.ip()) == ip)
-            .count();
-        if same >= TCP_WAIT_PER_ADDR {
-            if let Some(i) = oldest_of(&self.stashed, ip) {
-                self.stats.inc(TcpCounter::TcpWaitAddrEvicted);
-                reset(self.stashed.swap_remove(i).stream);
-            }
-        } else if self.stashed.len() >= TCP_WAIT_MAX {
-            // The newcomer counts for its address: a flood from one address evicts its own.
-            let mut counts: HashMap<IpAddr, (usize, Instant)> = HashMap::new();
-            counts.insert(ip, (1, since));
-            for s in &self.stashed {
-                let e = counts.entry(canonical(s.peer.ip())).or_insert((0, s.since));
-                e.0 += 1;
-                e.1 = e.1.min(s.since);
-            }
-            let victim = counts
-                .iter()
-                .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.1 .1.cmp(&a.1 .1)))
-                .and_then(|(&v, _)| oldest_of(&self.stashed, v));
-            self.stats.inc(TcpCounter::TcpWaitNodeEvicted);
-            match victim {
-                Some(i) => reset(self.stashed.swap_remove(i).stream),
-                // The newcomer is the one to go (every address holds one, it is the oldest).
-                None => {
-                    reset(stream);
-                    return;
-                }
-            }
-        }
-        if self.stashed.is_empty() {
-            self.stash_retry_at = now + STASH_RETRY;
-        }
-        self.stashed.push(Stashed {
-            stream,
-            local,
-            peer,
-            since,
-        });
+    /// A name for an accepted connection offered to the engine.
+    pub(crate) fn new_link(&mut self) -> LinkId {
+        self.next_link += 1;
+        LinkId(self.next_link)
     }
 
-    /// Held connections due for another try (all of them, every few milliseconds); those that
-    /// waited [`STASH_MAX`] are reset instead.
-    pub(crate) fn take_stash(&mut self, now: Instant) -> Vec<Stashed> {
-        if self.stashed.is_empty() || now < self.stash_retry_at {
-            return Vec::new();
+    /// Keeps an accepted connection unread: the engine holds it ([`crate::proto::Incoming::Hold`]).
+    pub(crate) fn hold(&mut self, link: LinkId, h: HeldConn) {
+        self.held.insert(link, h);
+    }
+
+    /// The held connection `link`, for the engine's [`crate::proto::Event::Adopt`].
+    pub(crate) fn take_held(&mut self, link: LinkId) -> Option<HeldConn> {
+        self.held.remove(&link)
+    }
+
+    /// Resets the held connection `link` that the engine gave up, counted by why.
+    pub(crate) fn refuse_held(&mut self, link: LinkId, why: HeldEnd) {
+        let Some(h) = self.held.remove(&link) else {
+            return;
+        };
+        match why {
+            HeldEnd::AddrEvicted => self.stats.inc(TcpCounter::TcpWaitAddrEvicted),
+            HeldEnd::NodeEvicted => self.stats.inc(TcpCounter::TcpWaitNodeEvicted),
+            HeldEnd::Expired => self.stats.inc(TcpCounter::TcpWaitExpired),
+            HeldEnd::Refused(e) => {
+                self.refuse(h.stream, e);
+                return;
+            }
         }
-        self.stash_retry_at = now + STASH_RETRY;
-        let (expired, due): (Vec<Stashed>, Vec<Stashed>) = std::mem::take(&mut self.stashed)
-            .into_iter()
-            .partition(|s| now - s.since >= STASH_MAX);
-        for s in expired {
-            self.stats.inc(TcpCounter::TcpWaitExpired);
-            reset(s.stream);
-        }
-        due
+        reset(h.stream);
     }
 
     /// The engine dropped `(conn, path, epoch)`: half-close and drain, or close at once.
@@ -938,17 +894,44 @@ impl Tcp {
             // end first, so nothing our TCP acknowledged on it is lost).
             self.stats.inc(TcpCounter::TcpListenClosedStale);
         }
-        if reason.drains() && c.state == State::Up {
-            let _ = c.stream.shutdown(Shutdown::Write);
-            c.state = State::Draining(now + DRAIN_TIMEOUT);
-            c.out.clear();
-            c.out_bytes = 0;
-            c.more = false;
-            None
+        if reason.drains() {
+            // Up, or still connecting (the peer may have adopted it and written to it): read
+            // to its end (the engine's connection lifecycle, rules 2 and 3).
+            self.retire(idx, now);
         } else {
             self.close_now(idx, reason == DropReason::Protocol);
-            None
         }
+        None
+    }
+
+    /// Half-closes connection `idx` and reads it to its end (its frames keep their epoch;
+    /// [`TcpOut::Closed`] reports the end). `shutdown(2)` aborts an attempt still in
+    /// `SYN_SENT`, which then ends at once with nothing read.
+    pub(crate) fn retire(&mut self, idx: usize, now: Instant) {
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        if self.by_path.get(&(c.conn, c.path)) == Some(&idx) {
+            self.by_path.remove(&(c.conn, c.path));
+        }
+        if matches!(c.state, State::Draining(_)) {
+            return;
+        }
+        let _ = c.stream.shutdown(Shutdown::Write);
+        c.state = State::Draining(now + DRAIN_TIMEOUT);
+        c.out.clear();
+        c.out_bytes = 0;
+        c.more = false;
+        if c.epoll_out {
+            c.epoll_out = false;
+            let _ = self.epoll.modify(
+                c.stream.as_raw_fd(),
+                TOKEN_CONN | idx as u64,
+                EPOLLIN | EPOLLRDHUP,
+            );
+        }
+        // Whatever is readable now (and the end of an aborted attempt) is read next round.
+        self.pending_flush.push(idx);
     }
 
     /// Closes at once (RST if `reset`), without telling the engine.
@@ -1188,7 +1171,6 @@ impl Tcp {
     }
 
     pub(crate) fn next_timer(&self) -> Option<Instant> {
-        let stash = (!self.stashed.is_empty()).then_some(self.stash_retry_at);
         let paused = self.listeners.iter().filter_map(|l| l.paused_until);
         self.conns
             .iter()
@@ -1202,7 +1184,6 @@ impl Tcp {
                 t.into_iter()
                     .chain(c.partial_since.map(|p| p + Duration::from_secs(1)))
             })
-            .chain(stash)
             .chain(paused)
             .min()
     }
@@ -1249,8 +1230,8 @@ impl Tcp {
         for l in self.listeners.drain(..) {
             let _ = self.epoll.delete(l.sock.as_raw_fd());
         }
-        for s in self.stashed.drain(..) {
-            reset(s.stream);
+        for (_, h) in self.held.drain() {
+            reset(h.stream);
         }
     }
 

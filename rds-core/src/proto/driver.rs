@@ -14,7 +14,9 @@
 
 use crate::time::Instant;
 
-use super::{ConnId, DropReason, Event, Frame, SockId, Stack, StreamError, Transmit};
+use super::{
+    ConnId, DropReason, Event, Frame, HeldEnd, LinkId, SockId, Stack, StreamError, Transmit,
+};
 
 /// The I/O side of a driver: what a transport does for the engine's [`Event`]s.
 ///
@@ -51,6 +53,18 @@ pub trait Io {
     fn rdma_unuse(&mut self, sock: SockId, rkey: u32) {
         let _ = (sock, rkey);
     }
+
+    /// [`Event::Adopt`]: the held accepted connection `link` carries `(conn, path, epoch)`
+    /// now; read it (from its first byte). A transport that never answers
+    /// [`Stack::link_accepted`] with a connection to hold has none.
+    fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
+        let _ = (link, conn, path, epoch);
+    }
+
+    /// [`Event::Refuse`]: reset the held accepted connection `link` unread.
+    fn refuse(&mut self, link: LinkId, why: HeldEnd) {
+        let _ = (link, why);
+    }
 }
 
 /// Acts on every event the stack has, in order, including those that acting on them causes.
@@ -78,6 +92,13 @@ pub fn dispatch<I: Io + ?Sized>(io: &mut I, ev: Event) {
         Event::Wake(sock) => io.wake(sock),
         Event::CongChanged => io.cong_changed(),
         Event::RdmaUnuse { sock, rkey } => io.rdma_unuse(sock, rkey),
+        Event::Adopt {
+            link,
+            conn,
+            path,
+            epoch,
+        } => io.adopt(link, conn, path, epoch),
+        Event::Refuse { link, why } => io.refuse(link, why),
     }
 }
 

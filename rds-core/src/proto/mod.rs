@@ -7,8 +7,9 @@
 //! Calls, in the style of a sans-IO engine:
 //! - **application**: [`Stack::socket`], [`Stack::bind`], [`Stack::send`], [`Stack::recv`],
 //!   [`Stack::close`], socket options;
-//! - **transport inputs** (`handle_*`): a path connected or failed, bytes acknowledged, a frame
-//!   or fragment received, an ACK sent;
+//! - **transport inputs** (`handle_*`, `link_*`): a connection accepted or connected (the
+//!   engine answers read, hold, drain or refuse: see [`stack`]'s connection lifecycle), a path
+//!   failed or ended, bytes acknowledged, a frame or fragment received, an ACK sent;
 //! - **outputs** (`poll_*`): [`Stack::poll_transmit`] for frames of a path,
 //!   [`Stack::poll_event`] for work (connect, disconnect, transmit, wake a socket) and
 //!   [`Stack::poll_timeout`] for the next timer, handled with [`Stack::handle_timeout`].
@@ -99,6 +100,81 @@ pub enum Event {
         /// The region's remote key (from the `RDMA` extension header).
         rkey: u32,
     },
+    /// A held accepted connection ([`Incoming::Hold`]) now carries `(conn, path, epoch)`:
+    /// start reading it (what its peer sent meanwhile first).
+    Adopt {
+        /// The transport's name for the connection.
+        link: LinkId,
+        /// Connection.
+        conn: ConnId,
+        /// Path index.
+        path: usize,
+        /// The path's epoch, to quote with its frames.
+        epoch: u32,
+    },
+    /// A held accepted connection is given up: reset it unread.
+    Refuse {
+        /// The transport's name for the connection.
+        link: LinkId,
+        /// Why.
+        why: HeldEnd,
+    },
+}
+
+/// The transport's name for one accepted connection it offered the engine
+/// ([`Stack::link_accepted`]); unique among the connections it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(pub u64);
+
+/// The engine's answer to an accepted transport connection ([`Stack::link_accepted`]), in
+/// the shape of quinn-proto's `Incoming` (accept, retry later, refuse).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incoming {
+    /// Read it now: it carries `(conn, path, epoch)`.
+    Read {
+        /// Connection.
+        conn: ConnId,
+        /// Path index.
+        path: usize,
+        /// The path's epoch, to quote with its frames.
+        epoch: u32,
+    },
+    /// Keep it open and unread: the engine holds it (its own timer, [`Stack::poll_timeout`])
+    /// and later answers [`Event::Adopt`] or [`Event::Refuse`] for it.
+    Hold,
+    /// Reset it unread.
+    Refuse(AcceptError),
+}
+
+/// The engine's answer to an outgoing transport connection that completed
+/// ([`Stack::link_connected`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Established {
+    /// It carries the path now, with this (new) epoch: read and write it.
+    Read {
+        /// The path's epoch, to quote with its frames from now on.
+        epoch: u32,
+    },
+    /// The path moved on while it connected, and its peer may have written to it: half-close
+    /// it, read it to its end (its frames quote the attempt's epoch) and report
+    /// [`Stack::handle_disconnected`] for that epoch.
+    Drain,
+    /// Nothing can have been written to it that we need (a connection that only asked the peer
+    /// to connect back, or one the engine dropped on purpose): close it.
+    Close,
+}
+
+/// Why a held accepted connection is given up ([`Event::Refuse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldEnd {
+    /// Its address held [`stack::HELD_PER_ADDR`] connections already; the oldest goes.
+    AddrEvicted,
+    /// The node held [`stack::HELD_MAX`]; the oldest of the address holding most goes.
+    NodeEvicted,
+    /// It waited [`stack::STASH_MAX`] for a lane.
+    Expired,
+    /// Offered again, the engine refused it.
+    Refused(AcceptError),
 }
 
 /// Why the engine dropped a path.

@@ -5,6 +5,7 @@
 mod cong;
 mod handshake;
 mod info;
+mod links;
 mod paths;
 mod receive;
 mod send;
@@ -27,6 +28,8 @@ use super::rng::Rng;
 use super::sock::Sock;
 use super::{canonical, ConnId, Event, SockId, TransportKind};
 use crate::info::PathState;
+
+pub use links::{HELD_MAX, HELD_PER_ADDR, HELD_RETRY};
 
 /// How long a multipath connection waits for the peer's handshake pong before it settles on a
 /// single path. The kernel waits forever (a blocking sender hangs if the peer never answers the
@@ -118,6 +121,10 @@ pub struct Stack {
     next_memo_serial: u64,
     stats: Stats,
     events: VecDeque<Event>,
+    /// Accepted connections held unread, waiting for a lane ([`links`]).
+    held: Vec<links::Held>,
+    /// When they are offered again.
+    held_retry_at: Option<Instant>,
     wakes: BTreeSet<SockId>,
     next_msg_id: u64,
     loop_work: Vec<ConnId>,
@@ -152,6 +159,8 @@ impl Stack {
             next_memo_serial: 0,
             stats: Stats::default(),
             events: VecDeque::new(),
+            held: Vec::new(),
+            held_retry_at: None,
             wakes: BTreeSet::new(),
             next_msg_id: 1,
             loop_work: Vec::new(),
@@ -365,6 +374,7 @@ impl Stack {
                     .chain(c.hs_deadline)
                     .chain(Self::idle(c).then(|| c.last_active + CONN_IDLE_LIFETIME))
             })
+            .chain(self.held_timer())
             .min()
     }
 }

@@ -36,6 +36,9 @@ impl Stack {
 
     /// Runs due timers: reconnects, handshake fallbacks, and freeing idle connections.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.held_timer().is_some_and(|t| t <= now) {
+            self.retry_held(now);
+        }
         for ci in self.conns.ids() {
             let cid = ConnId(ci as u32);
             if self.conns[ci].hs_deadline.is_some_and(|t| t <= now) {
@@ -157,6 +160,7 @@ impl Stack {
             if p.state == PathState::Down && !self.shutting_down {
                 self.queue_reconnect(now, conn, path);
             }
+            self.held_due_now(now);
             return;
         }
         if p.epoch != epoch {
@@ -543,6 +547,7 @@ impl Stack {
         let (max_p, max_b) = (self.tun.max_unacked_packets, self.tun.max_unacked_bytes);
         let c = &mut self.conns[ci];
         let multipath = c.kind.multipath();
+        let kind = c.kind;
         let p = &mut c.paths[path];
         let was = p.state;
         let mut drain = false;
@@ -554,7 +559,10 @@ impl Stack {
                     epoch: p.epoch,
                     reason,
                 });
-                if was == PathState::Up && reason.drains() {
+                // The connection is read to its end before the path reconnects (see
+                // `links`: rules 2 and 3).
+                let drains_here = was == PathState::Up || Self::drains_attempt(kind, was);
+                if drains_here && reason.drains() {
                     p.drain_epoch = Some(p.epoch);
                     drain = true;
                 }
