@@ -17,7 +17,8 @@
 //! Files: this one is the API and the embedded backend; `remote` the daemon backend (requests
 //! on the control connection) and `answer` what the daemon's answers become; [`host`] the
 //! daemon's side, which serves client sockets to other processes; [`ring`] the shared-memory
-//! rings daemon client sockets send and receive through (both sides).
+//! rings daemon client sockets send and receive through (both sides); `cong` the wake-up of
+//! senders blocked by a congested destination ([`Socket::wait_uncongested`]).
 //!
 //! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
 //! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
@@ -33,6 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 mod answer;
+mod cong;
 pub mod host;
 mod kern;
 mod remote;
@@ -212,6 +214,8 @@ pub struct Socket {
     rcvtimeo_ns: AtomicU64,
     sndtimeo_ns: AtomicU64,
     timestamps: AtomicBool,
+    /// What [`Socket::wait_uncongested`] waits on, on an embedded node (`cong`).
+    cong: cong::Slot,
 }
 
 static DEFAULT_NODE: Mutex<Option<Node>> = Mutex::new(None);
@@ -290,6 +294,7 @@ impl Socket {
             rcvtimeo_ns: AtomicU64::new(0),
             sndtimeo_ns: AtomicU64::new(0),
             timestamps: AtomicBool::new(false),
+            cong: cong::Slot::default(),
         }
     }
 
