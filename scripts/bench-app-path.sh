@@ -151,7 +151,7 @@ stress_loop_sc() {
 	[ -n "$SCMODE" ] || { echo -; return; }
 	local bin=$1 q=$2 a=$3 d=$4 t=$5 out=$RUN/stress-sc.json
 	PORT=$((PORT + 1))
-	RDS_NO_DAEMON=1 timeout $((SC_SECS + 60)) sc_run "$RUN/sc" "$bin/rds-stress" --loopback -r $E1 -s $E2 \
+	RDS_NO_DAEMON=1 sc_run "$RUN/sc" timeout $((SC_SECS + 60)) "$bin/rds-stress" --loopback -r $E1 -s $E2 \
 		-p $PORT -q "$q" -a "$a" -d "$d" -t "$t" -T "$SC_SECS" -z --json >"$out" 2>/dev/null
 	py "print('%.1f' % ($(sc_total "$RUN/sc") / max($(stress_reqs "$out" "$SC_SECS" "$q"), 1)))"
 }
@@ -181,10 +181,10 @@ stress_daemon_sc() {
 	local bin=$1 q=$2 a=$3 d=$4 t=$5 out=$RUN/stress-sc.json pp
 	PORT=$((PORT + 1))
 	sc_bg "$RUN/sc-daemon" "$DPID"
-	timeout $((SC_SECS + 60)) sc_run "$RUN/sc2" "$bin/rds-stress" -r $D1 -p $PORT >/dev/null 2>&1 &
+	sc_run "$RUN/sc2" timeout $((SC_SECS + 60)) "$bin/rds-stress" -r $D1 -p $PORT >/dev/null 2>&1 &
 	pp=$!
 	PIDS+=("$pp")
-	timeout $((SC_SECS + 60)) sc_run "$RUN/sc" "$bin/rds-stress" -r $D2 -s $D1 -p $PORT \
+	sc_run "$RUN/sc" timeout $((SC_SECS + 60)) "$bin/rds-stress" -r $D2 -s $D1 -p $PORT \
 		--connect-retries 20 -q "$q" -a "$a" -d "$d" -t "$t" -T "$SC_SECS" -z --json >"$out" 2>/dev/null
 	wait "$pp" || true
 	sc_end
@@ -212,7 +212,7 @@ ping_sc() {
 	[ -n "$SCMODE" ] || { echo -; return; }
 	local bin=$1 n=$((SC_SECS * 500)) got
 	sc_bg "$RUN/sc-daemon" "$DPID"
-	RDS_NO_DAEMON= timeout $((SC_SECS + 60)) sc_run "$RUN/sc" "$bin/rds-ping" -I $E1 -n 1 -c $n -i 1ms $D1 2>/dev/null |
+	RDS_NO_DAEMON= sc_run "$RUN/sc" timeout $((SC_SECS + 60)) "$bin/rds-ping" -I $E1 -n 1 -c $n -i 1ms $D1 2>/dev/null |
 		grep -c ' usec$' >"$RUN/ping-n" || true
 	sc_end
 	got=$(cat "$RUN/ping-n")
