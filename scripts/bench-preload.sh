@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# qperf over the preload library: rds_lat and rds_bw between two preloaded qperf processes on
-# loopback (embedded nodes: the server's RDS socket on the address it is reached at, the
-# client's on 127.0.0.1), next to qperf's tcp_lat and tcp_bw in the same run, and the ratios.
-# With --vs OTHER.so (e.g. main's library built into another target directory), also rounds
-# of the rds tests through both libraries, and this library's medians over OTHER's.
+# qperf over the preload library: rds_lat and rds_bw (qperf's default message size, -m 4096
+# and -m 65536) between two preloaded qperf processes on loopback (embedded nodes: the
+# server's RDS socket on the address it is reached at, the client's on 127.0.0.1), next to
+# qperf's tcp_lat and tcp_bw with the same options in the same run, the ratios and the
+# targets of issue 32 (rds_lat <= 1.3x tcp_lat, rds_bw >= 0.5x tcp_bw).
+# With --vs OTHER.so (the library before a change, e.g. /work/wt/old/target/release/
+# librds_preload.so, or main's built into another target directory), also ROUNDS rounds
+# (default 3) of the rds tests through both libraries, alternating which goes first, and each
+# library's medians with their ratios to tcp and this library's over OTHER's.
 # Not part of the CI test run (tests/tests/preload.rs runs qperf as a test).
 # Usage: [ROUNDS=n] scripts/bench-preload.sh [--vs OTHER.so] [seconds per test, default 5]
 #        [server address, default 127.21.9.2]
@@ -36,12 +40,13 @@ serve() {
 	LD_PRELOAD=$1 qperf -lp "$PORT" >/dev/null 2>&1 &
 	server=$!
 }
-# One client of test $2 preloaded with library $1, retried while the server does not listen
-# (qperf listens anew after each test).
+# One client of test $2 with qperf options $3 (message size), preloaded with library $1,
+# retried while the server does not listen (qperf listens anew after each test).
 run() {
 	local out
 	for _ in $(seq 1 50); do
-		out=$(LD_PRELOAD=$1 timeout $((SECS + 30)) qperf -lp "$PORT" -t "$SECS" "$ADDR" "$2" 2>&1) || true
+		# shellcheck disable=SC2086
+		out=$(LD_PRELOAD=$1 timeout $((SECS + 30)) qperf -lp "$PORT" -t "$SECS" $3 "$ADDR" "$2" 2>&1) || true
 		case $out in
 		*"Connection refused"*) sleep 0.2 ;;
 		*) break ;;
@@ -49,27 +54,32 @@ run() {
 	done
 	# The figure and its unit ("57.3 us", "152 MB/sec").
 	awk '$2 == "=" { print $3, $4; found = 1; exit } END { if (!found) print "0 ?" }' <<<"$out"
-	[[ $out == *"latency"* || $out == *"bw"* ]] || echo "bench-preload: $2: $out" >&2
+	[[ $out == *"latency"* || $out == *"bw"* ]] || echo "bench-preload: $2 $3: $out" >&2
 }
+# The rows: test suffix (lat, bw) and qperf options.
+ROWS=("lat|" "bw|" "bw|-m 4096" "bw|-m 65536")
+res=()
 serve "$LIB"
-rds_lat=$(run "$LIB" rds_lat)
-tcp_lat=$(run "$LIB" tcp_lat)
-rds_bw=$(run "$LIB" rds_bw)
-tcp_bw=$(run "$LIB" tcp_bw)
-# --vs: ROUNDS rounds (default 5), each running both libraries' rds tests back to back,
-# alternating which goes first; the medians are compared (the machine's load varies more
-# between runs than the libraries differ).
-vs=()
+for row in "${ROWS[@]}"; do
+	kind=${row%%|*} opts=${row#*|}
+	res+=("this|$kind|$opts|$(run "$LIB" "rds_$kind" "$opts")")
+	res+=("tcp|$kind|$opts|$(run "$LIB" "tcp_$kind" "$opts")")
+done
 if [[ -n $VS ]]; then
-	for r in $(seq 1 "${ROUNDS:-5}"); do
+	for r in $(seq 1 "${ROUNDS:-3}"); do
 		if ((r % 2)); then order=("$LIB" "$VS"); else order=("$VS" "$LIB"); fi
 		for l in "${order[@]}"; do
 			serve "$l"
-			vs+=("$l=$(run "$l" rds_lat)=$(run "$l" rds_bw)")
+			who=vs
+			[[ $l == "$LIB" ]] && who=round
+			for row in "${ROWS[@]}"; do
+				kind=${row%%|*} opts=${row#*|}
+				res+=("$who|$kind|$opts|$(run "$l" "rds_$kind" "$opts")")
+			done
 		done
 	done
 fi
-python3 - "$rds_lat" "$tcp_lat" "$rds_bw" "$tcp_bw" "$LIB" "$VS" "${vs[@]}" <<'PY'
+python3 - "$VS" "${res[@]}" <<'PY'
 import statistics
 import sys
 SCALE = {"ns": 1e-3, "us": 1, "ms": 1e3, "sec": 1e6, "bytes/sec": 1, "KB/sec": 1e3,
@@ -77,22 +87,31 @@ SCALE = {"ns": 1e-3, "us": 1, "ms": 1e3, "sec": 1e6, "bytes/sec": 1, "KB/sec": 1
 def value(s):
     n, unit = s.split()
     return float(n) * SCALE.get(unit, float("nan"))
-rl, tl, rb, tb = (value(x) for x in sys.argv[1:5])
-print(f"latency    rds_lat {rl:9.1f} us     tcp_lat {tl:9.1f} us     rds/tcp {rl / tl:6.2f}")
-print(f"bandwidth  rds_bw  {rb / 1e6:9.1f} MB/s   tcp_bw  {tb / 1e6:9.1f} MB/s   rds/tcp {rb / tb:6.3f}")
-lib, vs = sys.argv[5], sys.argv[6]
+vs = sys.argv[1]
+got = {}
+for r in sys.argv[2:]:
+    who, kind, opts, fig = r.split("|")
+    v = value(fig)
+    if v > 0:
+        got.setdefault((who, kind, opts), []).append(v)
+def fmt(kind, v):
+    return f"{v:9.1f} us  " if kind == "lat" else f"{v / 1e6:9.1f} MB/s"
+def med(who, kind, opts):
+    xs = got.get((who, kind, opts))
+    return statistics.median(xs) if xs else float("nan")
+rows = [("lat", ""), ("bw", ""), ("bw", "-m 4096"), ("bw", "-m 65536")]
+print(f"{'test':22} {'rds':>14} {'tcp':>14} {'rds/tcp':>8}  target")
+for kind, opts in rows:
+    name = f"rds_{kind} {opts or '(default size)'}"
+    r, t = med("this", kind, opts), med("tcp", kind, opts)
+    target = "<= 1.3" if kind == "lat" else ">= 0.5"
+    print(f"{name:22} {fmt(kind, r):>14} {fmt(kind, t):>14} {r / t:8.3f}  {target}")
 if vs:
-    runs = {lib: ([], []), vs: ([], [])}
-    for r in sys.argv[7:]:
-        l, lat, bw = r.split("=")
-        if value(lat) > 0 and value(bw) > 0:
-            runs[l][0].append(value(lat))
-            runs[l][1].append(value(bw))
-    if not all(runs[l][0] for l in runs):
-        sys.exit("bench-preload: --vs: no complete round")
-    (la, ba), (lb, bb) = ((statistics.median(x) for x in runs[l]) for l in (lib, vs))
-    n = len(runs[lib][0])
-    print(f"medians of {n} alternating rounds, this library / {vs}:")
-    print(f"latency    rds_lat {la:9.1f} us   vs {lb:9.1f} us     this/vs {la / lb:6.2f}")
-    print(f"bandwidth  rds_bw  {ba / 1e6:9.1f} MB/s vs {bb / 1e6:9.1f} MB/s   this/vs {ba / bb:6.2f}")
+    n = len(got.get(("round", "lat", ""), []))
+    print(f"\nmedians of {n} alternating rounds, this library / {vs}, each over tcp (above):")
+    print(f"{'test':22} {'this':>14} {'before':>14} {'this/tcp':>8} {'before/tcp':>10} {'this/before':>11}")
+    for kind, opts in rows:
+        name = f"rds_{kind} {opts or '(default size)'}"
+        a, b, t = med("round", kind, opts), med("vs", kind, opts), med("tcp", kind, opts)
+        print(f"{name:22} {fmt(kind, a):>14} {fmt(kind, b):>14} {a / t:8.3f} {b / t:10.3f} {a / b:11.2f}")
 PY

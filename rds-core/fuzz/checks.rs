@@ -1151,8 +1151,8 @@ pub fn ring(data: &[u8]) {
     use rds_core::ctl::client::CtlClient;
     use rds_core::ctl::{Reply, Request};
     use rds_core::socket::ring::{
-        Rec, F_BATCH, F_PEEK, F_POSTED, OP_RECV, OP_SEND, OP_SYNC, REC_HDR, REQ_DATA,
-        REQ_HEAD_WORD, RES_HEAD_WORD, RES_TAIL_WORD, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
+        Rec, F_BATCH, F_PEEK, F_POSTED, OP_CONG, OP_RECV, OP_SEND, OP_SYNC, REC_HDR, REQ_DATA,
+        REQ_HEAD_WORD, RES_HEAD_WORD, RES_TAIL_WORD, RING_CAP, RING_FDS, SEG_LEN, WANT_RX, WANT_TX,
         WANT_WORD,
     };
     use std::os::fd::{AsRawFd, OwnedFd};
@@ -1188,7 +1188,7 @@ pub fn ring(data: &[u8]) {
         .is_ok());
     let (reply, _, fds) = c.call_fds(&Request::SockRing { sock }).expect("SockRing");
     assert_eq!(reply, Reply::SockRing { seg_len: SEG_LEN });
-    assert_eq!(fds.len(), 5);
+    assert_eq!(fds.len(), RING_FDS);
     let seg = std::fs::File::from(fds[0].try_clone().unwrap());
     let word = |off: usize, v: u64| {
         let _ = seg.write_all_at(&v.to_le_bytes(), off as u64);
@@ -1236,7 +1236,7 @@ pub fn ring(data: &[u8]) {
             }
             2 => {
                 // A well-formed record at the client's own position, published.
-                let op = [OP_SEND, OP_RECV, OP_SYNC][usize::from(r.u8() % 3)];
+                let op = [OP_SEND, OP_RECV, OP_SYNC, OP_CONG][usize::from(r.u8() % 4)];
                 let flags = r.u32() & (F_POSTED | F_BATCH | F_PEEK);
                 let len = usize::from(r.u16() % 8192);
                 let rec = Rec {
@@ -1260,7 +1260,7 @@ pub fn ring(data: &[u8]) {
             3 => ring_bell(&fds),
             4 => {
                 // What a client may do to the descriptors it holds.
-                let fd = &fds[1 + usize::from(r.u8() % 4)];
+                let fd = &fds[1 + usize::from(r.u8() % (RING_FDS as u8 - 1))];
                 match r.u8() % 3 {
                     0 => {
                         use nix::fcntl::{fcntl, FcntlArg, OFlag};

@@ -269,6 +269,8 @@ fn send_inner(
     }
     let nonblock = flags & libc::MSG_DONTWAIT != 0 || e.nonblock.load(Ordering::Relaxed);
     let end = deadline(e, false);
+    // The destination was found not congested right after a send failed with ENOBUFS.
+    let mut not_congested = false;
     loop {
         let r = match &ctl {
             None => e.sock.send_bytes(data.clone(), dest, true).map_err(errno),
@@ -282,7 +284,19 @@ fn send_inner(
                 let tx = e.ready_fds().map(|f| f[1]);
                 wait_ready(tx, end)?;
             }
-            Err(libc::ENOBUFS) if !nonblock => wait_ready(None, end)?,
+            // A congested destination: wait, as the kernel's `rds_cong_wait`, until its
+            // congestion map changes (no timer); not congested twice in a row around a
+            // failed send, the ENOBUFS was the node's memory and is the answer.
+            Err(libc::ENOBUFS) if !nonblock => match e.sock.wait_uncongested(dest, end) {
+                Ok(true) => not_congested = false,
+                Ok(false) if !std::mem::replace(&mut not_congested, true) => {}
+                Ok(false) => return Err(libc::ENOBUFS),
+                // A daemon socket without a shared ring: no bell to wait on, a short sleep.
+                Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    wait_ready(None, end)?;
+                }
+                Err(err) => return Err(errno(err)),
+            },
             r => return r,
         }
     }
@@ -669,7 +683,7 @@ pub fn set_nonblocking(e: &Entry, on: bool) {
 /// Blocks until readiness eventfd `fd` is readable (the socket became readable or writable),
 /// `deadline` passes (`ETIMEDOUT`), or a signal arrives (`EINTR`, as the kernel's RDS returns
 /// to a handler installed without `SA_RESTART`); `fd` `None`: sleeps a little (a congested
-/// destination has no descriptor to wait on).
+/// destination of a daemon socket without a shared ring has no descriptor to wait on).
 fn wait_ready(fd: Option<i32>, deadline: Option<Instant>) -> Res<()> {
     let ms = match deadline {
         None => -1,

@@ -14,6 +14,9 @@
  *   many A N         N sockets in one process, each sending to the next
  *   serve A PORT N   receives N messages and echoes each to its sender
  *   client A PORT PEER PEERPORT N   sends N messages to PEER and waits for each echo
+ *   congest A B      blocking sends to a congested destination: one a signal interrupts, one
+ *                    SO_SNDTIMEO ends, and one that returns once another thread reads; prints
+ *                    how many attempts met congestion (the node's cong_send_error)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -35,6 +38,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #ifndef AF_RDS
@@ -725,6 +729,98 @@ static int mode_client(const char *A, int port, const char *peer, int pport, int
 	return ok == n ? 0 : 1;
 }
 
+/* The value of counter `name` (RDS_INFO_COUNTERS on `s`); exits when it is missing. */
+static unsigned long long counter(int s, const char *name)
+{
+	static char info[64 * 1024];
+	socklen_t len = sizeof(info);
+	if (getsockopt(s, SOL_RDS, RDS_INFO_COUNTERS, info, &len) < 0)
+		die("getsockopt(RDS_INFO_COUNTERS)");
+	for (socklen_t off = 0; off + 40 <= len; off += 40)
+		if (!strcmp(info + off, name)) {
+			unsigned long long v;
+			memcpy(&v, info + off + 32, sizeof(v));
+			return v;
+		}
+	fprintf(stderr, "rds_calls: no counter %s\n", name);
+	exit(2);
+}
+
+struct drain {
+	int rx, messages, started;
+};
+
+/* Waits a moment (the sender blocks meanwhile), then reads `messages` messages. */
+static void *drain_thread(void *arg)
+{
+	struct drain *d = arg;
+	char buf[8192];
+	usleep(300 * 1000);
+	__atomic_store_n(&d->started, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < d->messages; i++)
+		if (recv(d->rx, buf, sizeof(buf), 0) < 0)
+			die("recv(drain)");
+	return NULL;
+}
+
+static int mode_congest(const char *A, const char *B)
+{
+	int s = bound(A, 8000);
+	int r = rds_socket();
+	int small = 16 * 1024;
+	if (setsockopt(r, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) < 0)
+		die("setsockopt(SO_RCVBUF)");
+	struct sockaddr_in b = sin4(B, 8001);
+	if (bind(r, (struct sockaddr *)&b, sizeof(b)) < 0)
+		die("bind");
+	struct timeval long_wait = { .tv_sec = 20 };
+	setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &long_wait, sizeof(long_wait));
+	static char msg[4096];
+	memset(msg, 'c', sizeof(msg));
+	int queued = 0;
+	for (int tries = 0; tries < 100000; tries++) {
+		ssize_t k = sendto(s, msg, sizeof(msg), MSG_DONTWAIT, (struct sockaddr *)&b, sizeof(b));
+		if (k < 0 && errno == ENOBUFS)
+			break;
+		if (k < 0 && errno == EAGAIN) {
+			polls(s, POLLOUT, 1000);
+			continue;
+		}
+		if (k != (ssize_t)sizeof(msg))
+			die("sendto(MSG_DONTWAIT)");
+		queued++;
+	}
+	printf("congested after 4 or more messages: %d\n", queued >= 4);
+
+	/* A signal handler without SA_RESTART interrupts a congested blocking send. */
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = { .it_value = { .tv_usec = 100 * 1000 } };
+	setitimer(ITIMER_REAL, &it, NULL);
+	show("sendto(congested, SIGALRM)", sendto(s, msg, sizeof(msg), 0, (struct sockaddr *)&b, sizeof(b)));
+	/* SO_SNDTIMEO ends it. */
+	struct timeval tmo = { .tv_usec = 100 * 1000 };
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
+	show("sendto(congested, SO_SNDTIMEO)", sendto(s, msg, sizeof(msg), 0, (struct sockaddr *)&b, sizeof(b)));
+	struct timeval none = { 0 };
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
+
+	/* Blocks until the other thread reads; then the congestion map's update wakes it. */
+	unsigned long long before = counter(s, "cong_send_error");
+	struct drain d = { .rx = r, .messages = queued + 1 };
+	pthread_t t;
+	if (pthread_create(&t, NULL, drain_thread, &d))
+		die("pthread_create");
+	show("sendto(congested, blocking)", sendto(s, msg, sizeof(msg), 0, (struct sockaddr *)&b, sizeof(b)));
+	printf("returned after the receiver started reading: %d\n", __atomic_load_n(&d.started, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	printf("congested attempts: %llu\n", counter(s, "cong_send_error") - before);
+	line("done", "ok");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && !strcmp(argv[1], "calls"))
@@ -741,6 +837,8 @@ int main(int argc, char **argv)
 		return mode_serve(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc >= 7 && !strcmp(argv[1], "client"))
 		return mode_client(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]));
-	fprintf(stderr, "usage: rds_calls calls|mix|fork|exec-child|many|serve|client ...\n");
+	if (argc >= 4 && !strcmp(argv[1], "congest"))
+		return mode_congest(argv[2], argv[3]);
+	fprintf(stderr, "usage: rds_calls calls|mix|fork|exec-child|many|serve|client|congest ...\n");
 	return 2;
 }

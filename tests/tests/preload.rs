@@ -11,6 +11,10 @@
 //! - Python's `socket.AF_RDS` (`tests/preload/af_rds.py`);
 //! - qperf's `rds_lat` and `rds_bw` between two preloaded processes, with embedded nodes and
 //!   through one daemon;
+//! - a blocking `sendto` to a congested destination (issue 32), embedded and through the
+//!   daemon: a signal handler interrupts it (`EINTR`), `SO_SNDTIMEO` ends it (`ETIMEDOUT`),
+//!   and it returns once another thread reads, after at most 3 attempts that met congestion
+//!   (the 10 ms sleeps before made about 30 in the 300 ms the reader waits);
 //! - the header `rds-preload/include/rds_preload.h`: the record sizes of `linux/rds.h`.
 //!
 //! Addresses: 127.21.0.0/16, one /24 per test. Every child runs under a deadline and is
@@ -281,6 +285,46 @@ fn c_program_transcript_through_the_daemon() {
         .replace("127.21.1.1", addr)
         .replace("127.21.1.2", addr);
     assert_transcript(&want, &got);
+}
+
+/// The `congest` mode's transcript: what a congested blocking send does.
+fn assert_congest(out: &str) {
+    let attempts = out
+        .lines()
+        .find_map(|l| l.strip_prefix("congested attempts: "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no attempt count in:\n{out}"));
+    assert!(
+        (1..=3).contains(&attempts),
+        "{attempts} attempts met congestion:\n{out}"
+    );
+    let want = "congested after 4 or more messages: 1\n\
+                sendto(congested, SIGALRM): -1 EINTR\n\
+                sendto(congested, SO_SNDTIMEO): -1 ETIMEDOUT\n\
+                sendto(congested, blocking): ok 4096\n\
+                returned after the receiver started reading: 1\n";
+    assert_eq!(
+        out.replace(&format!("congested attempts: {attempts}\n"), ""),
+        format!("{want}done: ok\n")
+    );
+}
+
+#[test]
+fn a_congested_blocking_send_wakes_when_the_receiver_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = preloaded(program(), dir.path(), false);
+    c.args(["congest", "127.21.10.1", "127.21.10.2"]);
+    assert_congest(&run_ok(c, Duration::from_secs(60)));
+}
+
+#[test]
+fn a_congested_blocking_send_wakes_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = "127.21.11.1";
+    let _daemon = start_daemon(dir.path(), addr);
+    let mut c = preloaded(program(), dir.path(), true);
+    c.args(["congest", addr, addr]);
+    assert_congest(&run_ok(c, Duration::from_secs(60)));
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request};
-use rds_core::socket::ring::SEG_LEN;
+use rds_core::socket::ring::{RING_FDS, SEG_LEN};
 use rds_core::{RecvFlags, Socket};
 
 fn ring_faults(sock: &Path) -> u64 {
@@ -51,7 +51,7 @@ fn raw_ring(sock: &Path, bind: &str) -> (CtlClient, File, File) {
     .unwrap();
     let (reply, _, fds) = c.call_fds(&Request::SockRing { sock: token }).unwrap();
     assert_eq!(reply, Reply::SockRing { seg_len: SEG_LEN });
-    assert_eq!(fds.len(), 5);
+    assert_eq!(fds.len(), RING_FDS);
     let mut fds = fds.into_iter();
     let seg = File::from(fds.next().unwrap());
     let bell: OwnedFd = fds.next().unwrap();

@@ -20,7 +20,8 @@
 //! connection; `answer` what the daemon's answers become) and `kernel` (the kernel's
 //! `AF_RDS`, through [`crate::kernel`]); [`host`] the daemon's side, which serves client
 //! sockets to other processes; [`ring`] the shared-memory rings daemon client sockets send
-//! and receive through (both sides).
+//! and receive through (both sides); `cong` the wake-up of senders blocked by a congested
+//! destination ([`Socket::wait_uncongested`]).
 //!
 //! Readiness for the caller's own `poll`/`epoll`: [`Socket::fd`] is readable while a receive
 //! would return something (POLLIN); [`Socket::send_fd`] is readable while the send buffer has
@@ -37,6 +38,7 @@ use bytes::Bytes;
 
 mod answer;
 mod backend;
+mod cong;
 mod embedded;
 pub mod host;
 mod kernel;
@@ -108,6 +110,8 @@ pub struct Socket {
     rcvtimeo_ns: AtomicU64,
     sndtimeo_ns: AtomicU64,
     timestamps: AtomicBool,
+    /// What [`Socket::wait_uncongested`] waits on, on an embedded node (`cong`).
+    cong: cong::Slot,
 }
 
 fn nanos(d: Option<Duration>) -> u64 {
@@ -149,6 +153,7 @@ impl Socket {
             rcvtimeo_ns: AtomicU64::new(0),
             sndtimeo_ns: AtomicU64::new(0),
             timestamps: AtomicBool::new(false),
+            cong: cong::Slot::default(),
         }
     }
 

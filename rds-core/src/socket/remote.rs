@@ -16,7 +16,9 @@
 //! client watches its receive side, the daemon pushes messages into the ring as they arrive,
 //! so that a receive usually finds its message there without asking. Before an
 //! operation on the control connection that must follow the posted sends (options, connect,
-//! cancel, close), the client waits until the daemon has taken them all.
+//! cancel, close), the client waits until the daemon has taken them all. A blocking send to
+//! a congested destination waits on the ring's congestion bell, which the daemon rings when a
+//! congestion map changes or a path goes down.
 //!
 //! When the daemon goes away (stopped or crashed), every later call fails with `ECONNRESET`
 //! and the first one also says so on stderr, naming the daemon's socket; the watchers end.
@@ -363,6 +365,19 @@ impl Remote {
                 })
             }
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// [`super::Socket::wait_uncongested`]: through the ring's congestion bell (`EINTR` when
+    /// a signal handler runs); `EOPNOTSUPP` without a ring.
+    pub(crate) fn wait_uncongested(
+        &self,
+        dest: Option<SocketAddr>,
+        deadline: Option<std::time::Instant>,
+    ) -> io::Result<bool> {
+        match &self.ring {
+            Some(r) => r.wait_uncongested(dest, deadline, true),
+            None => Err(crate::errno::err(libc::EOPNOTSUPP)),
         }
     }
 

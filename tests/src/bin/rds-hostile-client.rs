@@ -27,7 +27,7 @@ use std::process::ExitCode;
 
 use rds_core::ctl::client::CtlClient;
 use rds_core::ctl::{Reply, Request, SockOpt};
-use rds_core::socket::ring::{SEG_LEN, WANT_RX, WANT_TX, WANT_WORD};
+use rds_core::socket::ring::{RING_FDS, SEG_LEN, WANT_RX, WANT_TX, WANT_WORD};
 
 type Res<T> = Result<T, String>;
 
@@ -97,7 +97,8 @@ fn freeze(sock: &str, at: SocketAddr) -> Res<(CtlClient, Vec<OwnedFd>, String)> 
     let (reply, _, fds) = c
         .call_fds(&Request::SockRing { sock: s })
         .map_err(|e| format!("SockRing: {e}"))?;
-    if !matches!(reply, Reply::SockRing { seg_len } if seg_len == SEG_LEN) || fds.len() != 5 {
+    if !matches!(reply, Reply::SockRing { seg_len } if seg_len == SEG_LEN) || fds.len() != RING_FDS
+    {
         return Err(format!("no ring: {reply:?} with {} descriptors", fds.len()));
     }
     // The readiness descriptors filled to the brim (the doorbell is left room for the ring

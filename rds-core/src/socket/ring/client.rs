@@ -11,13 +11,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::bell;
 use super::{
-    Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_TRUNCATED, F_TS,
-    OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
+    CongWord, Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED,
+    F_TRUNCATED, F_TS, OP_CONG, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, REC_HDR, RING_CAP, RING_FDS,
+    SEG_LEN, WANT_RX, WANT_TX,
 };
 use crate::ctl::client::{CtlClient, CtlError};
 use crate::ctl::{Reply, Request};
 use crate::message::Received;
 use crate::socket::answer::{data_from, deadline_of, io};
+use crate::socket::cong::{Clear, Sleeper, WaitEnd};
 use crate::sys;
 use crate::wire::MAX_MSG_SIZE;
 
@@ -26,10 +28,6 @@ use crate::wire::MAX_MSG_SIZE;
 const SPIN: Duration = Duration::from_micros(30);
 /// Longest single sleep of a ring wait (it then checks again).
 const WAIT_CHUNK: Duration = Duration::from_secs(1);
-/// How often a blocking send to a congested destination tries again, at most
-/// ([`CONG_RETRY_FIRST`] the first time, doubling).
-const SEND_RETRY: Duration = Duration::from_millis(10);
-const CONG_RETRY_FIRST: Duration = Duration::from_micros(50);
 
 /// What a ring's requests are serialised under.
 #[derive(Debug)]
@@ -81,6 +79,10 @@ pub(crate) struct RingClient {
     tx: OwnedFd,
     /// The control connection (its hangup means the daemon went away).
     ctl: OwnedFd,
+    /// The congestion bell (a pipe's reading end the daemon rings) and the segment's word it
+    /// counts in.
+    cong: Sleeper,
+    cong_word: CongWord,
     path: std::path::PathBuf,
     spin: bool,
 }
@@ -92,13 +94,16 @@ impl RingClient {
             return None;
         }
         let (reply, _, fds) = client.call_fds(&Request::SockRing { sock: token }).ok()?;
-        if !matches!(reply, Reply::SockRing { seg_len } if seg_len == SEG_LEN) || fds.len() != 5 {
+        if !matches!(reply, Reply::SockRing { seg_len } if seg_len == SEG_LEN)
+            || fds.len() != RING_FDS
+        {
             return None;
         }
         let mut fds = fds.into_iter();
         let seg = fds.next()?;
         let end = RingEnd::client(sys::Shm::map(seg.as_raw_fd(), SEG_LEN).ok()?)?;
         let ctl = OwnedFd::from(client.stream().try_clone().ok()?);
+        let cong_word = end.cong_word();
         Some(RingClient {
             state: Mutex::new(RingState {
                 end,
@@ -113,6 +118,8 @@ impl RingClient {
             done: fds.next()?,
             rx: fds.next()?,
             tx: fds.next()?,
+            cong: Sleeper::new(fds.next()?, Clear::Pipe),
+            cong_word,
             ctl,
             path: client.path().to_path_buf(),
             spin: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
@@ -247,16 +254,15 @@ impl RingClient {
         }
     }
 
-    /// Waits until one direction is ready (`None`: only for time to pass), `deadline`
-    /// passes (`ETIMEDOUT`) or `most` has gone by.
+    /// Waits until one direction is ready, `deadline` passes (`ETIMEDOUT`) or `most` has
+    /// gone by.
     fn wait(
         &self,
-        rx: Option<bool>,
+        rx: bool,
         deadline: Option<std::time::Instant>,
         most: Duration,
     ) -> io::Result<()> {
-        // poll(2) skips a negative descriptor.
-        let fd = rx.map_or(-1, |rx| self.watch(rx));
+        let fd = self.watch(rx);
         let left = match deadline {
             Some(d) => {
                 let now = std::time::Instant::now();
@@ -282,7 +288,8 @@ impl RingClient {
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
         let deadline = deadline_of(timeout);
-        let mut backoff = CONG_RETRY_FIRST;
+        // The destination was found not congested right after a send failed with ENOBUFS.
+        let mut not_congested = false;
         loop {
             let mut g = self.lock();
             let st = &mut *g;
@@ -331,15 +338,54 @@ impl RingClient {
             drop(g);
             match r.a as i32 {
                 0 => return Ok(r.c as usize),
-                libc::EAGAIN if !dontwait => self.wait(Some(false), deadline, WAIT_CHUNK)?,
+                libc::EAGAIN if !dontwait => self.wait(false, deadline, WAIT_CHUNK)?,
                 libc::ENOBUFS if !dontwait => {
-                    // Congestion is not signalled to the client: retry on a timer, sooner
-                    // at first.
-                    self.wait(None, deadline, backoff)?;
-                    backoff = (backoff * 2).min(SEND_RETRY);
+                    // Woken by the daemon when the congestion may have cleared; not congested
+                    // twice in a row around a failed send: the node's memory, as the embedded
+                    // backend says at once.
+                    if self.wait_uncongested(dest, deadline, false)? {
+                        not_congested = false;
+                    } else if std::mem::replace(&mut not_congested, true) {
+                        return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+                    }
                 }
                 e => return Err(io::Error::from_raw_os_error(e)),
             }
+        }
+    }
+
+    /// After a send to `dest` met congestion: asks the daemon to arm the congestion bell and,
+    /// when it did (the destination is still congested), waits until it rings (a congestion
+    /// map changed or a path went down), `deadline` passes (`ETIMEDOUT`), the daemon goes
+    /// away, or with `eintr` a signal handler runs (`EINTR`). `false`: not congested now.
+    pub(crate) fn wait_uncongested(
+        &self,
+        dest: Option<SocketAddr>,
+        deadline: Option<std::time::Instant>,
+        eintr: bool,
+    ) -> io::Result<bool> {
+        let rec = Rec {
+            op: OP_CONG,
+            addr: dest,
+            ..Rec::default()
+        };
+        let r = {
+            let mut g = self.lock();
+            self.rpc(&mut g, rec, &[])?.remove(0).0
+        };
+        if r.a != 0 {
+            return Err(io::Error::from_raw_os_error(r.a as i32));
+        }
+        if r.c == 0 {
+            return Ok(false);
+        }
+        let word = || self.cong_word.load();
+        match self
+            .cong
+            .wait(&word, r.d, self.ctl.as_raw_fd(), deadline, eintr)?
+        {
+            WaitEnd::Changed => Ok(true),
+            WaitEnd::HungUp => Err(self.gone()),
         }
     }
 
@@ -391,7 +437,7 @@ impl RingClient {
                 if dontwait {
                     return Err(io::Error::from_raw_os_error(libc::EAGAIN));
                 }
-                self.wait(Some(true), deadline, WAIT_CHUNK)?;
+                self.wait(true, deadline, WAIT_CHUNK)?;
                 continue;
             }
             let rec = Rec {
@@ -428,7 +474,7 @@ impl RingClient {
                     return received(r, data);
                 }
                 libc::EAGAIN if !dontwait => {
-                    self.wait(Some(true), deadline, WAIT_CHUNK)?;
+                    self.wait(true, deadline, WAIT_CHUNK)?;
                 }
                 e => return Err(io::Error::from_raw_os_error(e)),
             }

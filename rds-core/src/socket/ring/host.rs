@@ -14,20 +14,22 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 
 use super::bell::{self, Pipe, Signal};
 use super::{
-    Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_READABLE,
-    F_TRUNCATED, F_TS, F_WRITABLE, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, POST_WINDOW, REC_HDR,
-    RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
+    CongWord, Fault, Rec, RingEnd, F_BATCH, F_CONG, F_MORE, F_PEEK, F_POSTED, F_PUSHED, F_READABLE,
+    F_TRUNCATED, F_TS, F_WRITABLE, OP_CONG, OP_RECV, OP_RESULT, OP_SEND, OP_SYNC, POST_WINDOW,
+    REC_HDR, RING_CAP, SEG_LEN, WANT_RX, WANT_TX,
 };
 use crate::ctl::{Failed, Reply};
 use crate::message::Received;
 use crate::node::admin::{Action, RingServe, Served, Watch};
 use crate::proto::SendExtras;
+use crate::socket::cong::{self, Wake};
 use crate::socket::{RecvFlags, Socket};
 use crate::sys;
 use crate::wire::MAX_MSG_SIZE;
@@ -89,6 +91,28 @@ impl Ready {
     }
 }
 
+/// The client's congestion bell, rung by the node's congestion watcher ([`cong`]) from its
+/// own thread: this side's count, stored into the segment's word, then a byte into the pipe
+/// (this side's own non-blocking end: never waits, whatever the client does to its end).
+#[derive(Debug)]
+struct RingBell {
+    gen: AtomicU64,
+    word: CongWord,
+    ring: OwnedFd,
+}
+
+impl Wake for RingBell {
+    fn gen(&self) -> u64 {
+        self.gen.load(Ordering::SeqCst)
+    }
+
+    fn wake(&self) {
+        let g = self.gen.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        self.word.store(g);
+        bell::ring_pipe(&self.ring);
+    }
+}
+
 /// A socket's ring, daemon side.
 #[derive(Debug)]
 pub(crate) struct RingHost {
@@ -112,6 +136,8 @@ pub(crate) struct RingHost {
     /// A closing ring keeps its socket open until its posted sends have run (the connection
     /// that owned it may be gone by then).
     keep: Option<Arc<Socket>>,
+    /// Armed by [`OP_CONG`]; the watcher holds it weakly (it goes with the ring).
+    cong: Arc<RingBell>,
 }
 
 /// Sets up a ring for `sock`: the reply, the descriptors to pass (in the order of [`super`]'s
@@ -121,6 +147,13 @@ pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
     let seg = sys::memfd_sealed("rds-ring", SEG_LEN).map_err(fail)?;
     let shm = sys::Shm::map(seg.as_raw_fd(), SEG_LEN).map_err(fail)?;
     let end = RingEnd::daemon(shm).ok_or_else(|| Failed(libc::EIO, "ring setup".into()))?;
+    let mut cong_pipe = Pipe::to_client().map_err(fail)?;
+    let cong_end = cong_pipe.hand_out().map_err(fail)?;
+    let cong = Arc::new(RingBell {
+        gen: AtomicU64::new(0),
+        word: end.cong_word(),
+        ring: cong_pipe.mine,
+    });
     let mut host = RingHost {
         end,
         sock: Arc::downgrade(sock),
@@ -132,6 +165,7 @@ pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
         forced_to: None,
         finish_left: None,
         keep: None,
+        cong,
     };
     // The client's ends: this side keeps none of them open (an end the client closed is
     // seen as closed, and the pipes' other ends stay this side's alone).
@@ -149,6 +183,7 @@ pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
         host.done.hand_out().map_err(fail)?,
         rx_end,
         tx_end,
+        cong_end,
     ];
     Ok(Action::Ring {
         reply: Reply::SockRing { seg_len: SEG_LEN },
@@ -259,6 +294,20 @@ impl RingHost {
                 }
                 Err(e) => out.a = errno_of(&e),
             },
+            OP_CONG => {
+                let bell: Arc<dyn Wake> = self.cong.clone();
+                match s.embedded() {
+                    None => out.a = libc::EBADF as u32,
+                    Some(b) => match cong::arm(&b.node, b.id, rec.addr, &bell) {
+                        Ok(Some(gen)) => {
+                            out.c = 1;
+                            out.d = gen;
+                        }
+                        Ok(None) => {}
+                        Err(e) => out.a = errno_of(&e),
+                    },
+                }
+            }
             OP_RECV => {
                 let peek = rec.flags & F_PEEK != 0;
                 let flags = RecvFlags {
@@ -332,7 +381,7 @@ impl RingHost {
                 }
                 continue;
             };
-            if !matches!(rec.op, OP_SEND | OP_RECV | OP_SYNC) {
+            if !matches!(rec.op, OP_SEND | OP_RECV | OP_SYNC | OP_CONG) {
                 return Err(Fault("a result record from the client"));
             }
             if rec.op == OP_SEND && rec.flags & F_POSTED != 0 {

@@ -4,6 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 
 use crate::sys::Shm;
 use crate::wire::MAX_MSG_SIZE;
@@ -51,6 +52,11 @@ const OFF_POST_STOP: usize = 576;
 const OFF_HANDED: usize = 640;
 const OFF_TAKEN: usize = 704;
 const OFF_SOCK_RX: usize = 768;
+const OFF_CONG: usize = 832;
+
+/// Descriptors the daemon passes with a ring, in the order of [`super`]'s pieces: segment,
+/// the daemon's doorbell, the client's doorbell, receive signal, send signal, congestion bell.
+pub const RING_FDS: usize = 6;
 
 /// The client wants its receive-readiness descriptor signalled when the socket is readable.
 pub const WANT_RX: u64 = 1;
@@ -65,6 +71,10 @@ pub const OP_RECV: u32 = 2;
 pub const OP_RESULT: u32 = 3;
 /// A request that only brings a result (the daemon has taken everything posted before it).
 pub const OP_SYNC: u32 = 4;
+/// After a send that met congestion: arm the congestion bell if the destination (`addr`; none:
+/// the connected one) is still congested. The result's `c` is 1 when armed, with `d` the
+/// congestion word then, 0 when the destination is not congested.
+pub const OP_CONG: u32 = 5;
 
 /// Result flags.
 pub const F_TRUNCATED: u32 = 1;
@@ -181,7 +191,7 @@ impl Rec {
         if r.len as usize > MAX_MSG_SIZE {
             return Err(Fault("ring record longer than a message"));
         }
-        if !matches!(r.op, OP_SEND | OP_RECV | OP_RESULT | OP_SYNC) {
+        if !matches!(r.op, OP_SEND | OP_RECV | OP_RESULT | OP_SYNC | OP_CONG) {
             return Err(Fault("unknown ring record kind"));
         }
         Ok(r)
@@ -201,7 +211,7 @@ pub enum Side {
 /// segment, never read back from it.
 #[derive(Debug)]
 pub struct RingEnd {
-    shm: Shm,
+    shm: Arc<Shm>,
     side: Side,
     /// Next position this end produces at.
     head: u64,
@@ -237,7 +247,7 @@ impl RingEnd {
         shm.word(OFF_DAEMON_IDLE)?.store(1, Ordering::Release);
         shm.word(OFF_MAGIC)?.store(MAGIC, Ordering::Release);
         Some(RingEnd {
-            shm,
+            shm: Arc::new(shm),
             side: Side::Daemon,
             head: 0,
             tail: 0,
@@ -252,7 +262,7 @@ impl RingEnd {
         let d2c_head = shm.word(OFF_D2C_HEAD)?.load(Ordering::Acquire);
         let c2d_head = shm.word(OFF_C2D_HEAD)?.load(Ordering::Acquire);
         Some(RingEnd {
-            shm,
+            shm: Arc::new(shm),
             side: Side::Client,
             head: c2d_head,
             tail: d2c_head,
@@ -462,6 +472,36 @@ impl RingEnd {
     /// The mapping (tests scribble on it).
     pub fn shm(&self) -> &Shm {
         &self.shm
+    }
+
+    /// The congestion word's view of the segment, for a thread that does not hold this end.
+    pub fn cong_word(&self) -> CongWord {
+        CongWord(self.shm.clone())
+    }
+}
+
+/// The congestion word of a segment: the daemon stores there how many times it rang the
+/// client's congestion bell (a congestion map changed or a path went down after the client
+/// armed it); a client waits while it still holds the value its arming reported.
+#[derive(Debug, Clone)]
+pub struct CongWord(Arc<Shm>);
+
+impl CongWord {
+    /// The value now.
+    pub fn load(&self) -> u64 {
+        self.word().load(Ordering::SeqCst)
+    }
+
+    /// Daemon: stores its own count (it never reads the word back: the client may scribble on
+    /// it).
+    pub fn store(&self, v: u64) {
+        self.word().store(v, Ordering::SeqCst);
+    }
+
+    fn word(&self) -> &std::sync::atomic::AtomicU64 {
+        self.0
+            .word(OFF_CONG)
+            .expect("header word inside the segment")
     }
 }
 

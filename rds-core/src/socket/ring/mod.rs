@@ -18,10 +18,13 @@
 //! - **Two readiness signals**, set while bytes wait at the end the client polls: receive, a
 //!   pipe the daemon only sets (the client clears it, below), and send, a socket pair the
 //!   daemon sets and clears ([`bell::Signal`]).
+//! - **The congestion bell**: a pipe the daemon rings (its own writing end) and a word of the
+//!   header page it counts the rings in ([`CongWord`]); see "Congested sends" below.
 //!
 //! The daemon creates all of them and passes them over the control connection that owns the
 //! socket ([`crate::ctl::Request::SockRing`]): segment, the daemon's doorbell, the client's
-//! doorbell (reading end), receive signal (reading end), send signal (polled end).
+//! doorbell (reading end), receive signal (reading end), send signal (polled end), congestion
+//! bell (reading end) ([`RING_FDS`] in all).
 //!
 //! # States
 //! - **Daemon idle / busy** (the idle word): the daemon sets it before it sleeps and checks the
@@ -50,6 +53,16 @@
 //!   took the last one, or a receive found nothing, while the daemon last saw its socket empty
 //!   (the socket word); if something was handed or queued meanwhile, it rings the daemon's
 //!   doorbell, whose turn ends with the signals brought up to date.
+//! - **Congested sends**: a waited-for send that meets congestion returns `ENOBUFS`; a client
+//!   that blocks then asks [`OP_CONG`] for its destination. The daemon arms the bell if the
+//!   destination is still congested (checked under the node's engine lock, so no change is
+//!   missed; see `socket::cong`) and answers the word's value then; the node's congestion
+//!   watcher rings every armed bell once (and disarms it) when a congestion map changes, a
+//!   path goes down or the node stops, storing its count in the word first. The client waits
+//!   on the bell's pipe, and the control connection's hang-up, until the word differs from the
+//!   answer, then sends again: no timer, one wake-up per change. Not congested any more: it
+//!   sends again at once (twice in a row around a failed send: the `ENOBUFS` was the node's
+//!   memory, and is returned).
 //! - **Closing**: when the owning connection closes, the posted sends still in the request ring
 //!   are the application's sent messages: the daemon runs them, a bounded number per turn of
 //!   its event loop, then forgets the ring.
