@@ -44,6 +44,7 @@ fn trace_front_end_drives_rds_trace() {
     let ctrl = lone_ctrl(env.dir.path());
     let bin = ctrl.parent().unwrap().to_path_buf();
     let args_file = env.dir.path().join("args");
+    let ready_file = env.dir.path().join("ready");
     let pcap = env.dir.path().join("cap.pcap");
 
     // Missing rds-trace: a clear error.
@@ -68,8 +69,10 @@ fn trace_front_end_drives_rds_trace() {
             "echo \"$@\" >> {args}\n\
              case \"$1\" in -r) echo \"report of $2\"; exit 0;; esac\n\
              trap 'echo \"3 frames written\"; exit 0' INT\n\
+             echo ready > {ready}\n\
              while :; do /bin/sleep 0.05; done",
-            args = args_file.display()
+            args = args_file.display(),
+            ready = ready_file.display()
         ),
     );
     let out = run(
@@ -103,7 +106,16 @@ fn trace_front_end_drives_rds_trace() {
     let out = run(&env, &ctrl, &["trace", "start", "other.pcap", "64"]);
     status(&out, 1);
     assert!(text(&out.stderr).contains("already running"));
-    // Stop: SIGINT, wait, report.
+    // Stop: SIGINT, wait, report. (The fake must have installed its SIGINT trap first: on a
+    // loaded machine the signal could otherwise come before the shell reached that line.)
+    let ready_by = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready_file.exists() {
+        assert!(
+            std::time::Instant::now() < ready_by,
+            "the fake rds-trace never got to its trap"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let s = status(&run(&env, &ctrl, &["trace", "stop"]), 0);
     assert_eq!(
         s,
