@@ -128,6 +128,14 @@ fn selftest_replica_through_a_cutting_proxy() {
             if received != progress.0 {
                 progress = (received, Instant::now());
             }
+            if !(Instant::now() < deadline && progress.1.elapsed() < Duration::from_secs(15)) {
+                // What each node holds, for the failure report.
+                for (name, n) in [("A", &na), ("B", &nb)] {
+                    eprintln!("node {name} connections: {:#?}", n.connections());
+                    eprintln!("node {name} transport sockets: {:#?}", n.tcp_sockets());
+                    eprintln!("node {name} sockets: {:#?}", n.sockets());
+                }
+            }
             assert!(
                 Instant::now() < deadline && progress.1.elapsed() < Duration::from_secs(15),
                 "round {round}: {received} of {sent} messages received (stalled or past the \

@@ -1264,6 +1264,11 @@ impl crate::proto::driver::Io for TransportIo<'_> {
             return;
         }
         if !current {
+            // The engine dropped the attempt before it started: its drain (the engine waits
+            // for the end of a dropped attempt) ends here, with no connection to read.
+            self.core
+                .stack
+                .handle_disconnected(now, conn, path, epoch);
             return;
         }
         let (laddr, faddr, _) = self.core.stack.conn_addrs(conn);
