@@ -176,14 +176,33 @@ pub struct Cmsg {
 const MSG_ZEROCOPY: i32 = 0x400_0000;
 const MSG_CMSG_COMPAT: i32 = i32::MIN;
 
-/// `sendmsg` (and `send`, `sendto`, `write`): `data` to `dest` (or the default destination).
+/// A message's payload as the program handed it in.
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// The bytes, copied from the program (at most [`rds_core::socket::MAX_MSG_SIZE`]).
+    Bytes(Bytes),
+    /// Longer than any message: nothing was copied. The kernel answers `EMSGSIZE` for it, but
+    /// only after its flag, destination and connection checks (`rds_sendmsg`), so the
+    /// answer waits for those here too.
+    TooLong,
+}
+
+/// `sendmsg` (and `send`, `sendto`, `write`): `data` to `dest` (or the default destination),
+/// checked in the kernel's order: flags, destination, connection, size.
 ///
 /// # Errors
 /// `EOPNOTSUPP` for flags other than `MSG_DONTWAIT` (and the kernel's two others) and for
 /// RDMA or atomic control messages (the kernel's answer on RDS/TCP); `EINVAL` for a bad
 /// destination or an unknown `SOL_RDS` control message; `ENOTCONN` unbound or without a
-/// destination; the socket's send errors (`EAGAIN`, `ENOBUFS`, `EMSGSIZE`, ...).
-pub fn send(e: &Entry, data: Bytes, dest: Option<&[u8]>, flags: i32, cmsgs: &[Cmsg]) -> Res<usize> {
+/// destination; `EMSGSIZE` for a [`Payload::TooLong`]; the socket's send errors (`EAGAIN`,
+/// `ENOBUFS`, `EMSGSIZE`, ...).
+pub fn send(
+    e: &Entry,
+    data: Payload,
+    dest: Option<&[u8]>,
+    flags: i32,
+    cmsgs: &[Cmsg],
+) -> Res<usize> {
     let r = send_inner(e, data, dest, flags, cmsgs);
     e.sync_after(false, true);
     r
@@ -191,7 +210,7 @@ pub fn send(e: &Entry, data: Bytes, dest: Option<&[u8]>, flags: i32, cmsgs: &[Cm
 
 fn send_inner(
     e: &Entry,
-    data: Bytes,
+    data: Payload,
     dest: Option<&[u8]>,
     flags: i32,
     cmsgs: &[Cmsg],
@@ -213,10 +232,13 @@ fn send_inner(
     if e.sock.local_addr().is_err() {
         return Err(libc::ENOTCONN);
     }
-    if data.len() > rds_core::wire::MAX_MSG_SIZE {
-        // Whatever the backend (the daemon's channel would fail otherwise).
-        return Err(libc::EMSGSIZE);
-    }
+    let data = match data {
+        Payload::Bytes(b) if b.len() <= rds_core::socket::MAX_MSG_SIZE => b,
+        // Whatever the backend (the daemon's channel would fail otherwise). Without a
+        // destination the kernel's connection check comes first; asked only on this path.
+        _ if dest.is_none() && e.sock.peer_addr().is_err() => return Err(libc::ENOTCONN),
+        _ => return Err(libc::EMSGSIZE),
+    };
     let mut rdma = false;
     let mut atomic = false;
     let mut cookie = false;

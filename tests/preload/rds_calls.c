@@ -291,7 +291,11 @@ static int mode_calls(const char *A, const char *B, const char *N)
 	struct sockaddr_in bc = sin4("255.255.255.255", 4001);
 	show("sendto(broadcast)", sendto(s, "x", 1, 0, (struct sockaddr *)&bc, sizeof(bc)));
 	show("sendto(short address)", sendto(s, "x", 1, 0, (struct sockaddr *)&b, 8));
-	char *huge = calloc(1, (1 << 20) + 1);
+	/* In .bss, not from malloc: huge + MAX_RW_COUNT (what the kernel checks of a SIZE_MAX
+	 * length) must stay inside the user address space, which a mapping near the top of the
+	 * mmap area (where malloc puts 1 MiB) does not always. */
+	static char huge_buf[(1 << 20) + 1];
+	char *huge = huge_buf;
 	show("sendto(1 MiB + 1)", sendto(s, huge, (1 << 20) + 1, 0, (struct sockaddr *)&b, sizeof(b)));
 	/* Lengths no buffer has: checked before any memory is touched. */
 	show("send(SIZE_MAX bytes)", send(s, huge, (size_t)-1, 0));
@@ -302,7 +306,39 @@ static int mode_calls(const char *A, const char *B, const char *N)
 	show("writev(2 x 1 MiB)", writev(s, big_iov, 2));
 	show("recv(SIZE_MAX / 2 bytes, MSG_DONTWAIT)", recv(t, huge, (size_t)-1 >> 1, MSG_DONTWAIT));
 	show("recv(kernel address, MSG_DONTWAIT)", recv(t, (void *)(uintptr_t)-4096, 10, MSG_DONTWAIT));
-	free(huge);
+	/* Past the user address space but below the sign bit: refused, never touched. */
+	void *high = (void *)((uintptr_t)1 << 47);
+	show("send(above user space)", send(s, high, 10, 0));
+	show("recv(above user space, MSG_DONTWAIT)", recv(t, high, 10, MSG_DONTWAIT));
+	/* The kernel's order: the buffer's import (EFAULT, EINVAL) first, then rds_sendmsg's
+	 * flags, destination and connection, and only then the size. */
+	show("send(kernel address, MSG_OOB)", send(s, (void *)(uintptr_t)-4096, 10, MSG_OOB));
+	show("send(SIZE_MAX bytes, MSG_OOB)", send(s, huge, (size_t)-1, MSG_OOB));
+	show("send(1 MiB + 1, unconnected)", send(t, huge, (1 << 20) + 1, 0));
+	show("sendto(1 MiB + 1, broadcast)", sendto(s, huge, (1 << 20) + 1, 0, (struct sockaddr *)&bc, sizeof(bc)));
+	struct msghdr bm;
+	memset(&bm, 0, sizeof(bm));
+	bm.msg_iov = big_iov;
+	bm.msg_iovlen = 2;
+	show("sendmsg(2 x 1 MiB)", sendmsg(s, &bm, 0));
+	show("sendmsg(2 x 1 MiB, MSG_OOB)", sendmsg(s, &bm, MSG_OOB));
+	show("sendmsg(2 x 1 MiB, unconnected)", sendmsg(t, &bm, 0));
+	bm.msg_name = &bc;
+	bm.msg_namelen = sizeof(bc);
+	show("sendmsg(2 x 1 MiB, broadcast)", sendmsg(s, &bm, 0));
+	/* More iovecs than UIO_MAXIOV: EINVAL from readv/writev, EMSGSIZE from a msghdr. */
+	static struct iovec many[1025];
+	for (int i = 0; i < 1025; i++) {
+		many[i].iov_base = huge;
+		many[i].iov_len = 1;
+	}
+	show("writev(1025 iovecs)", writev(s, many, 1025));
+	show("readv(1025 iovecs)", readv(t, many, 1025));
+	memset(&bm, 0, sizeof(bm));
+	bm.msg_iov = many;
+	bm.msg_iovlen = 1025;
+	show("sendmsg(1025 iovecs)", sendmsg(s, &bm, 0));
+	show("recvmsg(1025 iovecs, MSG_DONTWAIT)", recvmsg(t, &bm, MSG_DONTWAIT));
 
 	union {
 		struct cmsghdr h;

@@ -9,7 +9,7 @@ use libc::{c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, s
 use super::next::*;
 use super::sys;
 use crate::logger;
-use crate::ops::{self, Cmsg, FORWARD};
+use crate::ops::{self, Cmsg, Payload, FORWARD};
 use crate::sock::{self, Entry, Lookup};
 use rds_core::abi::AF_RDS;
 
@@ -45,17 +45,27 @@ const MAX_MSG: usize = rds_core::socket::MAX_MSG_SIZE;
 /// was given.
 const MAX_RW_COUNT: usize = (i32::MAX as usize) & !4095;
 
+/// The end of the user address space, the kernel's `TASK_SIZE_MAX`: on x86-64 with 4-level
+/// page tables 2^47 less a page (with 5-level tables a program has memory above it only when
+/// it asks `mmap` for it with a hint; such a range is `EFAULT` here), on arm64 2^48.
+#[cfg(target_arch = "x86_64")]
+const USER_END: usize = (1 << 47) - 4096;
+#[cfg(target_arch = "aarch64")]
+const USER_END: usize = 1 << 48;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const USER_END: usize = isize::MAX as usize;
+
 /// Whether `[p, p + len)` (`len` clipped to [`MAX_RW_COUNT`], as the kernel does) is a range
 /// a program may pass (the kernel's `access_ok`): `EFAULT` for a null pointer with a length,
-/// or a range that wraps or ends past `isize::MAX` (no slice may be longer). Checked before
-/// any slice of the program's memory is made.
+/// or a range that wraps or ends past [`USER_END`] (the kernel's answer, where touching it
+/// would crash the program). Checked before any slice of the program's memory is made.
 fn user_range(p: *const c_void, len: usize) -> Result<(), i32> {
     let len = len.min(MAX_RW_COUNT);
     if len == 0 {
         return Ok(());
     }
     match (p as usize).checked_add(len) {
-        Some(end) if !p.is_null() && end <= isize::MAX as usize => Ok(()),
+        Some(end) if !p.is_null() && end <= USER_END => Ok(()),
         _ => Err(libc::EFAULT),
     }
 }
@@ -86,18 +96,21 @@ unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> &'a mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(p.cast(), len) }
 }
 
-/// A message to send from `len` bytes at `p`: `EFAULT` ([`user_range`]), `EMSGSIZE` past the
-/// largest message (as the kernel, before it copies anything).
+/// A message to send from `len` bytes at `p`: `EFAULT` ([`user_range`], the kernel's import
+/// of the buffer, before any socket check); past the largest message nothing is copied
+/// ([`Payload::TooLong`]: `EMSGSIZE` after the socket's flag and destination checks).
 ///
 /// # Safety
 /// `p` must point to `len` readable bytes when the range is valid.
-unsafe fn send_bytes(p: *const c_void, len: usize) -> Result<Bytes, i32> {
+unsafe fn send_bytes(p: *const c_void, len: usize) -> Result<Payload, i32> {
     user_range(p, len)?;
     if len > MAX_MSG {
-        return Err(libc::EMSGSIZE);
+        return Ok(Payload::TooLong);
     }
     // SAFETY: the caller's promise.
-    Ok(Bytes::copy_from_slice(unsafe { bytes(p, len) }))
+    Ok(Payload::Bytes(Bytes::copy_from_slice(unsafe {
+        bytes(p, len)
+    })))
 }
 
 /// A receive buffer of `len` bytes at `p`: `EFAULT` ([`user_range`]); only its first
@@ -128,16 +141,22 @@ unsafe fn put_addr(addr: *mut sockaddr, len: *mut socklen_t, data: &[u8]) {
     }
 }
 
-/// The iovecs of a call, as slices.
+/// The most iovecs one call takes (the kernel's `UIO_MAXIOV`).
+const UIO_MAXIOV: usize = 1024;
+
+/// The iovecs of a call, as slices: `too_many` for more than [`UIO_MAXIOV`] (the kernel's
+/// `EMSGSIZE` for a `msghdr`, `EINVAL` for `readv`/`writev`), `EFAULT` for a null array,
+/// `EINVAL` for a length with the sign bit set, `EFAULT` for a buffer [`user_range`] refuses
+/// (the kernel's iovec import, in its order).
 ///
 /// # Safety
 /// `iov` must point to `n` iovecs, each describing valid memory, when `n` > 0.
-unsafe fn iovecs<'a>(iov: *const iovec, n: usize) -> Result<&'a [iovec], i32> {
+unsafe fn iovecs<'a>(iov: *const iovec, n: usize, too_many: i32) -> Result<&'a [iovec], i32> {
     if n == 0 {
         return Ok(&[]);
     }
-    if n > 1024 {
-        return Err(libc::EMSGSIZE);
+    if n > UIO_MAXIOV {
+        return Err(too_many);
     }
     if iov.is_null() {
         return Err(libc::EFAULT);
@@ -154,35 +173,33 @@ unsafe fn iovecs<'a>(iov: *const iovec, n: usize) -> Result<&'a [iovec], i32> {
     Ok(v)
 }
 
-/// The payload of a gather list as one message.
+/// The payload of a gather list as one message ([`iovecs`] errors; past the largest message
+/// nothing is copied: [`Payload::TooLong`], as [`send_bytes`]).
 ///
 /// # Safety
 /// As [`iovecs`].
-unsafe fn gather(iov: *const iovec, n: usize) -> Result<Bytes, i32> {
+unsafe fn gather(iov: *const iovec, n: usize, too_many: i32) -> Result<Payload, i32> {
     // SAFETY: the caller's promise.
-    let v = unsafe { iovecs(iov, n)? };
-    let total = v
-        .iter()
-        .try_fold(0usize, |t, x| t.checked_add(x.iov_len))
-        .ok_or(libc::EINVAL)?;
+    let v = unsafe { iovecs(iov, n, too_many)? };
+    let total = v.iter().fold(0usize, |t, x| t.saturating_add(x.iov_len));
     if total > MAX_MSG {
-        return Err(libc::EMSGSIZE);
+        return Ok(Payload::TooLong);
     }
     if v.len() == 1 {
         // SAFETY: the iovec describes the program's readable buffer.
-        return Ok(Bytes::copy_from_slice(unsafe {
+        return Ok(Payload::Bytes(Bytes::copy_from_slice(unsafe {
             bytes(v[0].iov_base, v[0].iov_len)
-        }));
+        })));
     }
     let mut out = Vec::with_capacity(total);
     for x in v {
         // SAFETY: as above.
         out.extend_from_slice(unsafe { bytes(x.iov_base, x.iov_len) });
     }
-    Ok(Bytes::from(out))
+    Ok(Payload::Bytes(Bytes::from(out)))
 }
 
-/// Receives into a scatter list.
+/// Receives into a scatter list (`too_many`: as [`iovecs`]).
 ///
 /// # Safety
 /// As [`iovecs`], the buffers writable.
@@ -191,9 +208,10 @@ unsafe fn scatter_recv(
     iov: *const iovec,
     n: usize,
     flags: c_int,
+    too_many: i32,
 ) -> Result<ops::Recvd, i32> {
     // SAFETY: the caller's promise.
-    let v = unsafe { iovecs(iov, n)? };
+    let v = unsafe { iovecs(iov, n, too_many)? };
     if v.len() == 1 {
         // SAFETY: the iovec describes the program's writable buffer (its first bytes).
         let buf = unsafe { bytes_mut(v[0].iov_base, v[0].iov_len.min(MAX_MSG)) };
@@ -316,7 +334,7 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut s
 fn send_common(
     fd: c_int,
     e: &Entry,
-    data: Result<Bytes, i32>,
+    data: Result<Payload, i32>,
     dest: Option<&[u8]>,
     flags: c_int,
     cmsgs: &[Cmsg],
@@ -395,7 +413,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize
     };
     let n = usize::try_from(n).map_err(|_| libc::EINVAL);
     // SAFETY: the program's `n` iovecs.
-    let data = n.and_then(|n| unsafe { gather(iov, n) });
+    let data = n.and_then(|n| unsafe { gather(iov, n, libc::EINVAL) });
     send_common(fd, &e, data, None, 0, &[], "writev")
 }
 
@@ -415,6 +433,13 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     }
     // SAFETY: checked non-null; the program's msghdr.
     let m = unsafe { &*msg };
+    // The iovecs first: the kernel imports them with the msghdr, before it reads the control
+    // messages (which `rds_sendmsg` checks after its flags, destination and size).
+    // SAFETY: the program's iovecs.
+    let data = match unsafe { gather(m.msg_iov, m.msg_iovlen, libc::EMSGSIZE) } {
+        Ok(d) => d,
+        Err(err) => return done(|| format!("sendmsg({fd})"), Err(err)),
+    };
     // SAFETY: the program's control buffer and address of the lengths it gave.
     let (ctl, dest) = unsafe {
         (
@@ -427,9 +452,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
         Err(err) => return done(|| format!("sendmsg({fd})"), Err(err)),
     };
     let dest = (!m.msg_name.is_null() && m.msg_namelen > 0).then_some(dest);
-    // SAFETY: the program's iovecs.
-    let data = unsafe { gather(m.msg_iov, m.msg_iovlen) };
-    send_common(fd, &e, data, dest, flags, &cmsgs, "sendmsg")
+    send_common(fd, &e, Ok(data), dest, flags, &cmsgs, "sendmsg")
 }
 
 fn recv_done(fd: c_int, call: &str, r: Result<ops::Recvd, i32>) -> ssize_t {
@@ -508,7 +531,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_
     };
     let n = usize::try_from(n).map_err(|_| libc::EINVAL);
     // SAFETY: the program's `n` iovecs.
-    let r = n.and_then(|n| unsafe { scatter_recv(&e, iov, n, 0) });
+    let r = n.and_then(|n| unsafe { scatter_recv(&e, iov, n, 0, libc::EINVAL) });
     recv_done(fd, "readv", r)
 }
 
@@ -530,7 +553,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
     // SAFETY: checked non-null; the program's msghdr.
     let m = unsafe { &mut *msg };
     // SAFETY: the program's iovecs.
-    let r = unsafe { scatter_recv(&e, m.msg_iov, m.msg_iovlen, flags) };
+    let r = unsafe { scatter_recv(&e, m.msg_iov, m.msg_iovlen, flags, libc::EMSGSIZE) };
     if let Ok(x) = &r {
         let name = addr_of(x.from);
         if !m.msg_name.is_null() {
