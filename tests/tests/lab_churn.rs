@@ -219,6 +219,9 @@ fn diag(lab: &Lab, node: &Node) -> String {
 }
 
 #[test]
+#[ignore = "known interop failure (issue 31, open): after an all-lane drop the 6.1 kernel, which \
+            learns no lane identity, pairs our reconnected lanes with its first free slots and \
+            delivers resent messages again; run with --ignored"]
 fn churn_against_the_kernel() {
     let t0 = Instant::now();
     // Precondition: the host kernel destroys sockets on request (or the cuts cannot happen).
