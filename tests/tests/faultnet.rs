@@ -134,6 +134,8 @@ fn selftest_replica_through_a_cutting_proxy() {
                     eprintln!("node {name} connections: {:#?}", n.connections());
                     eprintln!("node {name} transport sockets: {:#?}", n.tcp_sockets());
                     eprintln!("node {name} sockets: {:#?}", n.sockets());
+                    let nonzero: Vec<_> = n.stats().into_iter().filter(|s| s.1 != 0).collect();
+                    eprintln!("node {name} counters: {nonzero:?}");
                 }
             }
             assert!(
