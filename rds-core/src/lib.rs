@@ -40,6 +40,7 @@ pub mod node;
 pub mod proto;
 pub mod ras;
 pub mod rdma;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod socket;
 pub mod stats;

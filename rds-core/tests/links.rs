@@ -52,9 +52,9 @@ fn run(seed: u64) -> (bool, Vec<Vec<u8>>) {
     let mut hit = false;
     for _ in 0..20_000 {
         sim.run_for(Duration::from_micros(1));
-        let Some(ca) = sim
-            .stack(a)
-            .find_conn(A.parse().unwrap(), B.parse().unwrap(), TransportKind::Tcp)
+        let Some(ca) =
+            sim.stack(a)
+                .find_conn(A.parse().unwrap(), B.parse().unwrap(), TransportKind::Tcp)
         else {
             continue;
         };
@@ -99,6 +99,9 @@ fn a_dropped_attempt_the_peer_wrote_to_is_read_to_its_end() {
     }
     // The window is real: in a good share of the seeds the peer's message was acknowledged by
     // our TCP while our attempt was still connecting, and our engine dropped the attempt then.
-    assert!(hits >= 20, "the race window was hit in only {hits} of 2,000 seeds");
+    assert!(
+        hits >= 20,
+        "the race window was hit in only {hits} of 2,000 seeds"
+    );
     println!("window hit in {hits} of 2,000 seeds; every message arrived once");
 }

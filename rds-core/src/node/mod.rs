@@ -1266,9 +1266,7 @@ impl crate::proto::driver::Io for TransportIo<'_> {
         if !current {
             // The engine dropped the attempt before it started: its drain (the engine waits
             // for the end of a dropped attempt) ends here, with no connection to read.
-            self.core
-                .stack
-                .handle_disconnected(now, conn, path, epoch);
+            self.core.stack.handle_disconnected(now, conn, path, epoch);
             return;
         }
         let (laddr, faddr, _) = self.core.stack.conn_addrs(conn);

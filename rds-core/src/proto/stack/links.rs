@@ -2,7 +2,7 @@
 //! transport connection, and the accepted ones it holds unread.
 //!
 //! The transport only performs system calls; every decision that could lose or reorder data
-//! is taken here, so that the simulator ([`crate::sim`]) runs exactly the node's rules.
+//! is taken here, so that the simulator (`crate::sim`) runs exactly the node's rules.
 //!
 //! # The rule
 //! A connection that the peer may have written to is read to its end before it is closed,
