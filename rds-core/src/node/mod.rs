@@ -26,8 +26,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::proto::{
-    ConnId, ConnInfo, DropReason, Established, Event, HeldEnd, Incoming, LinkId, PathState,
-    QueuedMsgInfo, SockId, SockInfo, Stack, TransportKind,
+    ConnId, ConnInfo, DropReason, Event, HeldEnd, LinkId, PathState, QueuedMsgInfo, SockId,
+    SockInfo, Stack, TransportKind,
 };
 use crate::stats::{Counter, IbStats, TcpStats};
 use crate::sys;
@@ -971,135 +971,10 @@ impl Inner {
         tcp.has_pending()
     }
 
-    /// Applies what the sockets told us to the engine.
+    /// Applies what the sockets told us to the engine (`Tcp::apply`), counting the frames.
     fn apply(&self, tcp: &mut Tcp, core: &mut Core, outs: &mut Vec<TcpOut>, now: Instant) {
-        for o in outs.drain(..) {
-            match o {
-                TcpOut::Accepted {
-                    stream,
-                    local,
-                    peer,
-                } => {
-                    let (laddr, faddr) = (local.ip(), peer.ip());
-                    // Old data of a half-closed predecessor goes first.
-                    let mut old = Vec::new();
-                    tcp.finish_drains_of(
-                        crate::proto::canonical(laddr),
-                        crate::proto::canonical(faddr),
-                        &core.stack,
-                        now,
-                        &mut old,
-                    );
-                    self.apply(tcp, core, &mut old, now);
-                    self.offer(tcp, core, stream, local, peer, now);
-                }
-                TcpOut::Connected(idx, serial) => {
-                    let Some((c, p, epoch)) = tcp.ident(idx, serial) else {
-                        continue;
-                    };
-                    match core.stack.link_connected(now, c, p, epoch) {
-                        Established::Read { epoch } => {
-                            tcp.established(idx, epoch);
-                            tcp.mark(idx);
-                        }
-                        Established::Drain => tcp.retire(idx, now),
-                        Established::Close => tcp.close_now(idx, false),
-                    }
-                }
-                TcpOut::ConnectFailed(idx, serial) => {
-                    if let Some((c, p, epoch)) = tcp.ident(idx, serial) {
-                        tcp.close_now(idx, false);
-                        core.stack.handle_connect_failed(now, c, p, epoch);
-                    }
-                }
-                TcpOut::Frames {
-                    conn,
-                    path,
-                    epoch,
-                    frames,
-                } => {
-                    tcp.tap_rx(&core.stack, conn, path, &frames, &self.tap);
-                    self.frames_in
-                        .fetch_add(frames.len() as u64, Ordering::Relaxed);
-                    let _ = crate::proto::driver::deliver(
-                        &mut core.stack,
-                        now,
-                        conn,
-                        path,
-                        epoch,
-                        frames,
-                        Ok(()),
-                    );
-                }
-                TcpOut::StreamError {
-                    conn,
-                    path,
-                    epoch,
-                    err,
-                } => core.stack.handle_stream_error(now, conn, path, epoch, err),
-                TcpOut::Reassembly {
-                    conn,
-                    path,
-                    epoch,
-                    held,
-                } => {
-                    // Refused: the engine reset the path, whose disconnect closes it.
-                    let _ = core.stack.tcp_reassembly(now, conn, path, epoch, held);
-                }
-                TcpOut::ReassemblyRefused => core.stack.tcp_reassembly_refused(),
-                TcpOut::Closed(idx, serial) => {
-                    if let Some((c, p, epoch, connecting)) = tcp.closed(idx, serial) {
-                        if connecting {
-                            core.stack.handle_connect_failed(now, c, p, epoch);
-                        } else {
-                            core.stack.handle_disconnected(now, c, p, epoch);
-                        }
-                    }
-                }
-                TcpOut::Acked {
-                    conn,
-                    path,
-                    epoch,
-                    acked,
-                } => core.stack.handle_tx_acked(now, conn, path, epoch, acked),
-            }
-        }
-    }
-
-    /// Offers an accepted connection to the engine: read it on its lane, hold it unread
-    /// (the engine answers later with [`Event::Adopt`] or [`Event::Refuse`]), or reset it.
-    fn offer(
-        &self,
-        tcp: &mut Tcp,
-        core: &mut Core,
-        stream: std::net::TcpStream,
-        local: std::net::SocketAddr,
-        peer: std::net::SocketAddr,
-        now: Instant,
-    ) {
-        let link = tcp.new_link();
-        let kind = TransportKind::Tcp;
-        match core
-            .stack
-            .link_accepted(now, link, local.ip(), peer.ip(), kind, peer.port())
-        {
-            Incoming::Read { conn, path, epoch } => {
-                let tun = core.stack.tunables().clone();
-                let r = tcp.adopt(stream, local, peer, conn, path, epoch, &tun, now);
-                if r.is_err() {
-                    core.stack.handle_disconnected(now, conn, path, epoch);
-                }
-            }
-            Incoming::Hold => tcp.hold(
-                link,
-                tcp::HeldConn {
-                    stream,
-                    local,
-                    peer,
-                },
-            ),
-            Incoming::Refuse(why) => tcp.refuse(stream, why),
-        }
+        let n = tcp.apply(&mut core.stack, outs, now, &self.tap);
+        self.frames_in.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Executes the engine's transport work (connect, disconnect, transmit) and wakes sockets.
@@ -1263,19 +1138,9 @@ impl crate::proto::driver::Io for TransportIo<'_> {
             }
             return;
         }
-        if !current {
-            return;
-        }
-        let (laddr, faddr, _) = self.core.stack.conn_addrs(conn);
-        let tun = self.core.stack.tunables().clone();
-        if self
-            .tcp
-            .connect(conn, path, epoch, laddr, faddr, &tun, now)
-            .is_err()
-        {
-            self.core
-                .stack
-                .handle_connect_failed(now, conn, path, epoch);
+        if current {
+            self.tcp
+                .connect_path(&mut self.core.stack, conn, path, epoch, now);
         }
     }
 
@@ -1303,22 +1168,8 @@ impl crate::proto::driver::Io for TransportIo<'_> {
     }
 
     fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
-        let Some(h) = self.tcp.take_held(link) else {
-            // Gone meanwhile (node shutdown): the path sees its end.
-            self.core
-                .stack
-                .handle_disconnected(self.now, conn, path, epoch);
-            return;
-        };
-        let tun = self.core.stack.tunables().clone();
-        let r = self
-            .tcp
-            .adopt(h.stream, h.local, h.peer, conn, path, epoch, &tun, self.now);
-        if r.is_err() {
-            self.core
-                .stack
-                .handle_disconnected(self.now, conn, path, epoch);
-        }
+        self.tcp
+            .adopt_held(&mut self.core.stack, link, conn, path, epoch, self.now);
     }
 
     fn refuse(&mut self, link: LinkId, why: HeldEnd) {

@@ -7,7 +7,9 @@
 //! engine's decisions. It runs on the node's I/O thread.
 //!
 //! One job per file: this one holds the [`Tcp`] state, the [`TcpOut`] reports and the
-//! dispatch of readiness events; `admission.rs` the listeners, the caps checked at accept,
+//! dispatch of readiness events; `apply.rs` applies the reports to the engine
+//! ([`Tcp::apply`]: the node's I/O round hands them over and never calls back);
+//! `admission.rs` the listeners, the caps checked at accept,
 //! the listener pause and the sockets of held connections; `lifecycle.rs` a connection's
 //! life on its lane (connect, completion, drain, close); `bytes.rs` the byte path (read,
 //! pull, flush, acknowledgement polling, timers); `info.rs` what `rds-info -T` and the tap
@@ -55,6 +57,7 @@ use crate::wire::{MAX_MSG_SIZE, MPATH_WORKERS, RDS_TCP_PORT};
 pub use crate::info::TcpSockInfo;
 
 mod admission;
+mod apply;
 mod bytes;
 mod info;
 mod lifecycle;
