@@ -829,7 +829,7 @@ fn counters_line(st: &HashMap<String, u64>, names: &[&str]) -> String {
 }
 
 /// Most TCP connections the node keeps per remote address (`TCP_CONNS_PER_ADDR` in
-/// rds-core's `node/tcp.rs`).
+/// rds-core's `node/tcp/mod.rs`).
 const TCP_CONNS_PER_ADDR: u64 = 32;
 
 /// c. 10,000 TCP connections that send nothing, held open.

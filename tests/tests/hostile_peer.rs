@@ -8,7 +8,7 @@
 //! may not own an RDS/TCP connection), from a source port ≡ 0 (mod 8) (lane 0).
 //!
 //! Connection and descriptor limits (issue 17 item 4, the transport's caps documented in
-//! `rds-core/src/node/tcp.rs`): the per-address cap (node 127.3.7.201-205, attacker
+//! `rds-core/src/node/tcp/mod.rs`): the per-address cap (node 127.3.7.201-205, attacker
 //! 127.3.7.190); the waiting caps (node 127.37.3.200, attackers 127.37.3.1-33); 10,000 connections that send nothing (node 127.37.1.200, legitimate peer
 //! 127.37.1.1, attackers 127.37.0.1-64), with the node in this process so that its
 //! descriptors are counted in `/proc/self/fd`; descriptor exhaustion of an `rds-ctrl daemon`

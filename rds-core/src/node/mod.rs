@@ -9,12 +9,17 @@
 //! frames when no other thread holds the IB transport. Blocking socket calls wait on a
 //! per-socket condition variable tied to the engine lock. The I/O thread is woken through an
 //! eventfd only when it sleeps.
+//!
+//! This file keeps the threads, the locks and their order, and the I/O round; the TCP
+//! transport applies its own reports to the engine (`tcp/apply.rs`), and the public getters
+//! that only read are in `view.rs`.
 
 pub mod admin;
 pub(crate) mod ib;
 mod lead;
 pub mod tap;
 mod tcp;
+mod view;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -26,10 +31,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::proto::{
-    ConnId, ConnInfo, DropReason, Established, Event, HeldEnd, Incoming, LinkId, PathState,
-    QueuedMsgInfo, SockId, SockInfo, Stack, TransportKind,
+    ConnId, DropReason, Event, HeldEnd, LinkId, PathState, SockId, Stack, TransportKind,
 };
-use crate::stats::{Counter, IbStats, TcpStats};
+use crate::stats::{IbStats, TcpStats};
 use crate::sys;
 use crate::time::Instant;
 use crate::tunables::Tunables;
@@ -349,38 +353,6 @@ impl Node {
         })
     }
 
-    /// The control socket's path, if the node serves one.
-    pub fn ctl_path(&self) -> Option<std::path::PathBuf> {
-        lock(&self.inner.ctl)
-            .as_ref()
-            .map(|s| s.path().to_path_buf())
-    }
-
-    /// The node's name (its control socket's name when it serves one).
-    pub fn name(&self) -> String {
-        lock(&self.inner.ctl)
-            .as_ref()
-            .and_then(|s| {
-                s.path()
-                    .file_stem()
-                    .map(|x| x.to_string_lossy().into_owned())
-            })
-            .unwrap_or_else(|| self.inner.name.clone())
-    }
-
-    /// The addresses the node owns.
-    pub fn addrs(&self) -> Vec<IpAddr> {
-        lock(&self.inner.addrs).clone()
-    }
-
-    /// Whether the node owns `ip`.
-    pub fn owns(&self, ip: IpAddr) -> bool {
-        let ip = crate::proto::canonical(ip);
-        lock(&self.inner.addrs)
-            .iter()
-            .any(|&a| crate::proto::canonical(a) == ip)
-    }
-
     /// Takes on another address: a listener on `ip:16385` and the address in the engine.
     ///
     /// # Errors
@@ -428,72 +400,11 @@ impl Node {
         WeakNode(Arc::downgrade(&self.inner))
     }
 
-    /// Why the IB transport does not run although the configuration asked for it (no
-    /// rdma-core, no RDMA device, ...), `None` if it runs or was not asked for.
-    pub fn ib_unavailable(&self) -> Option<String> {
-        self.inner.ib_unavailable.clone()
-    }
-
-    /// Whether the TCP transport runs (it was configured).
-    pub fn tcp_running(&self) -> bool {
-        self.inner.transports.tcp
-    }
-
-    /// Whether the IB transport runs.
-    pub fn ib_running(&self) -> bool {
-        lock(&self.inner.ib).is_some()
-    }
-
-    /// Queue pair numbers of the IB connections that have a queue pair (RDS_INFO_IB_CONNECTIONS).
-    pub fn ib_qps(&self) -> Vec<IbQpInfo> {
-        lock(&self.inner.ib).as_ref().map_or(Vec::new(), Ib::qps)
-    }
-
-    /// Live IB connections of the transport (any state).
-    pub fn ib_connection_count(&self) -> usize {
-        lock(&self.inner.ib).as_ref().map_or(0, Ib::len)
-    }
-
-    /// RDMA regions registered for peers (`RDS_GET_MR`) and not yet released.
-    pub fn rdma_region_count(&self) -> usize {
-        lock(&self.inner.ib).as_ref().map_or(0, |t| t.mr_count())
-    }
-
-    /// Whether the node runs.
-    pub fn is_running(&self) -> bool {
-        self.inner.running.load(Ordering::Relaxed)
-    }
-
-    /// Counters: the core list, then the TCP transport's, with the kernel's names.
-    pub fn stats(&self) -> Vec<(&'static str, u64)> {
-        let mut v: Vec<_> = lock(&self.inner.core).stack.stats().iter().collect();
-        v.extend(self.inner.tcp_stats.snapshot());
-        if self.ib_running() {
-            v.extend(self.inner.ib_stats.snapshot());
-        }
-        v
-    }
-
-    /// One counter's value.
-    pub fn counter(&self, c: Counter) -> u64 {
-        lock(&self.inner.core).stack.stats().get(c)
-    }
-
     /// Zeroes every counter.
     pub fn reset_stats(&self) {
         lock(&self.inner.core).stack.reset_stats();
         self.inner.tcp_stats.reset();
         self.inner.ib_stats.reset();
-    }
-
-    /// Bytes of the node budget in use (queued messages both ways, reassembly, connections).
-    pub fn mem_used(&self) -> usize {
-        lock(&self.inner.core).stack.mem_used()
-    }
-
-    /// The tunables in force.
-    pub fn tunables(&self) -> Tunables {
-        lock(&self.inner.core).stack.tunables().clone()
     }
 
     /// Replaces the tunables. Changing the TCP buffer sizes drops every RDS/TCP connection so
@@ -509,36 +420,6 @@ impl Node {
                 .restart_all(now, TransportKind::Tcp, DropReason::Tunable);
         }
         self.inner.after_app_call(core);
-    }
-
-    /// Every connection (RDS_INFO_CONNECTIONS and per-path detail).
-    pub fn connections(&self) -> Vec<ConnInfo> {
-        lock(&self.inner.core).stack.conn_infos()
-    }
-
-    /// Every socket (RDS_INFO_SOCKETS).
-    pub fn sockets(&self) -> Vec<SockInfo> {
-        lock(&self.inner.core).stack.sock_infos()
-    }
-
-    /// Messages in send queues (RDS_INFO_SEND_MESSAGES).
-    pub fn send_queue(&self) -> Vec<QueuedMsgInfo> {
-        lock(&self.inner.core).stack.queued_msgs(false)
-    }
-
-    /// Messages in retransmit queues (RDS_INFO_RETRANS_MESSAGES).
-    pub fn retrans_queue(&self) -> Vec<QueuedMsgInfo> {
-        lock(&self.inner.core).stack.queued_msgs(true)
-    }
-
-    /// Messages in socket receive queues (RDS_INFO_RECV_MESSAGES).
-    pub fn recv_queue(&self) -> Vec<QueuedMsgInfo> {
-        lock(&self.inner.core).stack.recv_queued_msgs()
-    }
-
-    /// TCP sockets of the transport (RDS_INFO_TCP_SOCKETS).
-    pub fn tcp_sockets(&self) -> Vec<TcpSockInfo> {
-        lock(&self.inner.tcp).infos()
     }
 
     /// Restarts the connection between `laddr` and `faddr`: it reconnects and retransmits.
@@ -572,41 +453,6 @@ impl Node {
         let r = f(&mut core.stack, c, now);
         self.inner.after_app_call(core);
         Some(r)
-    }
-
-    /// The trace tap.
-    pub fn tap(&self) -> &Tap {
-        &self.inner.tap
-    }
-
-    /// Engine time now.
-    pub fn now(&self) -> Instant {
-        self.inner.now()
-    }
-
-    /// Wall-clock nanoseconds since the Unix epoch of an engine instant.
-    pub fn wall_ns(&self, t: Instant) -> u64 {
-        self.inner.origin_wall_ns + t.as_nanos()
-    }
-
-    /// RDS/TCP frames the node has read since it started: `(all, read by an application
-    /// thread waiting in [`crate::Socket::wait`])`. The rest were read by the I/O thread.
-    pub fn frames_read(&self) -> (u64, u64) {
-        (
-            self.inner.frames_in.load(Ordering::Relaxed),
-            self.inner.frames_led.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Live TCP connections of the transport.
-    pub fn tcp_connection_count(&self) -> usize {
-        lock(&self.inner.tcp).len()
-    }
-
-    /// Accepted TCP connections waiting for a lane, and the node's TCP connection cap.
-    pub fn tcp_waiting_and_cap(&self) -> (usize, usize) {
-        let t = lock(&self.inner.tcp);
-        (t.waiting(), t.conn_cap())
     }
 }
 
@@ -971,135 +817,10 @@ impl Inner {
         tcp.has_pending()
     }
 
-    /// Applies what the sockets told us to the engine.
+    /// Applies what the sockets told us to the engine (`Tcp::apply`), counting the frames.
     fn apply(&self, tcp: &mut Tcp, core: &mut Core, outs: &mut Vec<TcpOut>, now: Instant) {
-        for o in outs.drain(..) {
-            match o {
-                TcpOut::Accepted {
-                    stream,
-                    local,
-                    peer,
-                } => {
-                    let (laddr, faddr) = (local.ip(), peer.ip());
-                    // Old data of a half-closed predecessor goes first.
-                    let mut old = Vec::new();
-                    tcp.finish_drains_of(
-                        crate::proto::canonical(laddr),
-                        crate::proto::canonical(faddr),
-                        &core.stack,
-                        now,
-                        &mut old,
-                    );
-                    self.apply(tcp, core, &mut old, now);
-                    self.offer(tcp, core, stream, local, peer, now);
-                }
-                TcpOut::Connected(idx, serial) => {
-                    let Some((c, p, epoch)) = tcp.ident(idx, serial) else {
-                        continue;
-                    };
-                    match core.stack.link_connected(now, c, p, epoch) {
-                        Established::Read { epoch } => {
-                            tcp.established(idx, epoch);
-                            tcp.mark(idx);
-                        }
-                        Established::Drain => tcp.retire(idx, now),
-                        Established::Close => tcp.close_now(idx, false),
-                    }
-                }
-                TcpOut::ConnectFailed(idx, serial) => {
-                    if let Some((c, p, epoch)) = tcp.ident(idx, serial) {
-                        tcp.close_now(idx, false);
-                        core.stack.handle_connect_failed(now, c, p, epoch);
-                    }
-                }
-                TcpOut::Frames {
-                    conn,
-                    path,
-                    epoch,
-                    frames,
-                } => {
-                    tcp.tap_rx(&core.stack, conn, path, &frames, &self.tap);
-                    self.frames_in
-                        .fetch_add(frames.len() as u64, Ordering::Relaxed);
-                    let _ = crate::proto::driver::deliver(
-                        &mut core.stack,
-                        now,
-                        conn,
-                        path,
-                        epoch,
-                        frames,
-                        Ok(()),
-                    );
-                }
-                TcpOut::StreamError {
-                    conn,
-                    path,
-                    epoch,
-                    err,
-                } => core.stack.handle_stream_error(now, conn, path, epoch, err),
-                TcpOut::Reassembly {
-                    conn,
-                    path,
-                    epoch,
-                    held,
-                } => {
-                    // Refused: the engine reset the path, whose disconnect closes it.
-                    let _ = core.stack.tcp_reassembly(now, conn, path, epoch, held);
-                }
-                TcpOut::ReassemblyRefused => core.stack.tcp_reassembly_refused(),
-                TcpOut::Closed(idx, serial) => {
-                    if let Some((c, p, epoch, connecting)) = tcp.closed(idx, serial) {
-                        if connecting {
-                            core.stack.handle_connect_failed(now, c, p, epoch);
-                        } else {
-                            core.stack.handle_disconnected(now, c, p, epoch);
-                        }
-                    }
-                }
-                TcpOut::Acked {
-                    conn,
-                    path,
-                    epoch,
-                    acked,
-                } => core.stack.handle_tx_acked(now, conn, path, epoch, acked),
-            }
-        }
-    }
-
-    /// Offers an accepted connection to the engine: read it on its lane, hold it unread
-    /// (the engine answers later with [`Event::Adopt`] or [`Event::Refuse`]), or reset it.
-    fn offer(
-        &self,
-        tcp: &mut Tcp,
-        core: &mut Core,
-        stream: std::net::TcpStream,
-        local: std::net::SocketAddr,
-        peer: std::net::SocketAddr,
-        now: Instant,
-    ) {
-        let link = tcp.new_link();
-        let kind = TransportKind::Tcp;
-        match core
-            .stack
-            .link_accepted(now, link, local.ip(), peer.ip(), kind, peer.port())
-        {
-            Incoming::Read { conn, path, epoch } => {
-                let tun = core.stack.tunables().clone();
-                let r = tcp.adopt(stream, local, peer, conn, path, epoch, &tun, now);
-                if r.is_err() {
-                    core.stack.handle_disconnected(now, conn, path, epoch);
-                }
-            }
-            Incoming::Hold => tcp.hold(
-                link,
-                tcp::HeldConn {
-                    stream,
-                    local,
-                    peer,
-                },
-            ),
-            Incoming::Refuse(why) => tcp.refuse(stream, why),
-        }
+        let n = tcp.apply(&mut core.stack, outs, now, &self.tap);
+        self.frames_in.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Executes the engine's transport work (connect, disconnect, transmit) and wakes sockets.
@@ -1269,17 +990,8 @@ impl crate::proto::driver::Io for TransportIo<'_> {
             self.core.stack.handle_disconnected(now, conn, path, epoch);
             return;
         }
-        let (laddr, faddr, _) = self.core.stack.conn_addrs(conn);
-        let tun = self.core.stack.tunables().clone();
-        if self
-            .tcp
-            .connect(conn, path, epoch, laddr, faddr, &tun, now)
-            .is_err()
-        {
-            self.core
-                .stack
-                .handle_connect_failed(now, conn, path, epoch);
-        }
+        self.tcp
+            .connect_path(&mut self.core.stack, conn, path, epoch, now);
     }
 
     fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
@@ -1306,22 +1018,8 @@ impl crate::proto::driver::Io for TransportIo<'_> {
     }
 
     fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
-        let Some(h) = self.tcp.take_held(link) else {
-            // Gone meanwhile (node shutdown): the path sees its end.
-            self.core
-                .stack
-                .handle_disconnected(self.now, conn, path, epoch);
-            return;
-        };
-        let tun = self.core.stack.tunables().clone();
-        let r = self
-            .tcp
-            .adopt(h.stream, h.local, h.peer, conn, path, epoch, &tun, self.now);
-        if r.is_err() {
-            self.core
-                .stack
-                .handle_disconnected(self.now, conn, path, epoch);
-        }
+        self.tcp
+            .adopt_held(&mut self.core.stack, link, conn, path, epoch, self.now);
     }
 
     fn refuse(&mut self, link: LinkId, why: HeldEnd) {

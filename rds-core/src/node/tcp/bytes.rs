@@ -1,0 +1,411 @@
+//! The byte path: reading and parsing frames, pulling frames from the engine and writing
+//! them, acknowledgement polling (`SIOCOUTQ`), and the timers of drains and partial messages.
+
+use std::io::{self, IoSlice, Write};
+use std::net::Shutdown;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use super::*;
+
+impl Tcp {
+    /// Sets what the messages in progress may hold in all, from now on.
+    pub(crate) fn set_partial_cap(&mut self, cap: usize) {
+        self.partial_cap = cap;
+    }
+
+    /// Reads what is available (bounded), parses frames; end of stream or an error closes.
+    /// Small payloads are copied out of the read chunk, larger ones keep it (pooled, see
+    /// [`crate::buf`]); the message in progress is reported to the engine as it grows.
+    pub(super) fn read(&mut self, idx: usize, now: Instant, out: &mut Vec<TcpOut>) {
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        if c.refused {
+            // Refused and closed: its report is on its way.
+            return;
+        }
+        let serial = c.serial;
+        let fd = c.stream.as_raw_fd();
+        let mut frames = Vec::new();
+        let mut total = 0;
+        let mut closed = false;
+        let mut stream_err = None;
+        // What the other connections' messages in progress hold, and what all may hold.
+        let others = self.partial_total - c.held_reported;
+        let cap = self.partial_cap;
+        while total < READ_BUDGET {
+            if others + c.parser.partial_held() > cap {
+                // The node cannot hold this message: drop it now rather than read on (the
+                // rest stays in the kernel's buffer until the connection is reset).
+                c.parser.abandon();
+                c.refused = true;
+                break;
+            }
+            // The rest of a large payload is read straight into its message buffer, which
+            // grows to what the socket holds now (never to what the header announced).
+            let avail = if c.parser.data_rem() >= DIRECT_MIN {
+                sys::inq(fd).unwrap_or(0)
+            } else {
+                0
+            };
+            if let Some((buf, rem)) = c.parser.direct_buf(DIRECT_MIN, avail) {
+                match sys::read_spare(fd, buf, rem.min(READ_BUDGET)) {
+                    Ok(0) => {
+                        closed = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        total += n;
+                        c.parser.direct_done(n, &mut frames);
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            let mut v = buf::take(READ_CHUNK);
+            let r = sys::read_spare(fd, &mut v, READ_CHUNK);
+            let v = match r {
+                Ok(n) if n > 0 => v,
+                _ => {
+                    buf::give(v);
+                    Vec::new()
+                }
+            };
+            match r {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    total += n;
+                    let held = v.capacity();
+                    if let Err(e) = c.parser.feed_chunk(buf::freeze(v), held, &mut frames) {
+                        stream_err = Some(e);
+                        break;
+                    }
+                    if n < READ_CHUNK && total < SHORT_READ_STOP {
+                        // A short read of a few frames (requests and answers): TCP's receive
+                        // queue ran dry (`tcp_recvmsg` returns less than asked only then),
+                        // and the connection is registered level-triggered, so what comes
+                        // later fires again; reading on until EAGAIN cost a read(2) per
+                        // wake-up. A stream reads on: its next bytes are often there by
+                        // then (stopping here cost rds-bench 6-11% at 64 KiB and 1 MiB).
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        if !c.refused && others + c.parser.partial_held() > cap {
+            c.parser.abandon();
+            c.refused = true;
+        }
+        if c.refused {
+            c.partial_since = None;
+            frames.clear();
+            let _ = c.stream.shutdown(Shutdown::Both);
+            out.push(TcpOut::ReassemblyRefused);
+            closed = true;
+            stream_err = None;
+        }
+        // The message in progress, charged as it fills (before the frames that completed
+        // are: their payloads now are the messages').
+        let held = c.parser.partial_held();
+        self.partial_total = others + held;
+        if held != c.held_reported {
+            c.held_reported = held;
+            out.push(TcpOut::Reassembly {
+                conn,
+                path,
+                epoch,
+                held,
+            });
+        }
+        if !c.parser.in_message() {
+            c.partial_since = None;
+        } else if total > 0 || c.partial_since.is_none() {
+            c.partial_since = Some(now);
+        }
+        if !frames.is_empty() {
+            out.push(TcpOut::Frames {
+                conn,
+                path,
+                epoch,
+                frames,
+            });
+        }
+        if let Some(err) = stream_err {
+            out.push(TcpOut::StreamError {
+                conn,
+                path,
+                epoch,
+                err,
+            });
+        } else if closed {
+            out.push(TcpOut::Closed(idx, serial));
+        } else if total >= READ_BUDGET {
+            // More to read: come back without waiting for a new edge.
+            self.pending_flush.push(idx);
+        }
+        // Incoming data may carry acknowledgements of ours.
+        self.poll_ack(idx, out);
+    }
+
+    /// Whether `(conn, path)` is an established lane with nothing waiting to be written and
+    /// everything written acknowledged, as far as the last poll knows: a request/response
+    /// lane, where writing a message at once from the sending thread saves a wakeup. A lane
+    /// still carrying earlier messages is streaming; the I/O thread batches its frames.
+    pub(crate) fn lane_idle(&self, conn: ConnId, path: usize) -> bool {
+        self.by_path
+            .get(&(conn, path))
+            .and_then(|&idx| self.conns[idx].as_ref())
+            .is_some_and(|c| c.state == State::Up && c.out.is_empty() && c.written == c.acked)
+    }
+
+    /// Pulls frames of `(conn, path)` from the engine into the connection's output queue.
+    pub(crate) fn pull(
+        &mut self,
+        stack: &mut Stack,
+        conn: ConnId,
+        path: usize,
+        now: Instant,
+        tap: &Tap,
+    ) {
+        // The engine transmits only on paths it believes up, which have a socket here.
+        let Some(&idx) = self.by_path.get(&(conn, path)) else {
+            return;
+        };
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        if c.state != State::Up {
+            return;
+        }
+        c.more = false;
+        let mut any = false;
+        let mut frames = crate::proto::driver::Frames::new(stack, now, conn, path);
+        while c.out_bytes < OUT_HIGH {
+            let Some(t) = frames.next() else {
+                break;
+            };
+            if tap.enabled() {
+                self.tap_tx.push(tap, &t.hdr, &t.payload);
+            }
+            if self.hdr_arena.capacity() - self.hdr_arena.len() < t.hdr.len() {
+                self.hdr_arena.reserve(48 * 256);
+            }
+            self.hdr_arena.extend_from_slice(&t.hdr);
+            c.out.push_back(self.hdr_arena.split().freeze());
+            c.out_bytes += t.hdr.len() + t.payload.len();
+            if !t.payload.is_empty() {
+                c.out.push_back(t.payload);
+            }
+            any = true;
+        }
+        if c.out_bytes >= OUT_HIGH {
+            c.more = true;
+        }
+        if !self.tap_tx.is_empty() {
+            let (laddr, faddr, _) = stack.conn_addrs(conn);
+            self.tap_tx.record(tap, laddr, faddr, path, c.local, c.peer);
+        }
+        if any {
+            self.pending_flush.push(idx);
+        }
+    }
+
+    /// Writes pending output of every connection that has some. Returns connections that ran
+    /// low and may pull more frames, and acknowledgement updates in `out`.
+    pub(crate) fn flush(&mut self, now: Instant, out: &mut Vec<TcpOut>) -> Vec<(ConnId, usize)> {
+        let mut refill = Vec::new();
+        let mut list = std::mem::take(&mut self.pending_flush);
+        list.sort_unstable();
+        list.dedup();
+        for idx in list {
+            let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !matches!(c.state, State::Up) {
+                if matches!(c.state, State::Draining(_)) {
+                    self.read(idx, now, out);
+                }
+                continue;
+            }
+            let mut err = false;
+            while !c.out.is_empty() {
+                let iov: Vec<IoSlice<'_>> =
+                    c.out.iter().take(512).map(|b| IoSlice::new(b)).collect();
+                match c.stream.write_vectored(&iov) {
+                    Ok(0) => {
+                        err = true;
+                        break;
+                    }
+                    Ok(mut n) => {
+                        c.written += n as u64;
+                        c.out_bytes -= n;
+                        while n > 0 {
+                            let front = c.out.front_mut().expect("written bytes were queued");
+                            if n >= front.len() {
+                                n -= front.len();
+                                c.out.pop_front();
+                            } else {
+                                let _ = front.split_to(n);
+                                n = 0;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.stats.inc(TcpCounter::TcpSndbufFull);
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        err = true;
+                        break;
+                    }
+                }
+            }
+            let want_out = !c.out.is_empty() && !err;
+            if want_out != c.epoll_out {
+                c.epoll_out = want_out;
+                let ev = EPOLLIN | EPOLLRDHUP | if want_out { EPOLLOUT } else { 0 };
+                let _ = self
+                    .epoll
+                    .modify(c.stream.as_raw_fd(), TOKEN_CONN | idx as u64, ev);
+            }
+            if err {
+                out.push(TcpOut::Closed(idx, c.serial));
+                continue;
+            }
+            if c.more && c.out_bytes < OUT_HIGH / 2 {
+                refill.push((c.conn, c.path));
+            }
+            self.poll_ack(idx, out);
+            if let Some(c) = self.conns[idx].as_mut() {
+                if c.written > c.acked && c.ack_poll.is_none() {
+                    c.ack_poll = Some((now + ACK_POLL_MIN, ACK_POLL_MIN));
+                }
+            }
+        }
+        refill
+    }
+
+    /// Learns how much of what we wrote the peer acknowledged (`SIOCOUTQ`).
+    fn poll_ack(&mut self, idx: usize, out: &mut Vec<TcpOut>) {
+        let Some(c) = self.conns[idx].as_mut() else {
+            return;
+        };
+        if c.state != State::Up || c.written == c.acked {
+            return;
+        }
+        let Ok(q) = sys::outq(c.stream.as_raw_fd()) else {
+            return;
+        };
+        let acked = c.written.saturating_sub(q as u64);
+        c.last_seen_una = acked as u32;
+        if acked > c.acked {
+            c.acked = acked;
+            out.push(TcpOut::Acked {
+                conn: c.conn,
+                path: c.path,
+                epoch: c.epoch,
+                acked,
+            });
+            // Progress: poll quickly again while bytes remain.
+            c.ack_poll = (c.written > c.acked).then_some((Instant::ZERO, ACK_POLL_MIN));
+        }
+    }
+
+    /// Runs due acknowledgement polls and drain deadlines.
+    pub(crate) fn timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
+        self.resume_listeners(now);
+        for idx in 0..self.conns.len() {
+            let Some(c) = self.conns[idx].as_mut() else {
+                continue;
+            };
+            if let State::Draining(until) = c.state {
+                if now >= until {
+                    self.stats.inc(TcpCounter::TcpDrainExpired);
+                    out.push(TcpOut::Closed(idx, c.serial));
+                }
+                continue;
+            }
+            if let Some((at, interval)) = c.ack_poll {
+                if at <= now {
+                    let before = c.acked;
+                    self.poll_ack(idx, out);
+                    if let Some(c) = self.conns[idx].as_mut() {
+                        if c.written > c.acked {
+                            let iv = if c.acked > before {
+                                ACK_POLL_MIN
+                            } else {
+                                (interval * 2).min(ACK_POLL_MAX)
+                            };
+                            c.ack_poll = Some((now + iv, iv));
+                        } else {
+                            c.ack_poll = None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the connections whose message in progress got no byte for `limit`
+    /// (`net.rds.partial_timeout_ms`): a peer that announces a message and stops half way
+    /// holds no memory for long (`tcp_partial_timeouts`).
+    pub(crate) fn expire_partials(&mut self, now: Instant, limit: Duration, out: &mut Vec<TcpOut>) {
+        for idx in 0..self.conns.len() {
+            let Some(c) = self.conns[idx].as_mut() else {
+                continue;
+            };
+            if c.partial_since.is_some_and(|t| now >= t + limit) {
+                c.partial_since = None;
+                self.stats.inc(TcpCounter::TcpPartialTimeouts);
+                let _ = c.stream.shutdown(Shutdown::Both);
+                out.push(TcpOut::Closed(idx, c.serial));
+            }
+        }
+    }
+
+    /// The earliest transport timer.
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        let paused = self.listeners.iter().filter_map(|l| l.paused_until);
+        self.conns
+            .iter()
+            .flatten()
+            .flat_map(|c| {
+                let t = match c.state {
+                    State::Draining(t) => Some(t),
+                    _ => c.ack_poll.map(|(t, _)| t),
+                };
+                // A message in progress is looked at again within a second.
+                t.into_iter()
+                    .chain(c.partial_since.map(|p| p + Duration::from_secs(1)))
+            })
+            .chain(paused)
+            .min()
+    }
+
+    /// Whether some connection has output or reads pending for the next round.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending_flush.is_empty()
+    }
+
+    /// Marks a connection for another read/flush round.
+    pub(crate) fn mark(&mut self, idx: usize) {
+        self.pending_flush.push(idx);
+    }
+}

@@ -1,0 +1,307 @@
+//! Unit tests of the TCP transport.
+
+use super::*;
+
+#[test]
+fn connection_cap_follows_the_descriptor_limit() {
+    assert_eq!(conn_cap_for(None), TCP_CONNS_MAX);
+    assert_eq!(conn_cap_for(Some(1024)), 512);
+    assert_eq!(conn_cap_for(Some(1 << 20)), TCP_CONNS_MAX);
+    assert_eq!(conn_cap_for(Some(20)), TCP_CONNS_MIN);
+    assert!(nofile_soft().is_some_and(|n| n > 0));
+}
+
+mod race {
+    //! The race that lost data (issue 31), on real sockets: a real [`Tcp`] and a real
+    //! [`Stack`] driven by hand, against a fake RDS peer (a plain [`TcpListener`]).
+
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::{Tcp, TcpOut};
+    use crate::message::Received;
+    use crate::node::tap::Tap;
+    use crate::proto::driver::{self, Io};
+    use crate::proto::{ConnId, DropReason, HeldEnd, LinkId, PathState, Stack};
+    use crate::stats::TcpStats;
+    use crate::sys::Epoll;
+    use crate::time::Instant;
+    use crate::tunables::Tunables;
+    use crate::wire::HeaderRepr;
+
+    /// The node's `TransportIo` for TCP alone: the engine's transport work on a [`Tcp`].
+    struct Drive<'a> {
+        tcp: &'a mut Tcp,
+        stack: &'a mut Stack,
+        tap: &'a Tap,
+        now: Instant,
+    }
+
+    impl Io for Drive<'_> {
+        fn stack(&mut self) -> &mut Stack {
+            self.stack
+        }
+
+        fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+            if self.stack.path_state(conn, path) == (PathState::Connecting, epoch) {
+                self.tcp
+                    .connect_path(self.stack, conn, path, epoch, self.now);
+            }
+        }
+
+        fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
+            self.tcp.disconnect(conn, path, epoch, reason, self.now);
+        }
+
+        fn transmit(&mut self, conn: ConnId, path: usize) {
+            self.tcp.pull(self.stack, conn, path, self.now, self.tap);
+        }
+
+        fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
+            self.tcp
+                .adopt_held(self.stack, link, conn, path, epoch, self.now);
+        }
+
+        fn refuse(&mut self, link: LinkId, why: HeldEnd) {
+            self.tcp.refuse_held(link, why);
+        }
+    }
+
+    /// The test's node: engine time from a real clock, the transport's rounds as the I/O
+    /// thread runs them (`Inner::io_round_with`: events, timers, apply, engine timers,
+    /// engine work, writes).
+    struct Bench {
+        tcp: Tcp,
+        stack: Stack,
+        tap: Tap,
+        origin: std::time::Instant,
+    }
+
+    impl Bench {
+        fn now(&self) -> Instant {
+            Instant::from_nanos(self.origin.elapsed().as_nanos() as u64)
+        }
+
+        /// Runs the engine's events on the transport.
+        fn pump(&mut self) {
+            let now = self.now();
+            let mut io = Drive {
+                tcp: &mut self.tcp,
+                stack: &mut self.stack,
+                tap: &self.tap,
+                now,
+            };
+            driver::pump(&mut io);
+        }
+
+        /// Waits up to `wait` for socket events and collects the transport's reports.
+        fn collect(&mut self, wait: Duration, outs: &mut Vec<TcpOut>) {
+            let mut evs = Vec::new();
+            self.tcp
+                .epoll
+                .wait(&mut evs, Some(wait))
+                .expect("epoll_wait");
+            let now = self.now();
+            for (token, bits) in evs {
+                self.tcp.handle_event(token, bits, now, outs);
+            }
+            self.tcp.timers(now, outs);
+        }
+
+        /// Applies reports, runs due engine timers and the engine's work, writes.
+        fn settle(&mut self, outs: &mut Vec<TcpOut>) {
+            let now = self.now();
+            self.tcp.apply(&mut self.stack, outs, now, &self.tap);
+            driver::handle_due(&mut self.stack, now);
+            self.pump();
+            for _ in 0..4 {
+                let refill = self.tcp.flush(now, outs);
+                if outs.is_empty() && refill.is_empty() {
+                    break;
+                }
+                self.tcp.apply(&mut self.stack, outs, now, &self.tap);
+                for (c, p) in refill {
+                    self.tcp.pull(&mut self.stack, c, p, now, &self.tap);
+                }
+                self.pump();
+            }
+        }
+
+        fn round(&mut self) {
+            let mut outs = Vec::new();
+            self.collect(Duration::from_millis(5), &mut outs);
+            self.settle(&mut outs);
+        }
+    }
+
+    /// Loopback addresses of this test run (127.0.0.0/8), the second one larger.
+    fn addrs() -> (IpAddr, IpAddr) {
+        let pid = std::process::id();
+        let (a, b) = ((pid >> 8) as u8, pid as u8);
+        (
+            IpAddr::V4(Ipv4Addr::new(127, 91, a, b.max(1) & 0xfe)),
+            IpAddr::V4(Ipv4Addr::new(127, 91, a, (b.max(1) & 0xfe) + 1)),
+        )
+    }
+
+    /// Issue 31's loss, closed by rule 3 of the engine's connection lifecycle
+    /// (`proto/stack/links.rs`): our node, the smaller address, connects a path; the peer
+    /// accepts, adopts the connection and writes a message on it at once, and our TCP
+    /// acknowledges it. Before our node hears that its attempt completed (the `Connected`
+    /// report is collected but not yet applied), the engine drops the connecting path (an
+    /// operator's restart). The message must still reach our socket (exact bytes), the peer
+    /// must see our FIN, not a reset, and the path must connect again once the attempt ended.
+    ///
+    /// Before the lifecycle moved into the engine, the transport closed a connecting socket
+    /// unread (`close_now`) when the engine dropped the path: the kernel then resets the
+    /// connection because its receive buffer holds unread bytes, so the peer's read fails with
+    /// `ECONNRESET` instead of returning 0, and the message the peer's TCP saw acknowledged
+    /// (RDS/TCP then counts it delivered and frees it) never reaches the socket: both
+    /// assertions below fail on that behaviour.
+    #[test]
+    fn a_connecting_path_dropped_after_the_peer_wrote_loses_nothing() {
+        let (laddr, faddr) = addrs();
+        let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
+        let epoll = Arc::new(Epoll::new().expect("epoll"));
+        let mut b = Bench {
+            tcp: Tcp::new(epoll, Arc::new(TcpStats::new()), 7).expect("transport"),
+            stack: Stack::new(Tunables::default(), 11),
+            tap: Tap::default(),
+            origin: std::time::Instant::now(),
+        };
+        b.tcp
+            .set_route(faddr, Some(peer.local_addr().expect("listener address")));
+        b.stack.add_local_addr(laddr, true, false);
+        let sock = b.stack.socket();
+        b.stack
+            .bind(sock, SocketAddr::new(laddr, 4000))
+            .expect("bind");
+
+        // A message to the peer makes our node connect path 0.
+        let now = b.now();
+        let dest = SocketAddr::new(faddr, 5000);
+        b.stack
+            .send(
+                now,
+                sock,
+                Some(dest),
+                bytes::Bytes::from_static(b"ours"),
+                true,
+            )
+            .expect("send");
+        b.pump();
+        let conn = b
+            .stack
+            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
+            .expect("the send made the connection");
+        assert_eq!(b.stack.path_state(conn, 0).0, PathState::Connecting);
+        assert_eq!(b.tcp.len(), 1, "one attempt is open");
+
+        // The peer adopts the attempt and writes a complete data frame for our socket.
+        let (mut theirs, from) = peer.accept().expect("the attempt reaches the fake peer");
+        assert_eq!(from.ip(), laddr);
+        let payload = b"written by the peer right after its accept";
+        let mut frame = HeaderRepr::data(1, 5000, 4000, payload.len() as u32)
+            .to_bytes()
+            .to_vec();
+        frame.extend_from_slice(payload);
+        theirs.write_all(&frame).expect("peer writes");
+
+        // Our transport learns the attempt completed: the report is collected, not applied.
+        let mut outs = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !outs.iter().any(|o| matches!(o, TcpOut::Connected(..))) {
+            assert!(std::time::Instant::now() < deadline, "no Connected report");
+            b.collect(Duration::from_millis(10), &mut outs);
+        }
+        // Our TCP has the frame (acknowledged to the peer) before the engine drops the path.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while b
+            .tcp
+            .conns
+            .iter()
+            .flatten()
+            .all(|c| crate::sys::inq(c.stream.as_raw_fd()).unwrap_or(0) < frame.len())
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the frame never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+
+        // The engine drops the connecting path; its Disconnect reaches the transport first.
+        let now = b.now();
+        b.stack.restart_conn(now, conn, DropReason::Restart);
+        b.pump();
+        assert_ne!(b.stack.path_state(conn, 0).0, PathState::Up);
+
+        // The fake peer reads until our end of stream, then closes its side.
+        let peer_side = std::thread::spawn(move || {
+            theirs
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut buf = [0u8; 256];
+            let mut got = Vec::new();
+            let end = loop {
+                match theirs.read(&mut buf) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e.kind()),
+                }
+            };
+            drop(theirs);
+            (end, got)
+        });
+
+        // The transport's rounds: the stale report, the drain, the reconnect.
+        b.settle(&mut outs);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut received = None;
+        let mut again: Option<TcpStream> = None;
+        peer.set_nonblocking(true).expect("nonblocking listener");
+        while (received.is_none() || again.is_none()) && std::time::Instant::now() < deadline {
+            b.round();
+            if received.is_none() {
+                if let Ok(Received::Data { msg, .. }) = b.stack.recv(sock, 1 << 16, false) {
+                    received = Some(msg);
+                }
+            }
+            if again.is_none() {
+                if let Ok((s, from)) = peer.accept() {
+                    assert_eq!(from.ip(), laddr);
+                    again = Some(s);
+                }
+            }
+        }
+        let (end, ours) = peer_side.join().expect("peer thread");
+        let msg = received.expect("the message the peer wrote arrived at our socket");
+        assert_eq!(&msg.payload[..], &payload[..]);
+        assert_eq!(msg.from, SocketAddr::new(faddr, 5000));
+        assert_eq!(msg.seq, 1);
+        assert_eq!(
+            end,
+            Ok(()),
+            "the peer saw our FIN (read returned 0), not a reset"
+        );
+        assert!(
+            ours.is_empty(),
+            "nothing was written on the dropped attempt"
+        );
+        let again = again.expect("the path connected again after the attempt ended");
+        assert_eq!(
+            again.peer_addr().expect("peer address").port() % 8,
+            0,
+            "lane 0"
+        );
+        let (state, _) = b.stack.path_state(conn, 0);
+        assert!(
+            matches!(state, PathState::Connecting | PathState::Up),
+            "{state:?}"
+        );
+    }
+}
