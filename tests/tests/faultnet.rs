@@ -130,6 +130,8 @@ fn selftest_replica_through_a_cutting_proxy() {
             }
             if !(Instant::now() < deadline && progress.1.elapsed() < Duration::from_secs(15)) {
                 // What each node holds, for the failure report.
+                eprintln!("sent per (sender, receiver): {send_count:?}");
+                eprintln!("received per (sender, receiver): {recv_count:?}");
                 for (name, n) in [("A", &na), ("B", &nb)] {
                     eprintln!("node {name} connections: {:#?}", n.connections());
                     eprintln!("node {name} transport sockets: {:#?}", n.tcp_sockets());
