@@ -1,0 +1,141 @@
+//! Eventfd (waking a thread, signalling readiness) and epoll (waiting on many descriptors).
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::cvt;
+
+/// A non-blocking, close-on-exec eventfd used to wake a thread or signal readiness.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; a non-negative result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd (makes it readable).
+pub fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a valid u64 on the stack; errors (EAGAIN at the counter's
+    // maximum) leave the fd readable, which is all we want.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Resets an eventfd to zero (not readable).
+pub fn eventfd_clear(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a valid u64 on the stack; EAGAIN means already zero.
+    let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// An epoll instance.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+/// Interest bits.
+pub const EPOLLIN: u32 = libc::EPOLLIN as u32;
+/// Interest bits.
+pub const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
+/// Interest bits: edge-triggered.
+pub const EPOLLET: u32 = libc::EPOLLET as u32;
+/// Reported bits.
+pub const EPOLLERR: u32 = libc::EPOLLERR as u32;
+/// Reported bits.
+pub const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
+/// Reported bits.
+pub const EPOLLRDHUP: u32 = libc::EPOLLRDHUP as u32;
+
+impl Epoll {
+    /// A new epoll instance.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: no pointers; a non-negative result is a fresh descriptor we own.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    /// The epoll descriptor itself (readable while an event is pending, for `poll(2)`).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Registers `fd` with `token`.
+    pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    /// Changes the interest of `fd`.
+    pub fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    /// Unregisters `fd`.
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout` (None = forever) and returns `(token, events)` pairs in `out`.
+    pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
+        const MAX: usize = 256;
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let ms = match timeout {
+            None => -1,
+            // Round up so that a deadline is not missed by less than a millisecond.
+            Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+        };
+        // SAFETY: `evs` has room for MAX events and lives across the call.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                evs.as_mut_ptr(),
+                MAX as libc::c_int,
+                ms,
+            )
+        };
+        out.clear();
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        out.extend(evs[..n as usize].iter().map(|e| (e.u64, e.events)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_and_epoll() {
+        let ep = Epoll::new().unwrap();
+        let ev = eventfd().unwrap();
+        ep.add(ev.as_raw_fd(), 7, EPOLLIN).unwrap();
+        let mut out = vec![];
+        ep.wait(&mut out, Some(Duration::ZERO)).unwrap();
+        assert!(out.is_empty());
+        eventfd_signal(ev.as_raw_fd());
+        ep.wait(&mut out, Some(Duration::from_millis(100))).unwrap();
+        assert_eq!(out, [(7, EPOLLIN)]);
+        eventfd_clear(ev.as_raw_fd());
+        ep.wait(&mut out, Some(Duration::ZERO)).unwrap();
+        assert!(out.is_empty());
+    }
+}
