@@ -37,6 +37,7 @@ pub mod info;
 pub mod kernel;
 pub mod message;
 pub mod node;
+pub mod process;
 pub mod proto;
 pub mod ras;
 pub mod rdma;

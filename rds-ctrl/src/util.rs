@@ -96,9 +96,13 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> io::Resu
         .spawn()
 }
 
-/// The hidden `__exec-detached` command: a new session, then `exec`.
+/// The hidden `__exec-detached` command: a new session, the stop signals back to their
+/// default disposition (a command started in the background by a shell without job control,
+/// or under `nohup`, inherits SIGINT ignored, and `trace stop`'s SIGINT would then not reach a
+/// program that cannot catch what was ignored on entry, as a shell script), then `exec`.
 pub fn exec_detached(program: &OsStr, args: &[OsString]) -> io::Error {
     let _ = nix::unistd::setsid();
+    rds_core::process::default_stop_signals();
     exec(Path::new(program), args)
 }
 

@@ -75,17 +75,19 @@ fn trace_front_end_drives_rds_trace() {
             ready = ready_file.display()
         ),
     );
-    let out = run(
-        &env,
-        &ctrl,
-        &[
-            "--node",
-            "n1",
-            "trace",
-            "start",
-            pcap.to_str().unwrap(),
-            "96",
-        ],
+    // Started with SIGINT ignored, as from a shell's background job or `nohup`: the
+    // detached rds-trace gets the signal's default disposition back, or `trace stop`'s SIGINT
+    // would not reach the fake (a shell cannot trap a signal ignored on entry).
+    let mut c = assert_cmd::Command::new("/bin/sh");
+    env.apply(&mut c);
+    let out = output(
+        c.env("PATH", "/nonexistent")
+            .arg("-c")
+            .arg("trap '' INT; exec \"$0\" \"$@\"")
+            .arg(&ctrl)
+            .args(["--node", "n1", "trace", "start"])
+            .arg(&pcap)
+            .arg("96"),
     );
     let s = status(&out, 0);
     assert!(s.starts_with("trace started (rds-trace pid "), "{s}");

@@ -12,6 +12,7 @@ mod epoll;
 mod fdpass;
 mod poll;
 mod shm;
+mod signal;
 mod socket;
 mod thread;
 
@@ -22,6 +23,7 @@ pub use epoll::{
 pub use fdpass::{recv_with_fds, send_with_fd, send_with_fds};
 pub use poll::{poll_for, poll_readable, wait_readable, wait_readable_or_hangup};
 pub use shm::{memfd_sealed, Shm};
+pub use signal::default_stop_signals;
 pub use socket::{
     bind, connect, inq, local_addr, outq, peer_addr, peer_pidfd, read_spare, set_bufs, set_linger0,
     set_reuseaddr, take_error, tcp_socket, tune_rds_tcp,
