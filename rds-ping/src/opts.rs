@@ -3,11 +3,13 @@
 //! node), and the several-destination form: more than one destination, `-f FILE`, `-a`, `-u`
 //! ([`Opts::multi`]; the list itself is read and checked in [`crate::targets`]).
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::Parser;
 use rds_cli::{parse_seconds, parse_size};
+
+pub use crate::targets::{resolve, Dest};
 
 /// Sockets when neither `-n` nor a small `-c` says otherwise.
 pub const DEFAULT_SOCKETS: usize = 8;
@@ -75,15 +77,6 @@ struct Cli {
     /// Destination host or address; several are pinged in parallel, one summary line each
     #[arg(value_name = "DESTINATION")]
     dest: Vec<String>,
-}
-
-/// A destination: as given, and its address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dest {
-    /// As given on the command line or in the file.
-    pub name: String,
-    /// The address it resolved to.
-    pub addr: IpAddr,
 }
 
 /// Which destinations the several-destination form lists (`-a`, `-u`).
@@ -168,32 +161,6 @@ pub fn usage_text(complaint: &str) -> String {
          --stack S     kernel, user or auto: which RDS to use\n",
         env!("CARGO_PKG_VERSION")
     )
-}
-
-/// A host name or a numeric address: the first address it resolves to.
-pub fn resolve(name: &str) -> Option<IpAddr> {
-    if let Ok(ip) = name.parse::<IpAddr>() {
-        return Some(ip);
-    }
-    // "[v6]" as some users write it.
-    if let Some(ip) = name
-        .strip_prefix('[')
-        .and_then(|n| n.strip_suffix(']'))
-        .and_then(|n| n.parse::<IpAddr>().ok())
-    {
-        return Some(ip);
-    }
-    // Only what a host name (or an address with a scope, fe80::1%eth0) can hold goes to the
-    // resolver.
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'))
-    {
-        return None;
-    }
-    let addrs: Vec<SocketAddr> = (name, 0u16).to_socket_addrs().ok()?.collect();
-    addrs.first().map(SocketAddr::ip)
 }
 
 /// Parses and validates the command line (`args` without the program name).

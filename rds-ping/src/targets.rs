@@ -6,10 +6,43 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
 
-use crate::opts::Dest;
+/// A destination: as given, and its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dest {
+    /// As given on the command line or in the file.
+    pub name: String,
+    /// The address it resolved to.
+    pub addr: IpAddr,
+}
+
+/// A host name or a numeric address: the first address it resolves to.
+pub fn resolve(name: &str) -> Option<IpAddr> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    // "[v6]" as some users write it.
+    if let Some(ip) = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .and_then(|n| n.parse::<IpAddr>().ok())
+    {
+        return Some(ip);
+    }
+    // Only what a host name (or an address with a scope, fe80::1%eth0) can hold goes to the
+    // resolver.
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%'))
+    {
+        return None;
+    }
+    let addrs: Vec<SocketAddr> = (name, 0u16).to_socket_addrs().ok()?.collect();
+    addrs.first().map(SocketAddr::ip)
+}
 
 /// Most destinations of one run. Each is a connection of the RDS node (an embedded node opens
 /// up to 8 TCP lanes to a peer), and the whole list is checked at every turn of the loop.
@@ -173,7 +206,7 @@ mod tests {
 
     #[test]
     fn resolves_in_order_without_duplicates() {
-        let r = |n: &str| crate::opts::resolve(n);
+        let r = |n: &str| resolve(n);
         let d = resolve_all(&named(&["127.0.0.2", "::1", "::ffff:127.0.0.3"]), r).unwrap();
         let addrs: Vec<String> = d.iter().map(|d| d.addr.to_string()).collect();
         assert_eq!(addrs, ["127.0.0.2", "::1", "::ffff:127.0.0.3"]);
@@ -211,7 +244,7 @@ mod tests {
             )
         );
         assert_eq!(
-            resolve_all(&named(&refs[..MAX_DESTINATIONS]), crate::opts::resolve)
+            resolve_all(&named(&refs[..MAX_DESTINATIONS]), resolve)
                 .unwrap()
                 .len(),
             MAX_DESTINATIONS

@@ -464,7 +464,7 @@ impl Args {
         let plot = self
             .plot
             .as_deref()
-            .map(crate::plot::Target::check)
+            .map(|a| crate::plot::Target::check(a).map_err(Fatal::new))
             .transpose()?;
         Ok(Resolved {
             wire: w,

@@ -24,7 +24,6 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rds_core::errno::strerror;
 
 use crate::control::WireOptions;
-use crate::opts::Fatal;
 use crate::stats::RttDistribution;
 
 /// The image's size in pixels.
@@ -97,7 +96,7 @@ impl Target {
     /// # Errors
     /// A `.png` name (not supported), another or no extension, a directory, or a file that
     /// cannot be written (exit 1).
-    pub fn check(arg: &str) -> Result<Target, Fatal> {
+    pub fn check(arg: &str) -> Result<Target, String> {
         let path = PathBuf::from(arg);
         let ext = path
             .extension()
@@ -106,20 +105,19 @@ impl Target {
         match ext.as_deref() {
             Some("svg") => {}
             Some("png") => {
-                return Err(Fatal::new(format!(
+                return Err(format!(
                     "--plot {arg}: PNG is not supported (drawing text into a bitmap needs a font \
                      library); name an .svg file and convert it if needed, for example with \
                      rsvg-convert\n"
-                )))
+                ))
             }
             _ => {
-                return Err(Fatal::new(format!(
+                return Err(format!(
                     "--plot {arg}: unknown image format (the file name must end in .svg)\n"
-                )))
+                ))
             }
         }
-        let cannot =
-            |why: String| Fatal::new(format!("--plot {arg}: cannot write the file: {why}\n"));
+        let cannot = |why: String| format!("--plot {arg}: cannot write the file: {why}\n");
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => return Err(cannot("it is a directory".into())),
             Ok(_) => {
@@ -153,15 +151,15 @@ impl Target {
     ///
     /// # Errors
     /// Drawing or writing failed (exit 1).
-    pub fn write(&self, run: &Run<'_>) -> Result<(), Fatal> {
-        let svg = render(run)
-            .map_err(|e| Fatal::new(format!("--plot {}: cannot draw the plot: {e}\n", self.arg)))?;
+    pub fn write(&self, run: &Run<'_>) -> Result<(), String> {
+        let svg =
+            render(run).map_err(|e| format!("--plot {}: cannot draw the plot: {e}\n", self.arg))?;
         std::fs::write(&self.path, svg).map_err(|e| {
-            Fatal::new(format!(
+            format!(
                 "--plot {}: cannot write the file: {}\n",
                 self.arg,
                 os_text(&e)
-            ))
+            )
         })
     }
 }

@@ -965,11 +965,13 @@ fn release_and_wait(
         println!("{text}");
     }
     if let Some(target) = &r.plot {
-        target.write(&plot::Run {
-            title: plot::title(role, w),
-            intervals: &plotted,
-            rtt: &rtt,
-        })?;
+        target
+            .write(&plot::Run {
+                title: plot::title(role, w),
+                intervals: &plotted,
+                rtt: &rtt,
+            })
+            .map_err(Fatal::new)?;
     }
     let _ = control::RDS_VERSION;
     Ok(stop_signal().map_or(0, |n| 128 + n))

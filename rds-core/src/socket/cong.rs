@@ -30,8 +30,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::backend::Backend;
-use super::Socket;
 use crate::errno::err;
 use crate::info::SockId;
 use crate::node::Node;
@@ -287,57 +285,23 @@ impl Slot {
     }
 }
 
-impl Socket {
-    /// After a send to `dest` (`None`: the connected destination) failed with `ENOBUFS`,
-    /// waits as a blocking send would for the destination's congestion to clear, without a
-    /// timer: until the destination's congestion map changes (or the path to it goes down),
-    /// then the caller sends again, which may meet congestion again and wait again. A
-    /// blocking send ([`Socket::send_bytes`] without `dontwait`) waits this way itself; this
-    /// is for a caller that must also return on signals (the preload library's `sendmsg`).
-    ///
-    /// Returns `true` after the change, `false` at once when the destination is not congested
-    /// now (the congestion cleared meanwhile, or the `ENOBUFS` was not congestion but the
-    /// node's memory budget: a caller that gets `false` twice in a row around a failed send
-    /// should return that `ENOBUFS`).
-    ///
-    /// On the kernel backend it waits for the socket's `POLLWRBAND` (the kernel reports a
-    /// congestion map update there to a socket that met congestion).
-    ///
-    /// # Errors
-    /// `ETIMEDOUT` past `deadline`; `EINTR` when a signal handler ran; `ENETDOWN` when the
-    /// node stopped; `ENOTCONN` unbound or without a destination; through the daemon,
-    /// `ECONNRESET` when it went away and `EOPNOTSUPP` without a shared ring (`RDS_NO_RING`).
-    pub fn wait_uncongested(
+impl Slot {
+    /// [`Socket::wait_uncongested`] on an embedded node: socket `id` of `node`.
+    pub(crate) fn wait_embedded(
         &self,
+        node: &Node,
+        id: SockId,
         dest: Option<SocketAddr>,
         deadline: Option<Instant>,
     ) -> io::Result<bool> {
-        let b = match self.backend.get() {
-            Some(Backend::Daemon(r)) => return r.wait_uncongested(dest, deadline),
-            Some(Backend::Kernel(k)) => {
-                let left = deadline.map_or(Duration::MAX, |d| {
-                    d.saturating_duration_since(Instant::now())
-                });
-                let r = sys::poll_for(&[(k.raw_fd(), libc::POLLWRBAND)], left)?;
-                if r[0] != 0 {
-                    return Ok(true);
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(err(libc::ETIMEDOUT));
-                }
-                return Err(err(libc::EINTR));
-            }
-            Some(Backend::Embedded(b)) => b,
-            None => return Err(err(libc::ENOTCONN)),
-        };
-        let bell = self.cong.get()?;
+        let bell = self.get()?;
         let wake: Arc<dyn Wake> = bell.clone();
-        let Some(seen) = arm(&b.node, b.id, dest, &wake)? else {
+        let Some(seen) = arm(node, id, dest, &wake)? else {
             return Ok(false);
         };
         let gen = || bell.gen();
         bell.sleeper.wait(&gen, seen, -1, deadline, true)?;
-        if !b.node.inner.is_running() {
+        if !node.inner.is_running() {
             return Err(err(libc::ENETDOWN));
         }
         Ok(true)
@@ -348,6 +312,7 @@ impl Socket {
 mod tests {
     use super::*;
     use crate::node::{CtlMode, NodeConfig};
+    use crate::socket::Socket;
 
     fn node(ip: &str) -> Node {
         let mut cfg = NodeConfig::new([ip.parse().unwrap()]);

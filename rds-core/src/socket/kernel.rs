@@ -223,3 +223,22 @@ pub(super) fn send_ctl(
         .map_err(|e| timed_out(e, nonblock, tmo))?;
     Ok(Sent { len, map_cookie })
 }
+
+/// [`super::Socket::wait_uncongested`] on the kernel backend: the socket's `POLLWRBAND`, where
+/// the kernel reports a congestion map update to a socket that met congestion.
+pub(super) fn wait_uncongested(
+    k: &KernelSocket,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<bool> {
+    let left = deadline.map_or(Duration::MAX, |d| {
+        d.saturating_duration_since(std::time::Instant::now())
+    });
+    let r = sys::poll_for(&[(k.raw_fd(), libc::POLLWRBAND)], left)?;
+    if r[0] != 0 {
+        return Ok(true);
+    }
+    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        return Err(err(libc::ETIMEDOUT));
+    }
+    Err(err(libc::EINTR))
+}

@@ -723,6 +723,38 @@ impl Socket {
         }
     }
 
+    /// After a send to `dest` (`None`: the connected destination) failed with `ENOBUFS`,
+    /// waits as a blocking send would for the destination's congestion to clear, without a
+    /// timer: until the destination's congestion map changes (or the path to it goes down),
+    /// then the caller sends again, which may meet congestion again and wait again. A
+    /// blocking send ([`Socket::send_bytes`] without `dontwait`) waits this way itself; this
+    /// is for a caller that must also return on signals (the preload library's `sendmsg`).
+    ///
+    /// Returns `true` after the change, `false` at once when the destination is not congested
+    /// now (the congestion cleared meanwhile, or the `ENOBUFS` was not congestion but the
+    /// node's memory budget: a caller that gets `false` twice in a row around a failed send
+    /// should return that `ENOBUFS`).
+    ///
+    /// On the kernel backend it waits for the socket's `POLLWRBAND` (the kernel reports a
+    /// congestion map update there to a socket that met congestion).
+    ///
+    /// # Errors
+    /// `ETIMEDOUT` past `deadline`; `EINTR` when a signal handler ran; `ENETDOWN` when the
+    /// node stopped; `ENOTCONN` unbound or without a destination; through the daemon,
+    /// `ECONNRESET` when it went away and `EOPNOTSUPP` without a shared ring (`RDS_NO_RING`).
+    pub fn wait_uncongested(
+        &self,
+        dest: Option<SocketAddr>,
+        deadline: Option<std::time::Instant>,
+    ) -> io::Result<bool> {
+        match self.backend.get() {
+            Some(Backend::Daemon(r)) => r.wait_uncongested(dest, deadline),
+            Some(Backend::Kernel(k)) => kernel::wait_uncongested(k, deadline),
+            Some(Backend::Embedded(b)) => self.cong.wait_embedded(&b.node, b.id, dest, deadline),
+            None => Err(err(libc::ENOTCONN)),
+        }
+    }
+
     /// The embedded backend, once bound to one: the daemon's client sockets, which the ring
     /// host (`ring::host`) serves, are embedded.
     fn embedded(&self) -> Option<&embedded::Embedded> {
