@@ -18,20 +18,19 @@ impl Tcp {
         tap: &Tap,
     ) -> u64 {
         let mut frames_in = 0;
+        // Accepted connections are offered after the batch's other reports: the offer first
+        // reads the peer's draining connections to their end and applies that at once, so
+        // their frames read earlier in this round (later in `outs`) must reach the engine
+        // before it, or the end of the drain would come first and the engine would drop those
+        // frames (their epoch no longer read) after our TCP acknowledged them.
+        let mut offers = Vec::new();
         for o in outs.drain(..) {
             match o {
                 TcpOut::Accepted {
                     stream,
                     local,
                     peer,
-                } => {
-                    let (laddr, faddr) = (local.ip(), peer.ip());
-                    // Old data of a half-closed predecessor goes first.
-                    let mut old = Vec::new();
-                    self.finish_drains_of(canonical(laddr), canonical(faddr), stack, now, &mut old);
-                    frames_in += self.apply(stack, &mut old, now, tap);
-                    self.offer(stack, stream, local, peer, now);
-                }
+                } => offers.push((stream, local, peer)),
                 TcpOut::Connected(idx, serial) => {
                     let Some((c, p, epoch)) = self.ident(idx, serial) else {
                         continue;
@@ -101,6 +100,14 @@ impl Tcp {
                     acked,
                 } => stack.handle_tx_acked(now, conn, path, epoch, acked),
             }
+        }
+        for (stream, local, peer) in offers {
+            let (laddr, faddr) = (local.ip(), peer.ip());
+            // Old data of a half-closed predecessor goes first.
+            let mut old = Vec::new();
+            self.finish_drains_of(canonical(laddr), canonical(faddr), stack, now, &mut old);
+            frames_in += self.apply(stack, &mut old, now, tap);
+            self.offer(stack, stream, local, peer, now);
         }
         frames_in
     }

@@ -286,7 +286,13 @@ impl Tcp {
                     .modify(c.stream.as_raw_fd(), TOKEN_CONN | idx as u64, ev);
             }
             if err {
-                out.push(TcpOut::Closed(idx, c.serial));
+                if sys::inq(c.stream.as_raw_fd()).is_ok_and(|n| n > 0) {
+                    // Reset with bytes our TCP acknowledged still unread: they are read
+                    // first, and the read reports the end.
+                    self.read(idx, now, out);
+                } else {
+                    out.push(TcpOut::Closed(idx, c.serial));
+                }
                 continue;
             }
             if c.more && c.out_bytes < OUT_HIGH / 2 {

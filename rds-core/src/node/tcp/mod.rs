@@ -349,6 +349,13 @@ impl Tcp {
                     Ok(None)
                         if bits & (EPOLLERR | EPOLLHUP) == 0 && c.stream.peer_addr().is_err() => {}
                     Ok(None) if bits & EPOLLERR == 0 => out.push(TcpOut::Connected(idx, c.serial)),
+                    // The attempt completed, the peer wrote to it and then reset it, all
+                    // before this event: our TCP acknowledged what it holds, so it is read
+                    // (the engine answers as for any completion; the read then meets the
+                    // end), never closed unread.
+                    _ if sys::inq(c.stream.as_raw_fd()).is_ok_and(|n| n > 0) => {
+                        out.push(TcpOut::Connected(idx, c.serial));
+                    }
                     r => {
                         if let Ok(Some(e)) = r {
                             count_refused(&self.stats, &e);

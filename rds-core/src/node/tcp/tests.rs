@@ -304,4 +304,217 @@ mod race {
             "{state:?}"
         );
     }
+
+    /// Found by faultnet (seeds 95084, 95086, 95089: 3 to 106 messages lost). A drained
+    /// connection's last frames are read in a round whose reports also hold a connection
+    /// accepted from the same peer, ahead of them (the listener's event came first). Offering
+    /// that connection first reads the peer's draining connections to their end and applies
+    /// it at once: the end of the drain reached the engine before the frames read earlier,
+    /// which the engine then dropped (their epoch no longer read) after our TCP acknowledged
+    /// them. The frames must reach the socket (exact bytes), and only then the drain end.
+    #[test]
+    fn frames_of_a_drain_read_before_an_accept_reach_the_engine_first() {
+        let (laddr, faddr) = addrs();
+        let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
+        let epoll = Arc::new(Epoll::new().expect("epoll"));
+        let mut b = Bench {
+            tcp: Tcp::new(epoll, Arc::new(TcpStats::new()), 7).expect("transport"),
+            stack: Stack::new(Tunables::default(), 11),
+            tap: Tap::default(),
+            origin: std::time::Instant::now(),
+        };
+        b.tcp
+            .set_route(faddr, Some(peer.local_addr().expect("listener address")));
+        b.tcp.listen(laddr).expect("our listener on port 16385");
+        b.stack.add_local_addr(laddr, true, false);
+        let sock = b.stack.socket();
+        b.stack
+            .bind(sock, SocketAddr::new(laddr, 4000))
+            .expect("bind");
+
+        // Our message makes our node (the smaller address) connect path 0; the peer accepts.
+        let now = b.now();
+        b.stack
+            .send(
+                now,
+                sock,
+                Some(SocketAddr::new(faddr, 5000)),
+                bytes::Bytes::from_static(b"ours"),
+                true,
+            )
+            .expect("send");
+        b.pump();
+        let conn = b
+            .stack
+            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
+            .expect("the send made the connection");
+        let (mut theirs, _) = peer.accept().expect("the attempt reaches the fake peer");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while b.stack.path_state(conn, 0).0 != PathState::Up {
+            assert!(std::time::Instant::now() < deadline, "path 0 never came up");
+            b.round();
+        }
+        let idx = b.tcp.by_path[&(conn, 0)];
+
+        // We drop the path (an operator's restart): the connection is drained.
+        let now = b.now();
+        b.stack.restart_conn(now, conn, DropReason::Restart);
+        b.pump();
+        assert!(matches!(
+            b.tcp.conns[idx].as_ref().map(|c| c.state),
+            Some(super::super::State::Draining(_))
+        ));
+
+        // The peer writes a message on the old connection and closes it; it also opens a
+        // connection to us (as the larger address does, to ask us to connect back).
+        let payload = b"the old connection's last message";
+        let mut frame = HeaderRepr::data(1, 5000, 4000, payload.len() as u32)
+            .to_bytes()
+            .to_vec();
+        frame.extend_from_slice(payload);
+        theirs.write_all(&frame).expect("peer writes");
+        drop(theirs);
+        let to_us = SocketAddr::new(laddr, crate::wire::RDS_TCP_PORT);
+        let fd = crate::sys::tcp_socket(&to_us).expect("socket");
+        crate::sys::bind(fd.as_raw_fd(), SocketAddr::new(faddr, 0)).expect("bind");
+        let _ = crate::sys::connect(fd.as_raw_fd(), to_us);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while b.tcp.conns[idx]
+            .as_ref()
+            .is_some_and(|c| crate::sys::inq(c.stream.as_raw_fd()).unwrap_or(0) < frame.len())
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the frame never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+
+        // One round's reports in the order of its events: the listener's, then the draining
+        // connection's (a short read: its frame, not yet its end).
+        let now = b.now();
+        let mut outs = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !outs.iter().any(|o| matches!(o, TcpOut::Accepted { .. })) {
+            assert!(std::time::Instant::now() < deadline, "nothing to accept");
+            b.tcp.handle_event(
+                super::super::TOKEN_LISTENER,
+                crate::sys::EPOLLIN,
+                now,
+                &mut outs,
+            );
+        }
+        b.tcp.handle_event(
+            super::super::TOKEN_CONN | idx as u64,
+            crate::sys::EPOLLIN,
+            now,
+            &mut outs,
+        );
+        assert!(
+            matches!(outs.last(), Some(TcpOut::Frames { frames, .. }) if frames.len() == 1),
+            "{outs:?}"
+        );
+        b.settle(&mut outs);
+        let got = match b.stack.recv(sock, 1 << 16, false) {
+            Ok(Received::Data { msg, .. }) => msg,
+            other => panic!("the drained connection's message was lost: {other:?}"),
+        };
+        assert_eq!(&got.payload[..], &payload[..]);
+        assert_eq!(got.seq, 1);
+        // The drain ended (the connection was read to its end), and the path reconnects.
+        assert!(
+            b.tcp
+                .conns
+                .iter()
+                .flatten()
+                .all(|c| !matches!(c.state, super::super::State::Draining(_))),
+            "the drained connection is closed"
+        );
+        assert!(!b.stack.conn_infos()[0].paths[0].draining);
+    }
+
+    /// Found by faultnet (seeds 95210, 95216, 95229, 95231: 4 to 52 messages lost). Our
+    /// attempt completes, the peer adopts it, writes to it (our TCP acknowledges) and resets
+    /// it, all before our node looks at the attempt: the event then carries an error, and the
+    /// transport reported the attempt failed and closed it unread. What it holds must be read.
+    #[test]
+    fn an_attempt_written_to_and_reset_before_its_event_is_read() {
+        let (laddr, faddr) = addrs();
+        let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
+        let epoll = Arc::new(Epoll::new().expect("epoll"));
+        let mut b = Bench {
+            tcp: Tcp::new(epoll, Arc::new(TcpStats::new()), 7).expect("transport"),
+            stack: Stack::new(Tunables::default(), 11),
+            tap: Tap::default(),
+            origin: std::time::Instant::now(),
+        };
+        b.tcp
+            .set_route(faddr, Some(peer.local_addr().expect("listener address")));
+        b.stack.add_local_addr(laddr, true, false);
+        let sock = b.stack.socket();
+        b.stack
+            .bind(sock, SocketAddr::new(laddr, 4000))
+            .expect("bind");
+        let now = b.now();
+        b.stack
+            .send(
+                now,
+                sock,
+                Some(SocketAddr::new(faddr, 5000)),
+                bytes::Bytes::from_static(b"ours"),
+                true,
+            )
+            .expect("send");
+        b.pump();
+        let conn = b
+            .stack
+            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
+            .expect("the send made the connection");
+        let idx = b.tcp.by_path[&(conn, 0)];
+
+        // The peer accepts, writes a message and resets the connection.
+        let (mut theirs, _) = peer.accept().expect("the attempt reaches the fake peer");
+        let payload = b"written, then the connection was reset";
+        let mut frame = HeaderRepr::data(1, 5000, 4000, payload.len() as u32)
+            .to_bytes()
+            .to_vec();
+        frame.extend_from_slice(payload);
+        theirs.write_all(&frame).expect("peer writes");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let fd = b.tcp.conns[idx]
+            .as_ref()
+            .expect("attempt")
+            .stream
+            .as_raw_fd();
+        while crate::sys::inq(fd).unwrap_or(0) < frame.len() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the frame never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        crate::sys::set_linger0(theirs.as_raw_fd()).expect("linger");
+        drop(theirs);
+        while crate::sys::peer_addr(fd).is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the reset never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(b.stack.path_state(conn, 0).0, PathState::Connecting);
+
+        // Our node looks at the attempt only now.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut got = None;
+        while got.is_none() && std::time::Instant::now() < deadline {
+            b.round();
+            if let Ok(Received::Data { msg, .. }) = b.stack.recv(sock, 1 << 16, false) {
+                got = Some(msg);
+            }
+        }
+        let got = got.expect("the message in the reset attempt reached our socket");
+        assert_eq!(&got.payload[..], &payload[..]);
+        assert_eq!(got.seq, 1);
+    }
 }

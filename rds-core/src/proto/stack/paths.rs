@@ -134,11 +134,19 @@ impl Stack {
     }
 
     /// The attempt with `epoch` failed (or served only as a trigger); back off and retry.
+    ///
+    /// An attempt the engine dropped while it was connecting waits to be drained (rule 3 of
+    /// the connection lifecycle, see `links`); when it ends before the transport learnt of
+    /// the drop (its outcome was collected first), this report is the end of that drain.
     pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, path: usize, epoch: u32) {
         if !self.path_exists(conn, path) {
             return;
         }
         let p = &mut self.conns[conn.0 as usize].paths[path];
+        if p.drain_epoch == Some(epoch) {
+            self.handle_disconnected(now, conn, path, epoch);
+            return;
+        }
         if p.epoch != epoch || p.state != PathState::Connecting {
             return;
         }
