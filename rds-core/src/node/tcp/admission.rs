@@ -2,7 +2,7 @@
 //! checked at accept, accepted connections installed on their lane, and the sockets of the
 //! connections the engine holds unread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -181,29 +181,16 @@ impl Tcp {
             }
         }
         self.next_serial += 1;
-        let c = TcpConn {
-            serial: self.next_serial,
+        let key = canonical(peer.ip());
+        let c = TcpConn::new(
+            self.next_serial,
             stream,
-            conn,
-            path,
-            epoch,
-            state: State::Up,
-            parser: StreamParser::new(MAX_MSG_SIZE as u32),
-            out: VecDeque::new(),
-            out_bytes: 0,
-            written: 0,
-            acked: 0,
-            more: false,
-            epoll_out: false,
+            (conn, path, epoch),
+            State::Up,
             local,
             peer,
-            faddr_key: canonical(peer.ip()),
-            ack_poll: None,
-            last_seen_una: 0,
-            held_reported: 0,
-            partial_since: None,
-            refused: false,
-        };
+            key,
+        );
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
         self.by_path.insert((conn, path), idx);

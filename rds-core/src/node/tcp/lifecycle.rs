@@ -1,7 +1,6 @@
 //! A connection's life on its lane: the outgoing attempt, its completion, the engine's
 //! disconnect (half-closed and read to its end, or closed at once) and the end.
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
@@ -71,29 +70,16 @@ impl Tcp {
         let stream = TcpStream::from(fd);
         let local = sys::local_addr(stream.as_raw_fd())?;
         self.next_serial += 1;
-        let c = TcpConn {
-            serial: self.next_serial,
+        let key = canonical(faddr);
+        let c = TcpConn::new(
+            self.next_serial,
             stream,
-            conn,
-            path,
-            epoch,
-            state: State::Connecting,
-            parser: StreamParser::new(MAX_MSG_SIZE as u32),
-            out: VecDeque::new(),
-            out_bytes: 0,
-            written: 0,
-            acked: 0,
-            more: false,
-            epoll_out: true,
+            (conn, path, epoch),
+            State::Connecting,
             local,
-            peer: target,
-            faddr_key: canonical(faddr),
-            ack_poll: None,
-            last_seen_una: 0,
-            held_reported: 0,
-            partial_since: None,
-            refused: false,
-        };
+            target,
+            key,
+        );
         let fd = c.stream.as_raw_fd();
         let idx = self.insert(c);
         if let Some(old) = self.by_path.insert((conn, path), idx) {

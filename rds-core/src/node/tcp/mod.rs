@@ -142,6 +142,44 @@ struct TcpConn {
     refused: bool,
 }
 
+impl TcpConn {
+    /// A connection just accepted (`Up`) or being made (`Connecting`, which waits for
+    /// writability), counted under the remote address `faddr_key`.
+    fn new(
+        serial: u64,
+        stream: TcpStream,
+        (conn, path, epoch): (ConnId, usize, u32),
+        state: State,
+        local: SocketAddr,
+        peer: SocketAddr,
+        faddr_key: IpAddr,
+    ) -> Self {
+        TcpConn {
+            serial,
+            stream,
+            conn,
+            path,
+            epoch,
+            state,
+            parser: StreamParser::new(MAX_MSG_SIZE as u32),
+            out: VecDeque::new(),
+            out_bytes: 0,
+            written: 0,
+            acked: 0,
+            more: false,
+            epoll_out: state == State::Connecting,
+            local,
+            peer,
+            faddr_key,
+            ack_poll: None,
+            last_seen_una: 0,
+            held_reported: 0,
+            partial_since: None,
+            refused: false,
+        }
+    }
+}
+
 /// Counts a connection attempt that the peer refused (nothing listens on its RDS port).
 fn count_refused(stats: &TcpStats, e: &io::Error) {
     if e.raw_os_error() == Some(libc::ECONNREFUSED) {
