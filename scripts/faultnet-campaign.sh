@@ -7,6 +7,7 @@
 #   scripts/faultnet-campaign.sh FIRST COUNT
 #
 # FAULTNET_KEEP=DIR keeps each failing seed's whole output in DIR/seed-N.log.
+# FAULTNET_NET=N (1-254) runs on 127.3.N.0/24 instead of 127.3.3.0/24, beside another run.
 set -eu
 if [ $# -ne 2 ] || ! [ "$1" -ge 0 ] 2>/dev/null || ! [ "$2" -ge 1 ] 2>/dev/null; then
 	echo "usage: $0 FIRST_SEED COUNT (non-negative integers, COUNT >= 1)" >&2

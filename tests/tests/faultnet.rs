@@ -16,7 +16,8 @@
 //! The nodes reach each other only through the proxies: node A's route to B is the proxy on
 //! 127.3.3.12:16385 (which connects on to 127.3.3.2:16385 from 127.3.3.1) and B's route to A
 //! the proxy on 127.3.3.11:16385. Addresses: 127.3.3.0/24. Seeds are fixed (`FAULTNET_SEED`
-//! overrides the proxy's).
+//! overrides the proxy's); `FAULTNET_NET=N` (1-254) moves every address to 127.3.N.0/24, so
+//! that a campaign can run beside another run of this test.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,6 +31,18 @@ use rds_tests::faultnet::{Faults, Proxy};
 use sha2::{Digest, Sha256};
 
 const MESSAGES: u64 = 50_000;
+
+/// The third octet of every address (`FAULTNET_NET`, default 3). A value that is not a number
+/// from 1 to 254 fails the test, never falls back.
+fn subnet() -> u8 {
+    match std::env::var("FAULTNET_NET") {
+        Err(_) => 3,
+        Ok(v) => match v.parse::<u8>() {
+            Ok(n) if (1..=254).contains(&n) => n,
+            _ => panic!("FAULTNET_NET wants a number from 1 to 254, got '{v}'"),
+        },
+    }
+}
 
 fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -73,22 +86,29 @@ fn selftest_replica_through_a_cutting_proxy() {
         delay_one_in: 300,
         max_delay: Duration::from_millis(1),
     };
-    let na = node("127.3.3.1", 31);
-    let nb = node("127.3.3.2", 32);
-    let pb = Proxy::start(a("127.3.3.12:16385"), a("127.3.3.2:16385"), faults(seed)).unwrap();
+    let net = subnet();
+    let h = |host: u8| format!("127.3.{net}.{host}");
+    let na = node(&h(1), 31);
+    let nb = node(&h(2), 32);
+    let pb = Proxy::start(
+        a(&format!("{}:16385", h(12))),
+        a(&format!("{}:16385", h(2))),
+        faults(seed),
+    )
+    .unwrap();
     let pa = Proxy::start(
-        a("127.3.3.11:16385"),
-        a("127.3.3.1:16385"),
+        a(&format!("{}:16385", h(11))),
+        a(&format!("{}:16385", h(1))),
         faults(seed + 1),
     )
     .unwrap();
-    na.set_peer_route("127.3.3.2".parse().unwrap(), Some(pb.addr()));
-    nb.set_peer_route("127.3.3.1".parse().unwrap(), Some(pa.addr()));
+    na.set_peer_route(h(2).parse().unwrap(), Some(pb.addr()));
+    nb.set_peer_route(h(1).parse().unwrap(), Some(pa.addr()));
     for n in [&na, &nb] {
         toggle_tcp_bufs(n, 0);
     }
 
-    let addrs = [a("127.3.3.1:10000"), a("127.3.3.2:20000")];
+    let addrs = [a(&format!("{}:10000", h(1))), a(&format!("{}:20000", h(2)))];
     let socks = [Socket::with_node(&na), Socket::with_node(&nb)];
     for (s, &ad) in socks.iter().zip(&addrs) {
         s.set_transport(rds_core::proto::TransportKind::Tcp)
