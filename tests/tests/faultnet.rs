@@ -15,8 +15,9 @@
 //!
 //! The nodes reach each other only through the proxies: node A's route to B is the proxy on
 //! 127.3.3.12:16385 (which connects on to 127.3.3.2:16385 from 127.3.3.1) and B's route to A
-//! the proxy on 127.3.3.11:16385. Addresses: 127.3.3.0/24. Seeds are fixed (`FAULTNET_SEED`
-//! overrides the proxy's); `FAULTNET_NET=N` (1-254) moves every address to 127.3.N.0/24, so
+//! the proxy on 127.3.3.11:16385. Addresses: 127.3.3.0/24. The proxies' seeds are fixed: a
+//! run takes four consecutive seeds from 0x5eed, one after the other (`FAULTNET_SEED=s` runs
+//! seed `s` alone; `scripts/faultnet-campaign.sh` runs hundreds); `FAULTNET_NET=N` (1-254) moves every address to 127.3.N.0/24, so
 //! that a campaign can run beside another run of this test.
 
 use std::collections::HashMap;
@@ -72,12 +73,34 @@ fn toggle_tcp_bufs(n: &Node, round: u32) {
     n.set_tunables(t);
 }
 
+/// The first seed of the default range.
+const FIRST_SEED: u64 = 0x5eed;
+/// Seeds in the default range (each run takes one to a few seconds).
+const SEEDS: u64 = 4;
+
+/// The seeds to run: `FAULTNET_SEED=s` alone, else [`SEEDS`] consecutive ones from
+/// [`FIRST_SEED`]. A value that is not a number fails the test.
+fn seeds() -> std::ops::Range<u64> {
+    match std::env::var("FAULTNET_SEED") {
+        Err(_) => FIRST_SEED..FIRST_SEED + SEEDS,
+        Ok(v) => {
+            let s: u64 = v
+                .parse()
+                .unwrap_or_else(|_| panic!("FAULTNET_SEED wants a number, got '{v}'"));
+            s..s + 1
+        }
+    }
+}
+
 #[test]
 fn selftest_replica_through_a_cutting_proxy() {
-    let seed: u64 = std::env::var("FAULTNET_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed);
+    for seed in seeds() {
+        replica(seed);
+    }
+}
+
+/// One run of the replica with the proxies' faults drawn from `seed`.
+fn replica(seed: u64) {
     println!("FAULTNET_SEED={seed}");
     let faults = |s: u64| Faults {
         seed: s,
