@@ -73,6 +73,48 @@ fn toggle_tcp_bufs(n: &Node, round: u32) {
     n.set_tunables(t);
 }
 
+/// A message sent and not yet received: its (sender, receiver) pair, its index within the pair
+/// (the sequence number on its lane, counted from 1 while no lane reset it), the round that
+/// sent it.
+type Outstanding = HashMap<Vec<u8>, ((usize, usize), u64, u32)>;
+
+/// The messages still outstanding, per pair: runs of consecutive indices within the pair,
+/// with the rounds they were sent in (at most 10 runs per pair).
+fn missing_ranges(out: &Outstanding) -> String {
+    let mut by_pair: HashMap<(usize, usize), Vec<(u64, u32)>> = HashMap::new();
+    for &(pair, k, r) in out.values() {
+        by_pair.entry(pair).or_default().push((k, r));
+    }
+    let mut pairs: Vec<_> = by_pair.into_iter().collect();
+    pairs.sort();
+    let mut text = String::new();
+    for (pair, mut v) in pairs {
+        v.sort_unstable();
+        let mut runs: Vec<(u64, u64, u32, u32)> = Vec::new();
+        for (k, r) in v {
+            match runs.last_mut() {
+                Some(run) if run.1 + 1 == k => {
+                    run.1 = k;
+                    run.3 = r;
+                }
+                _ => runs.push((k, k, r, r)),
+            }
+        }
+        let shown: Vec<String> = runs
+            .iter()
+            .take(10)
+            .map(|(a, b, ra, rb)| format!("{a}-{b} (rounds {ra}-{rb})"))
+            .collect();
+        text += &format!(
+            "{pair:?}: {} in {} runs: {}; ",
+            runs.iter().map(|r| r.1 - r.0 + 1).sum::<u64>(),
+            runs.len(),
+            shown.join(", ")
+        );
+    }
+    text
+}
+
 /// The first seed of the default range.
 const FIRST_SEED: u64 = 0x5eed;
 /// Seeds in the default range (each run takes one to a few seconds).
@@ -144,6 +186,7 @@ fn replica(seed: u64) {
     let mut recv_hash: HashMap<(usize, usize), Sha256> = HashMap::new();
     let mut send_count: HashMap<(usize, usize), u64> = HashMap::new();
     let mut recv_count: HashMap<(usize, usize), u64> = HashMap::new();
+    let mut outstanding = Outstanding::new();
     let (mut sent, mut received, mut round) = (0u64, 0u64, 0u32);
     let start = Instant::now();
     let deadline = start + Duration::from_secs(60);
@@ -163,7 +206,9 @@ fn replica(seed: u64) {
             h.update(b"<");
             h.update(&data);
             h.update(b">");
-            *send_count.entry((snd, rcv)).or_default() += 1;
+            let k = send_count.entry((snd, rcv)).or_default();
+            *k += 1;
+            outstanding.insert(data.to_vec(), ((snd, rcv), *k, round));
             sent += 1;
         }
         // Receive until everything sent has arrived.
@@ -175,6 +220,7 @@ fn replica(seed: u64) {
                 // What each node holds, for the failure report.
                 eprintln!("sent per (sender, receiver): {send_count:?}");
                 eprintln!("received per (sender, receiver): {recv_count:?}");
+                eprintln!("missing: {}", missing_ranges(&outstanding));
                 for (name, n) in [("A", &na), ("B", &nb)] {
                     eprintln!("node {name} connections: {:#?}", n.connections());
                     eprintln!("node {name} transport sockets: {:#?}", n.tcp_sockets());
@@ -217,6 +263,7 @@ fn replica(seed: u64) {
                         .position(|&x| x == from)
                         .unwrap_or_else(|| panic!("message from unknown {from}"));
                     assert_eq!(m.len, 64, "message length from {from}");
+                    outstanding.remove(&buf[..64]);
                     let h = recv_hash.entry((sender, me)).or_default();
                     h.update(b"<");
                     h.update(&buf[..64]);
@@ -290,4 +337,19 @@ fn replica(seed: u64) {
     assert!(elapsed < Duration::from_secs(60));
     na.shutdown();
     nb.shutdown();
+}
+
+/// The stall report's list of missing messages: runs of consecutive indices per pair, sorted.
+#[test]
+fn missing_ranges_are_runs_per_pair() {
+    let mut out = Outstanding::new();
+    for (i, k, r) in [(0u8, 5u64, 2u32), (1, 6, 2), (2, 7, 3), (3, 9, 4)] {
+        out.insert(vec![i], ((0, 1), k, r));
+    }
+    out.insert(vec![9], ((1, 0), 1, 0));
+    assert_eq!(
+        missing_ranges(&out),
+        "(0, 1): 4 in 2 runs: 5-7 (rounds 2-3), 9-9 (rounds 4-4); (1, 0): 1 in 1 runs: 1-1 \
+         (rounds 0-0); "
+    );
 }
