@@ -402,3 +402,32 @@ impl crate::proto::driver::Io for TransportIo<'_, '_> {
         self.set.of(TransportKind::Tcp).refuse(link, why);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::node::ib::TOKEN_IB_CM;
+    use crate::node::tap::Tap;
+    use crate::stats::TcpStats;
+
+    /// Each kind goes to its transport (loopback to TCP, as before the contract, though the
+    /// engine gives a transport no loopback work); IB to its stand-in on a node without one,
+    /// which owns no token, so IB's tokens and the wake token reach no transport.
+    #[test]
+    fn work_is_routed_by_kind_and_tokens_by_owner() {
+        let epoll = Arc::new(sys::Epoll::new().expect("epoll"));
+        let tap = Arc::new(Tap::default());
+        let mut tcp = Tcp::new(epoll, Arc::new(TcpStats::new()), tap, 1).expect("transport");
+        let mut set = Locked::new(&mut tcp, None);
+        assert_eq!(set.of(TransportKind::Tcp).kind(), TransportKind::Tcp);
+        assert_eq!(set.of(TransportKind::Loopback).kind(), TransportKind::Tcp);
+        let ib = set.of(TransportKind::Ib);
+        assert_eq!(ib.kind(), TransportKind::Ib);
+        assert!(!ib.lane_idle(crate::proto::ConnId(0), 0), "the stand-in");
+        assert!(set.owner(TOKEN_WAKE).is_none());
+        assert!(set.owner(TOKEN_IB_CM).is_none());
+        assert!(set.owner(TOKEN_IB_CM | 5).is_none());
+    }
+}

@@ -180,3 +180,82 @@ impl Transport for Absent {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    use super::*;
+    use crate::proto::Event;
+    use crate::tunables::Tunables;
+
+    /// An engine (no sockets, no traffic) with one RDS/IB connection whose path 0 has just
+    /// been asked to connect: the stack, the connection and the attempt's epoch.
+    fn ib_connecting() -> (Stack, ConnId, u32) {
+        let (laddr, faddr) = (
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+        );
+        let mut stack = Stack::new(Tunables::default(), 3);
+        stack.add_local_addr(laddr, false, true);
+        let sock = stack.socket();
+        stack
+            .bind(sock, SocketAddr::new(laddr, 4000))
+            .expect("bind");
+        let to = SocketAddr::new(faddr, 5000);
+        let msg = bytes::Bytes::from_static(b"over ib");
+        stack
+            .send(Instant::ZERO, sock, Some(to), msg, true)
+            .expect("send");
+        while let Some(ev) = stack.poll_event() {
+            if let Event::Connect { conn, path, epoch } = ev {
+                assert_eq!(path, 0);
+                assert_eq!(stack.conn_addrs(conn).2, TransportKind::Ib);
+                return (stack, conn, epoch);
+            }
+        }
+        panic!("the send asked for no connect");
+    }
+
+    /// A node without RDS/IB answers each IB connect with a failure at once (the engine
+    /// backs off and tries again), as it did before the contract; it owns no token, has
+    /// nothing to apply, and never lets a sender transmit itself.
+    #[test]
+    fn a_node_without_ib_fails_each_ib_connect_at_once() {
+        let (mut stack, conn, epoch) = ib_connecting();
+        assert!(connecting(&stack, conn, 0, epoch));
+        let mut t = Absent(TransportKind::Ib);
+        assert_eq!(t.kind(), TransportKind::Ib);
+        t.connect(&mut stack, conn, 0, epoch, Instant::ZERO);
+        assert_eq!(stack.path_state(conn, 0), (PathState::Down, epoch));
+        assert!(!connecting(&stack, conn, 0, epoch));
+        assert!(!t.owns_token(0) && !t.owns_token(3 << 32) && !t.owns_token(u64::MAX));
+        assert!(!t.has_reports() && !t.has_pending() && !t.lane_idle(conn, 0));
+        assert_eq!(t.apply(&mut stack, Instant::ZERO), 0);
+        assert!(t.flush(Instant::ZERO).is_empty());
+        assert_eq!(t.next_timer(), None);
+    }
+
+    /// `connecting` is true only for the path's current attempt.
+    #[test]
+    fn only_the_current_attempt_is_connecting() {
+        let (stack, conn, epoch) = ib_connecting();
+        assert!(connecting(&stack, conn, 0, epoch));
+        assert!(!connecting(&stack, conn, 0, epoch.wrapping_add(1)));
+        assert!(!connecting(&stack, conn, 1, epoch));
+    }
+
+    /// A held connection adopted on a transport that holds none is a bug (a debug build
+    /// stops there); a release build reports the path ended, so that it connects again.
+    #[test]
+    #[cfg_attr(
+        debug_assertions,
+        should_panic(expected = "holds no accepted connection")
+    )]
+    fn an_adopt_on_a_transport_that_holds_none_ends_the_path() {
+        let (mut stack, conn, epoch) = ib_connecting();
+        let mut t = Absent(TransportKind::Ib);
+        t.adopt(&mut stack, LinkId(1), conn, 0, epoch, Instant::ZERO);
+        assert_eq!(stack.path_state(conn, 0), (PathState::Down, epoch));
+    }
+}

@@ -275,8 +275,7 @@ impl Transport for Ib {
     }
 
     fn owns_token(&self, token: u64) -> bool {
-        let kind = token & !TOKEN_MASK;
-        kind == TOKEN_IB_CM || kind == TOKEN_IB_CQ
+        is_ours(token)
     }
 
     fn handle_event(&mut self, token: u64, _bits: u32, _now: Instant) {
@@ -315,6 +314,12 @@ impl Transport for Ib {
     }
 }
 
+/// Whether an epoll token is the transport's: its CM event channel or a completion channel.
+fn is_ours(token: u64) -> bool {
+    let kind = token & !TOKEN_MASK;
+    kind == TOKEN_IB_CM || kind == TOKEN_IB_CQ
+}
+
 /// The RDMA device whose GID table holds `ip` (`rds_ib_laddr_check` by address), if any.
 pub fn device_for(ip: IpAddr) -> Result<Option<String>, ib::IbUnavailable> {
     let want = match canonical(ip) {
@@ -334,4 +339,23 @@ fn to_io(e: VerbsError) -> std::io::Error {
 
 fn out_of_range(e: ib::OutOfRange) -> VerbsError {
     VerbsError::invalid("sge", format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CM channel's token and every completion channel's are ours; the node's wake token
+    /// and TCP's listener and connection tokens (`1 << 32`, `2 << 32`) are not.
+    #[test]
+    fn owns_its_channel_tokens_only() {
+        assert!(is_ours(TOKEN_IB_CM));
+        assert!(
+            is_ours(TOKEN_IB_CQ) && is_ours(TOKEN_IB_CQ | 17) && is_ours(TOKEN_IB_CQ | TOKEN_MASK)
+        );
+        assert!(!is_ours(0));
+        assert!(!is_ours(1 << 32) && !is_ours((1 << 32) | 4));
+        assert!(!is_ours(2 << 32) && !is_ours((2 << 32) | 4));
+        assert!(!is_ours(5 << 32));
+    }
 }

@@ -520,3 +520,24 @@ mod race {
         assert_eq!(got.seq, 1);
     }
 }
+
+/// The tokens of the transport's listeners and connections are its own; the node's wake
+/// token and IB's are not.
+#[test]
+fn owns_its_listener_and_connection_tokens_only() {
+    use crate::node::transport::Transport;
+    let epoll = Arc::new(Epoll::new().expect("epoll"));
+    let tcp = Tcp::new(
+        epoll,
+        Arc::new(TcpStats::new()),
+        Arc::new(Tap::default()),
+        1,
+    )
+    .expect("transport");
+    assert!(tcp.owns_token(TOKEN_LISTENER) && tcp.owns_token(TOKEN_LISTENER | 3));
+    assert!(tcp.owns_token(TOKEN_CONN) && tcp.owns_token(TOKEN_CONN | TOKEN_MASK));
+    assert!(!tcp.owns_token(TOKEN_WAKE));
+    assert!(!tcp.owns_token(crate::node::ib::TOKEN_IB_CM));
+    assert!(!tcp.owns_token(4 << 32), "IB's completion channels");
+    assert_eq!(tcp.kind(), crate::proto::TransportKind::Tcp);
+}
