@@ -1,5 +1,5 @@
-//! What the connection manager and completion handlers report ([`IbOut`]), applied to the
-//! engine: the one place where the IB transport tells the [`Stack`] about connections that go
+//! What the connection manager and completion handlers report ([`IbOut`], in `mod.rs`),
+//! applied to the engine: the one place where the IB transport tells the [`Stack`] about connections that go
 //! up, fail or end, accepted requests, received fragments, sent ACKs and finished RDMA
 //! operations, and carries out the engine's answers on its connections (as
 //! `node/tcp/apply.rs` does for RDS/TCP).
@@ -8,62 +8,16 @@
 //! fragment the engine refused ends the completion poll), so their reports are applied right
 //! after each event or work completion, in order.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ib::cm::{CmId, PeerConnParam};
 use crate::info::{ConnId, TransportKind};
 use crate::node::transport::connecting;
-use crate::proto::rdma::{RdmaOp, RdmaStatus};
 use crate::proto::{AcceptError, Stack};
 use crate::stats::IbCounter;
 use crate::time::Instant;
 
 use super::conn::reject;
-use super::{log, Ib};
-
-/// A connection's engine path and the epoch its reports quote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Lane {
-    pub(super) conn: ConnId,
-    pub(super) path: usize,
-    pub(super) epoch: u32,
-}
-
-/// A connect request whose private data we accept, waiting for the engine's answer.
-pub(super) struct Request {
-    pub(super) id: CmId,
-    pub(super) local: SocketAddr,
-    pub(super) peer: SocketAddr,
-    /// The protocol version to answer with.
-    pub(super) version: (u8, u8),
-    pub(super) v6: bool,
-    /// The peer's connection parameters.
-    pub(super) param: PeerConnParam,
-}
-
-/// What a handler learnt, for the engine.
-pub(super) enum IbOut {
-    /// A connect request (the engine accepts it on a path, or it is rejected).
-    Request(Box<Request>),
-    /// Our attempt in slot `idx` was established at a version we support: the engine says
-    /// whether the path goes up.
-    Established { idx: usize, lane: Lane },
-    /// An accepted connection was established: its frames can go.
-    Ready(Lane),
-    /// An attempt failed (its connection is gone).
-    ConnectFailed(Lane),
-    /// A connection that was up or accepted ended (its connection is gone).
-    Down(Lane),
-    /// A fragment received in receive slot `slot`, copied to the transport's buffer
-    /// (`len` bytes); the slot is posted again once the engine took it.
-    Fragment { lane: Lane, len: usize, slot: usize },
-    /// The ACK-only frame's SEND completed.
-    AckSent(Lane),
-    /// An RDMA operation ended.
-    RdmaDone(Arc<RdmaOp>, RdmaStatus),
-}
+use super::{log, Ib, IbOut, Lane, Request};
 
 impl Ib {
     /// Applies the kept reports to the engine in order. Returns `false` when the engine

@@ -15,9 +15,8 @@ use crate::proto::Transmit;
 use crate::stats::IbCounter;
 use crate::wire::ib_private::{cm_port, negotiate, ConnPriv, SUPPORTED_MASK};
 
-use super::apply::{IbOut, Lane, Request};
 use super::data::Res;
-use super::{log, Ib};
+use super::{log, Ib, IbOut, Lane, Request};
 
 /// `RDS_RDMA_RESOLVE_TIMEOUT_MS`.
 const RESOLVE_TIMEOUT: Duration = Duration::from_millis(5000);

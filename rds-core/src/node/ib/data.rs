@@ -21,9 +21,8 @@ use crate::time::Instant;
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 use super::super::tap::{Dir, IbQps};
-use super::apply::IbOut;
 use super::mr::{LocalSeg, OpRegistry};
-use super::{log, out_of_range, Ib, TOKEN_IB_CQ, TOKEN_MASK};
+use super::{log, out_of_range, Ib, IbOut, TOKEN_IB_CQ, TOKEN_MASK};
 
 /// One receive or send buffer: a header and a fragment.
 pub(super) const SLOT: usize = HEADER_LEN + FRAG_SIZE;

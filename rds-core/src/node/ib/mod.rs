@@ -19,8 +19,8 @@
 //! of the node's transport contract ([`Transport`], `node/transport.rs`); `conn` runs the
 //! connection manager's lifecycle of a connection, `data` its queue pair and data path, `mr`
 //! the memory registrations (regions for peers, local memory of RDMA operations). `conn` and
-//! `data` report what the engine must hear ([`apply::IbOut`]); `apply` applies it to the
-//! engine, the one file here that tells the [`Stack`] anything.
+//! `data` report what the engine must hear ([`IbOut`], defined here); `apply` applies it to
+//! the engine, the one file here that tells the [`Stack`] anything.
 
 mod apply;
 mod conn;
@@ -31,9 +31,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use crate::ib::cm::{CmId, EventChannel, IdHandle};
+use crate::ib::cm::{CmId, EventChannel, IdHandle, PeerConnParam};
 use crate::ib::{self, Pd, VerbsError, WorkCompletion};
 use crate::info::{canonical, ConnId, TransportKind};
+use crate::proto::rdma::{RdmaOp, RdmaStatus};
 use crate::proto::{DropReason, Stack};
 use crate::stats::IbStats;
 use crate::wire::ib_private::cm_port;
@@ -42,7 +43,6 @@ use super::tap::Tap;
 use super::transport::Transport;
 use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
-use apply::IbOut;
 use conn::{IbConn, St};
 use data::SLOT;
 use mr::{OpRegistry, RegMr};
@@ -57,6 +57,48 @@ const TOKEN_MASK: u64 = (1 << 32) - 1;
 
 /// Work completions taken per `poll_cq`.
 const POLL_BATCH: usize = 64;
+
+/// A connection's engine path and the epoch its reports quote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lane {
+    conn: ConnId,
+    path: usize,
+    epoch: u32,
+}
+
+/// A connect request whose private data we accept, waiting for the engine's answer.
+struct Request {
+    id: CmId,
+    local: SocketAddr,
+    peer: SocketAddr,
+    /// The protocol version to answer with.
+    version: (u8, u8),
+    v6: bool,
+    /// The peer's connection parameters.
+    param: PeerConnParam,
+}
+
+/// What a handler learnt, for the engine.
+enum IbOut {
+    /// A connect request (the engine accepts it on a path, or it is rejected).
+    Request(Box<Request>),
+    /// Our attempt in slot `idx` was established at a version we support: the engine says
+    /// whether the path goes up.
+    Established { idx: usize, lane: Lane },
+    /// An accepted connection was established: its frames can go.
+    Ready(Lane),
+    /// An attempt failed (its connection is gone).
+    ConnectFailed(Lane),
+    /// A connection that was up or accepted ended (its connection is gone).
+    Down(Lane),
+    /// A fragment received in receive slot `slot`, copied to the transport's buffer
+    /// (`len` bytes); the slot is posted again once the engine took it.
+    Fragment { lane: Lane, len: usize, slot: usize },
+    /// The ACK-only frame's SEND completed.
+    AckSent(Lane),
+    /// An RDMA operation ended.
+    RdmaDone(Arc<RdmaOp>, RdmaStatus),
+}
 
 /// The IB transport of a node.
 pub(crate) struct Ib {
