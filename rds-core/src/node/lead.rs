@@ -28,8 +28,8 @@ use std::time::Duration;
 use super::{lock, Inner};
 use crate::sys;
 
-/// The leader's epoll events and transport outputs, kept between rounds.
-pub(crate) type Bufs = (Vec<(u64, u32)>, Vec<super::TcpOut>);
+/// The leader's epoll events, kept between rounds.
+pub(crate) type Bufs = Vec<(u64, u32)>;
 
 /// How long after the last leader left the I/O thread still stays off the epoll set.
 pub(crate) const GRACE: Duration = Duration::from_millis(1);
@@ -149,7 +149,7 @@ impl Inner {
     fn lead_round(&self) {
         let tcp = lock(&self.tcp);
         let mut bufs = lock(&self.lead_bufs);
-        let (evs, outs) = &mut *bufs;
+        let evs = &mut *bufs;
         if self.epoll.wait(evs, Some(Duration::ZERO)).is_err() {
             evs.clear();
         }
@@ -157,7 +157,7 @@ impl Inner {
             return;
         }
         let before = self.frames_in.load(Ordering::Relaxed);
-        let more = self.io_round_with(tcp, evs, outs);
+        let more = self.io_round_with(tcp, evs);
         drop(bufs);
         let read = self.frames_in.load(Ordering::Relaxed).wrapping_sub(before);
         self.frames_led.fetch_add(read, Ordering::Relaxed);

@@ -11,9 +11,10 @@
 //! eventfd only when it sleeps.
 //!
 //! This file keeps the threads, the locks and their order; the I/O round and the driver's two
-//! `Io` sides (`AppIo`, `TransportIo`) are in `round.rs`, the TCP transport applies its own
-//! reports to the engine (`tcp/apply.rs`), and the public getters that only read are in
-//! `view.rs`.
+//! `Io` sides (`AppIo`, `TransportIo`) are in `round.rs`, which calls RDS/TCP (`tcp/`) and
+//! RDS/IB (`ib/`) through one contract (`transport.rs`: `Transport`); each transport applies
+//! its own reports to the engine (`tcp/apply.rs`, `ib/apply.rs`), and the public getters
+//! that only read are in `view.rs`.
 
 pub mod admin;
 pub(crate) mod ib;
@@ -21,6 +22,7 @@ mod lead;
 mod round;
 pub mod tap;
 mod tcp;
+mod transport;
 mod view;
 
 use std::collections::{HashMap, VecDeque};
@@ -43,7 +45,8 @@ use tap::Tap;
 pub use tcp::TcpSockInfo;
 
 use ib::Ib;
-use tcp::{Tcp, TcpOut, TOKEN_WAKE};
+use tcp::{Tcp, TOKEN_WAKE};
+use transport::Transport;
 
 /// Whether and under which name a node serves a control socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,7 +198,7 @@ pub(crate) struct Inner {
     waiting: AtomicUsize,
     /// When two of them last waited at once (engine nanoseconds; 0: never).
     crowded_at: AtomicU64,
-    /// The leader's event and output buffers.
+    /// The leader's event buffer.
     lead_bufs: Mutex<lead::Bufs>,
     running: AtomicBool,
     origin: std::time::Instant,
@@ -261,7 +264,12 @@ impl Node {
         let ib_stats = Arc::new(IbStats::new());
         let tap = Arc::new(Tap::default());
         let epoll = Arc::new(sys::Epoll::new()?);
-        let mut tcp = Tcp::new(epoll.clone(), tcp_stats.clone(), seed.rotate_left(17))?;
+        let mut tcp = Tcp::new(
+            epoll.clone(),
+            tcp_stats.clone(),
+            tap.clone(),
+            seed.rotate_left(17),
+        )?;
         let (mut ib, ib_unavailable) = if cfg.transports.ib {
             match Ib::new(epoll.clone(), ib_stats.clone(), tap.clone()) {
                 Ok(t) => (Some(t), None),
@@ -305,7 +313,7 @@ impl Node {
             led_at: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             crowded_at: AtomicU64::new(0),
-            lead_bufs: Mutex::new((Vec::new(), Vec::new())),
+            lead_bufs: Mutex::new(Vec::new()),
             running: AtomicBool::new(true),
             origin,
             origin_wall_ns,
@@ -595,7 +603,6 @@ impl Inner {
     /// The I/O thread.
     fn io_loop(self: Arc<Self>) {
         let mut evs = Vec::new();
-        let mut outs = Vec::new();
         let mut busy = true;
         let mut trim = HeapTrim::default();
         while self.running.load(Ordering::SeqCst) {
@@ -642,7 +649,7 @@ impl Inner {
             if !self.running.load(Ordering::SeqCst) {
                 break;
             }
-            busy = self.io_round(&evs, &mut outs);
+            busy = self.io_round(&evs);
         }
     }
 }

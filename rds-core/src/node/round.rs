@@ -3,54 +3,106 @@
 //! from the caller's thread), one round of the I/O thread (socket events, engine updates,
 //! writes), [`AppIo`] (the engine's events where the transport locks are not held) and
 //! [`TransportIo`] (transport work under the transport locks).
+//!
+//! Both transports are called through the transport contract ([`Transport`],
+//! `transport.rs`), the same calls in the same order for each; the engine's transport work
+//! is routed by [`TransportKind`] in one place ([`Locked::of`]).
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use crate::proto::{
-    ConnId, DropReason, Event, HeldEnd, LinkId, PathState, SockId, Stack, TransportKind,
-};
+use crate::proto::{ConnId, DropReason, Event, HeldEnd, LinkId, SockId, Stack, TransportKind};
 use crate::sys;
 use crate::time::Instant;
 
 use super::ib::Ib;
-use super::tap::Tap;
-use super::tcp::{Tcp, TcpOut, TOKEN_WAKE};
+use super::tcp::{Tcp, TOKEN_WAKE};
+use super::transport::{Absent, Transport};
 use super::{lock, Core, Inner};
+
+/// The order in which a round calls the transports (IB's events were handled before TCP's
+/// reports were applied before the contract, and still are).
+const ORDER: [TransportKind; 2] = [TransportKind::Ib, TransportKind::Tcp];
+
+/// The node's transports whose locks this thread holds.
+struct Locked<'a> {
+    tcp: &'a mut Tcp,
+    ib: Option<&'a mut Ib>,
+    /// Stands in for RDS/IB where the node runs none.
+    no_ib: Absent,
+}
+
+impl<'a> Locked<'a> {
+    fn new(tcp: &'a mut Tcp, ib: Option<&'a mut Ib>) -> Self {
+        Locked {
+            tcp,
+            ib,
+            no_ib: Absent(TransportKind::Ib),
+        }
+    }
+
+    /// The transport that carries connections of `kind`: the one place the node routes by
+    /// kind. Loopback connections never reach a transport (the engine delivers them itself).
+    fn of(&mut self, kind: TransportKind) -> &mut dyn Transport {
+        match kind {
+            TransportKind::Ib => match self.ib.as_deref_mut() {
+                Some(t) => t,
+                None => &mut self.no_ib,
+            },
+            TransportKind::Tcp | TransportKind::Loopback => &mut *self.tcp,
+        }
+    }
+
+    /// The transport that owns an epoll token, if any.
+    fn owner(&mut self, token: u64) -> Option<&mut dyn Transport> {
+        let kind = ORDER.into_iter().find(|&k| self.of(k).owns_token(token))?;
+        Some(self.of(kind))
+    }
+}
+
+/// Takes `m` if no other thread holds it.
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
 
 impl Inner {
     /// Drains engine events after an application call: wakes sockets, hands transport work
     /// to the I/O thread, then releases the lock and wakes the I/O thread if needed.
     ///
-    /// Transmit work for an idle RDS/TCP lane ([`Tcp::lane_idle`]) runs here, in the caller's
-    /// thread, while the I/O thread sleeps and no other thread holds the transport (as the
-    /// kernel's `sendmsg` runs `rds_send_xmit`): the frames are pulled and written with one
-    /// `writev`, and the I/O thread is not woken. An RDS/IB connection's frames are posted
-    /// here whenever the IB transport is free (posting never blocks). Everything else (a busy
-    /// lane or transport, a partial write, connects) is left to the I/O thread, which
+    /// Transmit work for an idle RDS/TCP lane ([`Transport::lane_idle`]) runs here, in the
+    /// caller's thread, while the I/O thread sleeps and no other thread holds the transport
+    /// (as the kernel's `sendmsg` runs `rds_send_xmit`): the frames are pulled and written
+    /// with one `writev`, and the I/O thread is not woken. An RDS/IB connection's frames are
+    /// posted here whenever the IB transport is free (posting never blocks). Everything else
+    /// (a busy lane or transport, a partial write, connects) is left to the I/O thread, which
     /// batches it.
     pub(crate) fn after_app_call(&self, core: MutexGuard<'_, Core>) {
         self.after_app_call_inline(core, true);
     }
 
-    /// [`Inner::after_app_call`], transmitting in the caller's thread only if `inline` (a
-    /// sender passes whether its message is small: a large one is written by the I/O thread
-    /// while the sender goes on, and does not hold the transport from it).
-    pub(crate) fn after_app_call_inline(&self, mut core: MutexGuard<'_, Core>, inline: bool) {
+    /// [`Inner::after_app_call`], transmitting on RDS/TCP in the caller's thread only if
+    /// `inline` (a sender passes whether its message is small: a large one is written by the
+    /// I/O thread while the sender goes on, and does not hold the transport from it).
+    pub(crate) fn after_app_call_inline<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, Core>,
+        inline: bool,
+    ) {
         if !self.drain_events(&mut core, true) {
             return;
         }
         // Posting to an IB queue pair never blocks: a sender posts its frames itself whenever
         // no other thread holds the IB transport, as the kernel's `sendmsg` posts them.
-        if ib_transmit_first(&core) {
-            let ib = match self.ib.try_lock() {
-                Ok(ib) => Some(ib),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            };
-            if let Some(mut ib) = ib {
-                self.post_here(&mut ib, &mut core);
+        if leading_transmit(&core, TransportKind::Ib).is_some() {
+            if let Some(mut ib) = try_lock(&self.ib) {
+                if let Some(t) = ib.as_mut() {
+                    core = self.transmit_here(t, core);
+                }
                 drop(ib);
                 if core.io_work.is_empty() {
                     return;
@@ -58,153 +110,134 @@ impl Inner {
             }
         }
         // An I/O thread that is awake takes the work without a wakeup, and batches it.
-        if inline && self.io_sleeping.load(Ordering::SeqCst) && tcp_transmit_first(&core) {
-            match self.tcp.try_lock() {
-                Ok(tcp) => return self.transmit_here(tcp, core),
-                Err(std::sync::TryLockError::Poisoned(p)) => {
-                    return self.transmit_here(p.into_inner(), core)
+        let tcp_first = leading_transmit(&core, TransportKind::Tcp).is_some();
+        if inline && self.io_sleeping.load(Ordering::SeqCst) && tcp_first {
+            if let Some(mut tcp) = try_lock(&self.tcp) {
+                core = self.transmit_here(&mut *tcp, core);
+                let left = !core.io_work.is_empty() || tcp.has_pending();
+                drop(core);
+                drop(tcp);
+                if left {
+                    self.wake_io();
                 }
-                Err(std::sync::TryLockError::WouldBlock) => {}
+                return;
             }
         }
         drop(core);
         self.wake_io();
     }
 
-    /// [`Inner::after_app_call`]'s transmit with the transport lock held: pulls the leading
-    /// TCP transmit work of `io_work`, writes outside the engine lock, applies what the writes
-    /// reported (acknowledgements, closes) and repeats while lanes ask for more frames. Wakes
-    /// the I/O thread for whatever is left.
-    fn transmit_here<'a>(&'a self, mut tcp: MutexGuard<'_, Tcp>, mut core: MutexGuard<'a, Core>) {
+    /// [`Inner::after_app_call`]'s transmit with the lock of `t` held: takes the leading
+    /// transmit work of `io_work` for `t`'s idle lanes, writes outside the engine lock
+    /// ([`Transport::flush`]: nothing for IB, whose posts went out with the transmit),
+    /// applies what the writes reported (acknowledgements, closes) and repeats while lanes
+    /// ask for more frames; those still asking after the fourth time go to the I/O thread.
+    fn transmit_here<'a>(
+        &'a self,
+        t: &mut dyn Transport,
+        mut core: MutexGuard<'a, Core>,
+    ) -> MutexGuard<'a, Core> {
         let now = self.now();
-        let mut outs = Vec::new();
+        let kind = t.kind();
         for round in 0..4 {
-            while tcp_transmit_first(&core) {
-                let Some(&Event::Transmit { conn, path }) = core.io_work.front() else {
-                    break;
-                };
-                if !tcp.lane_idle(conn, path) {
+            while let Some((conn, path)) = leading_transmit(&core, kind) {
+                if !t.lane_idle(conn, path) {
                     break;
                 }
                 core.io_work.pop_front();
-                tcp.pull(&mut core.stack, conn, path, now, &self.tap);
+                t.transmit(&mut core.stack, conn, path, now);
                 self.drain_events(&mut core, true);
             }
-            drop(core);
-            let refill = tcp.flush(now, &mut outs);
-            core = lock(&self.core);
-            if outs.is_empty() && refill.is_empty() {
+            if !t.has_pending() {
                 break;
             }
-            self.apply(&mut tcp, &mut core, &mut outs, now);
+            drop(core);
+            let refill = t.flush(now);
+            core = lock(&self.core);
+            if !t.has_reports() && refill.is_empty() {
+                break;
+            }
+            self.apply(t, &mut core, now);
             for (conn, path) in refill {
                 if round == 3 {
-                    // Lanes still asking for frames after the last round go to the I/O thread.
                     core.io_work.push_back(Event::Transmit { conn, path });
                 } else {
-                    tcp.pull(&mut core.stack, conn, path, now, &self.tap);
+                    t.transmit(&mut core.stack, conn, path, now);
                 }
             }
             self.drain_events(&mut core, true);
         }
-        let left = !core.io_work.is_empty() || tcp.has_pending();
-        drop(core);
-        drop(tcp);
-        if left {
-            self.wake_io();
-        }
-    }
-
-    /// [`Inner::after_app_call`]'s IB transmit with the IB transport lock held: posts the
-    /// frames of the leading IB transmit work of `io_work` (RDS/IB connections only).
-    fn post_here(&self, ib: &mut Option<Ib>, core: &mut Core) {
-        let Some(t) = ib.as_mut() else {
-            return;
-        };
-        let now = self.now();
-        while ib_transmit_first(core) {
-            let Some(Event::Transmit { conn, path }) = core.io_work.pop_front() else {
-                break;
-            };
-            t.pull(&mut core.stack, now, conn, path);
-            self.drain_events(core, true);
-        }
+        core
     }
 
     /// One round of the I/O thread: socket events, engine updates, writes. Returns whether
     /// more work is pending right away.
-    pub(super) fn io_round(&self, evs: &[(u64, u32)], outs: &mut Vec<TcpOut>) -> bool {
-        self.io_round_with(lock(&self.tcp), evs, outs)
+    pub(super) fn io_round(&self, evs: &[(u64, u32)]) -> bool {
+        self.io_round_with(lock(&self.tcp), evs)
     }
 
-    /// [`Inner::io_round`] with the TCP transport lock already taken.
-    pub(super) fn io_round_with(
-        &self,
-        mut tcp: MutexGuard<'_, Tcp>,
-        evs: &[(u64, u32)],
-        outs: &mut Vec<TcpOut>,
-    ) -> bool {
+    /// [`Inner::io_round`] with the TCP transport lock already taken: each transport's
+    /// events and timers without the engine lock, then with it the engine's bounds, the
+    /// transports' reports, the engine's timers and its transport work, then the writes
+    /// outside it (the order of `transport.rs`).
+    pub(super) fn io_round_with(&self, mut tcp: MutexGuard<'_, Tcp>, evs: &[(u64, u32)]) -> bool {
         let mut ib = lock(&self.ib);
+        let mut set = Locked::new(&mut tcp, ib.as_mut());
         let now = self.now();
-        outs.clear();
         for &(token, bits) in evs {
             if token == TOKEN_WAKE {
                 sys::eventfd_clear(self.wake_fd.as_raw_fd());
                 continue;
             }
-            if Ib::owns_token(token) {
-                continue;
+            if let Some(t) = set.owner(token) {
+                t.handle_event(token, bits, now);
             }
-            tcp.handle_event(token, bits, now, outs);
         }
-        tcp.timers(now, outs);
+        for kind in ORDER {
+            set.of(kind).timers(now);
+        }
         {
             let mut core = lock(&self.core);
-            let stalled = core.stack.tunables().partial_timeout;
-            tcp.expire_partials(now, stalled, outs);
-            tcp.set_partial_cap(core.stack.reasm_room());
-            if let Some(ib) = ib.as_mut() {
-                for &(token, _) in evs {
-                    if Ib::owns_token(token) {
-                        ib.handle_event(token, &mut core.stack, now);
-                    }
-                }
+            for kind in ORDER {
+                set.of(kind).limits(&core.stack, now);
             }
-            self.apply(&mut tcp, &mut core, outs, now);
+            for kind in ORDER {
+                self.apply(set.of(kind), &mut core, now);
+            }
             crate::proto::driver::handle_due(&mut core.stack, now);
-            self.run_io_work(&mut tcp, &mut ib, &mut core, now);
+            self.run_io_work(&mut set, &mut core, now);
         }
         // Write outside the engine lock; acknowledgements and refills come back in.
-        for _ in 0..4 {
-            outs.clear();
-            let refill = tcp.flush(now, outs);
-            if outs.is_empty() && refill.is_empty() {
-                break;
+        for kind in ORDER {
+            for _ in 0..4 {
+                let t = set.of(kind);
+                let refill = t.flush(now);
+                if !t.has_reports() && refill.is_empty() {
+                    break;
+                }
+                let mut core = lock(&self.core);
+                self.apply(t, &mut core, now);
+                for (c, p) in refill {
+                    t.transmit(&mut core.stack, c, p, now);
+                }
+                self.run_io_work(&mut set, &mut core, now);
             }
-            let mut core = lock(&self.core);
-            self.apply(&mut tcp, &mut core, outs, now);
-            for (c, p) in refill {
-                tcp.pull(&mut core.stack, c, p, now, &self.tap);
-            }
-            self.run_io_work(&mut tcp, &mut ib, &mut core, now);
         }
-        tcp.has_pending()
+        ORDER.into_iter().any(|k| set.of(k).has_pending())
     }
 
-    /// Applies what the sockets told us to the engine (`Tcp::apply`), counting the frames.
-    fn apply(&self, tcp: &mut Tcp, core: &mut Core, outs: &mut Vec<TcpOut>, now: Instant) {
-        let n = tcp.apply(&mut core.stack, outs, now, &self.tap);
+    /// Applies what a transport learnt to the engine, counting the frames.
+    fn apply(&self, t: &mut dyn Transport, core: &mut Core, now: Instant) {
+        let n = t.apply(&mut core.stack, now);
         self.frames_in.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Executes the engine's transport work (connect, disconnect, transmit) and wakes sockets.
-    fn run_io_work(&self, tcp: &mut Tcp, ib: &mut Option<Ib>, core: &mut Core, now: Instant) {
+    fn run_io_work(&self, set: &mut Locked<'_>, core: &mut Core, now: Instant) {
         self.drain_events(core, false);
         while let Some(ev) = core.io_work.pop_front() {
             let mut io = TransportIo {
-                tap: &self.tap,
-                tcp: &mut *tcp,
-                ib: &mut *ib,
+                set: &mut *set,
                 core: &mut *core,
                 now,
             };
@@ -214,20 +247,15 @@ impl Inner {
     }
 }
 
-/// Whether the next transport work is a transmit on an RDS/TCP lane (what an application
-/// thread may do itself).
-fn tcp_transmit_first(core: &Core) -> bool {
-    transmit_first(core, TransportKind::Tcp)
-}
-
-/// Whether the next transport work is a transmit on an RDS/IB connection.
-fn ib_transmit_first(core: &Core) -> bool {
-    transmit_first(core, TransportKind::Ib)
-}
-
-fn transmit_first(core: &Core, kind: TransportKind) -> bool {
-    matches!(core.io_work.front(), Some(&Event::Transmit { conn, .. })
-        if core.stack.conn_addrs(conn).2 == kind)
+/// The path of the next transport work if it is a transmit on a connection of `kind` (what
+/// an application thread may do itself).
+fn leading_transmit(core: &Core, kind: TransportKind) -> Option<(ConnId, usize)> {
+    match core.io_work.front() {
+        Some(&Event::Transmit { conn, path }) if core.stack.conn_addrs(conn).2 == kind => {
+            Some((conn, path))
+        }
+        _ => None,
+    }
 }
 
 impl Inner {
@@ -316,86 +344,90 @@ impl crate::proto::driver::Io for AppIo<'_> {
     }
 }
 
-/// The node's transports on the I/O thread (every lock held): TCP, or IB for an IB
-/// connection. A connect the path has moved on from is skipped: for TCP it would replace a
-/// connection (an accepted one that took the path over, say) after its peer's TCP had
-/// acknowledged data on it.
-struct TransportIo<'a> {
-    tap: &'a Tap,
-    tcp: &'a mut Tcp,
-    ib: &'a mut Option<Ib>,
+/// The node's transports on the I/O thread (every lock held): each event goes to the
+/// transport of its connection's kind ([`Locked::of`]).
+struct TransportIo<'a, 'b> {
+    set: &'a mut Locked<'b>,
     core: &'a mut Core,
     now: Instant,
 }
 
-impl TransportIo<'_> {
-    fn is_ib(&self, conn: ConnId) -> bool {
-        self.core.stack.conn_addrs(conn).2 == TransportKind::Ib
-    }
-
-    fn is_current(&self, conn: ConnId, path: usize, epoch: u32) -> bool {
-        self.core.stack.path_state(conn, path) == (PathState::Connecting, epoch)
+impl TransportIo<'_, '_> {
+    /// The transport that carries `conn`, and the engine.
+    fn route(&mut self, conn: ConnId) -> (&mut dyn Transport, &mut Stack) {
+        let kind = self.core.stack.conn_addrs(conn).2;
+        (self.set.of(kind), &mut self.core.stack)
     }
 }
 
-impl crate::proto::driver::Io for TransportIo<'_> {
+impl crate::proto::driver::Io for TransportIo<'_, '_> {
     fn stack(&mut self) -> &mut Stack {
         &mut self.core.stack
     }
 
     fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
         let now = self.now;
-        let current = self.is_current(conn, path, epoch);
-        if self.is_ib(conn) {
-            match self.ib.as_mut() {
-                Some(t) if current => t.connect(&mut self.core.stack, now, conn, path, epoch),
-                Some(_) => {}
-                None => self
-                    .core
-                    .stack
-                    .handle_connect_failed(now, conn, path, epoch),
-            }
-            return;
-        }
-        if !current {
-            // The engine dropped the attempt before it started: its drain (the engine waits
-            // for the end of a dropped attempt) ends here, with no connection to read.
-            self.core.stack.handle_disconnected(now, conn, path, epoch);
-            return;
-        }
-        self.tcp
-            .connect_path(&mut self.core.stack, conn, path, epoch, now);
+        let (t, stack) = self.route(conn);
+        t.connect(stack, conn, path, epoch, now);
     }
 
     fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
-        if !self.is_ib(conn) {
-            self.tcp.disconnect(conn, path, epoch, reason, self.now);
-        } else if let Some(t) = self.ib.as_mut() {
-            t.disconnect(conn, path, epoch);
-        }
+        let now = self.now;
+        let (t, _) = self.route(conn);
+        t.disconnect(conn, path, epoch, reason, now);
     }
 
     fn transmit(&mut self, conn: ConnId, path: usize) {
-        if !self.is_ib(conn) {
-            self.tcp
-                .pull(&mut self.core.stack, conn, path, self.now, self.tap);
-        } else if let Some(t) = self.ib.as_mut() {
-            t.pull(&mut self.core.stack, self.now, conn, path);
-        }
+        let now = self.now;
+        let (t, stack) = self.route(conn);
+        t.transmit(stack, conn, path, now);
     }
 
+    /// RDMA memory registrations are RDS/IB's alone.
     fn rdma_unuse(&mut self, sock: SockId, rkey: u32) {
-        if let Some(t) = self.ib.as_mut() {
+        if let Some(t) = self.set.ib.as_deref_mut() {
             t.unuse(sock, rkey);
         }
     }
 
     fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
-        self.tcp
-            .adopt_held(&mut self.core.stack, link, conn, path, epoch, self.now);
+        let now = self.now;
+        let (t, stack) = self.route(conn);
+        t.adopt(stack, link, conn, path, epoch, now);
     }
 
+    /// A held link names no connection to route by; only RDS/TCP's accepted connections
+    /// are held ([`Stack::link_accepted`]).
     fn refuse(&mut self, link: LinkId, why: HeldEnd) {
-        self.tcp.refuse_held(link, why);
+        self.set.of(TransportKind::Tcp).refuse(link, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::node::ib::TOKEN_IB_CM;
+    use crate::node::tap::Tap;
+    use crate::stats::TcpStats;
+
+    /// Each kind goes to its transport (loopback to TCP, as before the contract, though the
+    /// engine gives a transport no loopback work); IB to its stand-in on a node without one,
+    /// which owns no token, so IB's tokens and the wake token reach no transport.
+    #[test]
+    fn work_is_routed_by_kind_and_tokens_by_owner() {
+        let epoll = Arc::new(sys::Epoll::new().expect("epoll"));
+        let tap = Arc::new(Tap::default());
+        let mut tcp = Tcp::new(epoll, Arc::new(TcpStats::new()), tap, 1).expect("transport");
+        let mut set = Locked::new(&mut tcp, None);
+        assert_eq!(set.of(TransportKind::Tcp).kind(), TransportKind::Tcp);
+        assert_eq!(set.of(TransportKind::Loopback).kind(), TransportKind::Tcp);
+        let ib = set.of(TransportKind::Ib);
+        assert_eq!(ib.kind(), TransportKind::Ib);
+        assert!(!ib.lane_idle(crate::proto::ConnId(0), 0), "the stand-in");
+        assert!(set.owner(TOKEN_WAKE).is_none());
+        assert!(set.owner(TOKEN_IB_CM).is_none());
+        assert!(set.owner(TOKEN_IB_CM | 5).is_none());
     }
 }

@@ -1,22 +1,22 @@
 //! The connection manager's lifecycle of one RDS/IB connection: the active side resolves the
 //! address and route and connects with our private data; the passive side checks the
-//! request's private data ([`negotiate`]), asks the engine to accept and answers with the
-//! chosen version; both go up on `ESTABLISHED` and tell the engine when a connection fails or
-//! goes down.
+//! request's private data ([`negotiate`]) and, once the engine accepted it, answers with the
+//! chosen version; both go up on `ESTABLISHED`. What the engine must hear (a request, a
+//! connection established, failed or down) is reported ([`IbOut`]) and applied by
+//! `apply.rs`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::ib::cm::{CmEvent, CmEventType, CmId, ConnParam};
 use crate::ib::VerbsError;
-use crate::info::{canonical, ConnId, TransportKind};
-use crate::proto::{Stack, Transmit};
+use crate::info::{canonical, ConnId};
+use crate::proto::Transmit;
 use crate::stats::IbCounter;
-use crate::time::Instant;
 use crate::wire::ib_private::{cm_port, negotiate, ConnPriv, SUPPORTED_MASK};
 
 use super::data::Res;
-use super::{log, Ib};
+use super::{log, Ib, IbOut, Lane, Request};
 
 /// `RDS_RDMA_RESOLVE_TIMEOUT_MS`.
 const RESOLVE_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -50,6 +50,9 @@ pub(super) struct IbConn {
     pub(super) epoch: u32,
     pub(super) st: St,
     pub(super) v6: bool,
+    /// The engine connection's addresses (ours, the peer's).
+    pub(super) laddr: IpAddr,
+    pub(super) faddr: IpAddr,
     pub(super) res: Option<Res>,
     /// The engine may hold more frames (pulling stopped for lack of send slots).
     pub(super) more: bool,
@@ -59,65 +62,89 @@ pub(super) struct IbConn {
     pub(super) peer_qpn: u32,
 }
 
-impl Ib {
-    /// Engine asked to connect `(conn, path)` with `epoch`.
-    pub(crate) fn connect(
-        &mut self,
-        stack: &mut Stack,
-        now: Instant,
-        conn: ConnId,
-        path: usize,
-        epoch: u32,
-    ) {
-        let (laddr, faddr, _) = stack.conn_addrs(conn);
-        let r = (|| {
-            let id = self.chan.create_id()?;
-            id.resolve_addr(
-                Some(SocketAddr::new(laddr, 0)),
-                SocketAddr::new(faddr, cm_port(faddr)),
-                RESOLVE_TIMEOUT,
-            )?;
-            Ok::<_, VerbsError>(id)
-        })();
-        match r {
-            Ok(id) => {
-                self.insert(IbConn {
-                    id,
-                    conn,
-                    path,
-                    epoch,
-                    st: St::Resolving,
-                    v6: matches!(canonical(faddr), IpAddr::V6(_)),
-                    res: None,
-                    more: false,
-                    held: None,
-                    peer_qpn: 0,
-                });
-            }
-            Err(e) => {
-                log(&format!("connect {laddr} -> {faddr}: {e}"));
-                stack.handle_connect_failed(now, conn, path, epoch);
-            }
+impl IbConn {
+    /// The engine path it carries and the epoch its reports quote.
+    pub(super) fn lane(&self) -> Lane {
+        Lane {
+            conn: self.conn,
+            path: self.path,
+            epoch: self.epoch,
         }
+    }
+
+    /// What its end is to the engine: the end of a connection that was up (or accepted), or
+    /// a failed attempt.
+    fn ended(&self) -> IbOut {
+        if matches!(self.st, St::Up | St::Accepted) {
+            IbOut::Down(self.lane())
+        } else {
+            IbOut::ConnectFailed(self.lane())
+        }
+    }
+}
+
+impl Ib {
+    /// Starts an attempt for `lane` from `laddr` to `faddr`: resolving the peer's address.
+    pub(super) fn open(
+        &mut self,
+        lane: Lane,
+        laddr: IpAddr,
+        faddr: IpAddr,
+    ) -> Result<(), VerbsError> {
+        let id = self.chan.create_id()?;
+        id.resolve_addr(
+            Some(SocketAddr::new(laddr, 0)),
+            SocketAddr::new(faddr, cm_port(faddr)),
+            RESOLVE_TIMEOUT,
+        )?;
+        self.insert(IbConn {
+            id,
+            conn: lane.conn,
+            path: lane.path,
+            epoch: lane.epoch,
+            st: St::Resolving,
+            v6: matches!(canonical(faddr), IpAddr::V6(_)),
+            laddr,
+            faddr,
+            res: None,
+            more: false,
+            held: None,
+            peer_qpn: 0,
+        });
+        Ok(())
     }
 
     /// Engine dropped the path: disconnect and free.
-    pub(crate) fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32) {
+    pub(super) fn close_path(&mut self, conn: ConnId, path: usize, epoch: u32) {
         self.ops.sweep();
         if let Some(i) = self.find(conn, path, epoch) {
-            if let Some(c) = &self.conns[i] {
-                let _ = c.id.disconnect();
-            }
-            self.remove(i);
+            self.close(i);
         }
     }
 
-    pub(super) fn cm_event(&mut self, mut ev: CmEvent, stack: &mut Stack, now: Instant) {
+    /// Disconnects connection `idx` and frees it (without telling the engine).
+    pub(super) fn close(&mut self, idx: usize) {
+        if let Some(c) = &self.conns[idx] {
+            let _ = c.id.disconnect();
+        }
+        self.remove(idx);
+    }
+
+    /// Our attempt `idx` went up with the engine's `epoch`.
+    pub(super) fn up(&mut self, idx: usize, epoch: u32) {
+        if let Some(c) = self.conns[idx].as_mut() {
+            c.epoch = epoch;
+            c.st = St::Up;
+        }
+    }
+
+    /// One connection manager event; what the engine must hear goes to `outs`.
+    pub(super) fn cm_event(&mut self, mut ev: CmEvent) {
         self.stats.inc(IbCounter::IbEvtHandlerCall);
         log(&format!("cm event {:?} status {}", ev.kind, ev.status));
         if ev.kind == CmEventType::ConnectRequest {
             if let Some(id) = ev.new_id.take() {
-                self.on_request(id, &ev, stack, now);
+                self.on_request(id, &ev);
             }
             return;
         }
@@ -127,18 +154,18 @@ impl Ib {
         let Some(c) = self.conns[i].as_mut() else {
             return;
         };
-        let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        let lane = c.lane();
         match (ev.kind, c.st) {
             (CmEventType::AddrResolved, St::Resolving) => {
                 if c.id.resolve_route(RESOLVE_TIMEOUT).is_ok() {
                     c.st = St::Routing;
                 } else {
                     self.remove(i);
-                    stack.handle_connect_failed(now, conn, path, epoch);
+                    self.outs.push(IbOut::ConnectFailed(lane));
                 }
             }
             (CmEventType::RouteResolved, St::Routing) => {
-                let (laddr, faddr, _) = stack.conn_addrs(conn);
+                let (laddr, faddr) = (c.laddr, c.faddr);
                 let r = self.make_res(i).and_then(|rd| {
                     let c = self.conns[i].as_mut().expect("live");
                     let pd = ConnPriv {
@@ -170,7 +197,7 @@ impl Ib {
                     Err(e) => {
                         log(&format!("connect: {e}"));
                         self.remove(i);
-                        stack.handle_connect_failed(now, conn, path, epoch);
+                        self.outs.push(IbOut::ConnectFailed(lane));
                     }
                 }
             }
@@ -181,31 +208,21 @@ impl Ib {
                     Some(p) if p.major != 0 => (p.major, p.minor) >= (3, 1),
                     _ => true,
                 };
-                if ok && stack.handle_connected(now, conn, path, epoch) {
-                    // Going up starts a new epoch; frames of this connection carry it.
-                    c.epoch = stack.path_state(conn, path).1;
-                    c.st = St::Up;
-                    self.pull(stack, now, conn, path);
+                if ok {
+                    self.outs.push(IbOut::Established { idx: i, lane });
                 } else {
-                    let _ = c.id.disconnect();
-                    self.remove(i);
-                    if !ok {
-                        stack.handle_connect_failed(now, conn, path, epoch);
-                    }
+                    self.close(i);
+                    self.outs.push(IbOut::ConnectFailed(lane));
                 }
             }
             (CmEventType::Established, St::Accepted) => {
                 c.st = St::Up;
-                self.pull(stack, now, conn, path);
+                self.outs.push(IbOut::Ready(lane));
             }
-            (CmEventType::Disconnected, st) => {
-                let _ = c.id.disconnect();
-                self.remove(i);
-                if matches!(st, St::Up | St::Accepted) {
-                    stack.handle_disconnected(now, conn, path, epoch);
-                } else {
-                    stack.handle_connect_failed(now, conn, path, epoch);
-                }
+            (CmEventType::Disconnected, _) => {
+                let end = c.ended();
+                self.close(i);
+                self.outs.push(end);
             }
             (
                 CmEventType::AddrError
@@ -215,59 +232,70 @@ impl Ib {
                 | CmEventType::Rejected
                 | CmEventType::DeviceRemoval
                 | CmEventType::AddrChange,
-                st,
+                _,
             ) => {
+                let end = c.ended();
                 self.remove(i);
-                if matches!(st, St::Up | St::Accepted) {
-                    stack.handle_disconnected(now, conn, path, epoch);
-                } else {
-                    stack.handle_connect_failed(now, conn, path, epoch);
-                }
+                self.outs.push(end);
             }
             _ => {}
         }
     }
 
-    fn on_request(&mut self, id: CmId, ev: &CmEvent, stack: &mut Stack, now: Instant) {
+    /// A connect request: rejected at once if its private data is not one we speak, else
+    /// reported for the engine to accept.
+    fn on_request(&mut self, id: CmId, ev: &CmEvent) {
         let (Some(local), Some(peer)) = (id.local_addr(), id.peer_addr()) else {
             reject(&id);
             return;
         };
         let v6 = matches!(canonical(local.ip()), IpAddr::V6(_));
-        let Some((major, minor)) = negotiate(&ev.private_data, v6) else {
+        let Some(version) = negotiate(&ev.private_data, v6) else {
             log(&format!("reject {peer}: incompatible private data"));
             reject(&id);
             return;
         };
-        let (c, p, epoch) = match stack.handle_accept(
-            now,
-            local.ip(),
-            peer.ip(),
-            TransportKind::Ib,
-            peer.port(),
-            Duration::ZERO,
-        ) {
-            Ok(x) => x,
-            Err(e) => {
-                log(&format!("reject {peer}: {e:?}"));
-                if e == crate::proto::AcceptError::Raced {
-                    self.stats.inc(IbCounter::IbConnectRaced);
-                }
-                reject(&id);
-                return;
-            }
-        };
+        self.outs.push(IbOut::Request(Box::new(Request {
+            id,
+            local,
+            peer,
+            version,
+            v6,
+            param: ev.conn,
+        })));
+    }
+
+    /// Answers a connect request the engine accepted on `lane`: the connection's resources,
+    /// then the CM accept with the chosen version. On failure the request is rejected and
+    /// freed; the caller tells the engine.
+    pub(super) fn accept(
+        &mut self,
+        req: Request,
+        lane: Lane,
+        laddr: IpAddr,
+        faddr: IpAddr,
+    ) -> Result<(), VerbsError> {
+        let Request {
+            id,
+            local,
+            peer,
+            version: (major, minor),
+            v6,
+            param,
+        } = req;
         let i = self.insert(IbConn {
             id,
-            conn: c,
-            path: p,
-            epoch,
+            conn: lane.conn,
+            path: lane.path,
+            epoch: lane.epoch,
             st: St::Accepted,
             v6,
+            laddr,
+            faddr,
             res: None,
             more: false,
             held: None,
-            peer_qpn: ev.conn.qp_num,
+            peer_qpn: param.qp_num,
         });
         let r = self.make_res(i).and_then(|rd| {
             let cn = self.conns[i].as_mut().expect("live");
@@ -282,8 +310,8 @@ impl Ib {
                 credit: 0,
             }
             .encode(v6);
-            let rr = rd.min(ev.conn.initiator_depth);
-            let id = rd.min(ev.conn.responder_resources);
+            let rr = rd.min(param.initiator_depth);
+            let id = rd.min(param.responder_resources);
             cn.id.accept(&ConnParam {
                 private_data: &pd,
                 responder_resources: rr,
@@ -293,17 +321,18 @@ impl Ib {
                 rnr_retry_count: RETRY,
             })
         });
-        if let Err(e) = r {
+        if let Err(e) = &r {
             log(&format!("accept {peer}: {e}"));
             if let Some(cn) = &self.conns[i] {
                 reject(&cn.id);
             }
             self.remove(i);
-            stack.handle_disconnected(now, c, p, epoch);
         }
+        r
     }
 }
 
-fn reject(id: &CmId) {
+/// Rejects a connect request as incompatible.
+pub(super) fn reject(id: &CmId) {
     let _ = id.reject(&REJ_INCOMPAT.to_ne_bytes());
 }

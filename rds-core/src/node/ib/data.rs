@@ -1,14 +1,18 @@
 //! The data path of one RDS/IB connection: its verbs resources (queue pair, completion queue,
 //! receive ring, send slots, the ACK buffer), posting the engine's frames as SENDs with any
-//! RDMA operation ahead of its message, and draining completions into the engine.
+//! RDMA operation ahead of its message, and draining completions; what the engine must hear
+//! (fragments, sent ACKs, finished RDMA operations, a broken connection) is reported
+//! ([`IbOut`]) and applied by `apply.rs`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::ib::{
     Access, Cq, Mr, Qp, QpCap, QpInit, RecvWr, SendOp, SendWr, Sge, VerbsError, WcStatus,
+    WorkCompletion,
 };
 use crate::info::ConnId;
+use crate::proto::driver::Frames;
 use crate::proto::rdma::{RdmaOp, RdmaStatus};
 use crate::proto::{FrameKind, Stack};
 use crate::stats::{IbCounter, IbStats};
@@ -18,7 +22,7 @@ use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 use super::super::tap::{Dir, IbQps};
 use super::mr::{LocalSeg, OpRegistry};
-use super::{log, out_of_range, Ib, TOKEN_IB_CQ, TOKEN_MASK};
+use super::{log, out_of_range, Ib, IbOut, TOKEN_IB_CQ, TOKEN_MASK};
 
 /// One receive or send buffer: a header and a fragment.
 pub(super) const SLOT: usize = HEADER_LEN + FRAG_SIZE;
@@ -137,17 +141,25 @@ impl Ib {
         Ok(rd)
     }
 
-    /// Posts the engine's frames for the path while send slots last.
+    /// Posts the engine's frames for the path while send slots last, and applies what the
+    /// engine must hear (an RDMA operation that cannot run, a broken connection).
     pub(crate) fn pull(&mut self, stack: &mut Stack, now: Instant, conn: ConnId, path: usize) {
+        self.post(stack, now, conn, path);
+        self.apply_reports(stack, now);
+    }
+
+    /// [`Ib::pull`]'s posting: frames from the engine ([`Frames`]), reports to `outs`.
+    fn post(&mut self, stack: &mut Stack, now: Instant, conn: ConnId, path: usize) {
         self.ops.sweep();
         let Some(i) = self.find_up(conn, path) else {
             return;
         };
         let c = self.conns[i].as_mut().expect("live");
-        let epoch = c.epoch;
+        let lane = c.lane();
         let Some(r) = c.res.as_mut() else {
             return;
         };
+        let mut frames = Frames::new(stack, now, conn, path);
         let mut failed = false;
         loop {
             if r.free.is_empty() {
@@ -157,7 +169,7 @@ impl Ib {
             }
             let t = match c.held.take() {
                 Some(t) => t,
-                None => match stack.poll_transmit(now, conn, path) {
+                None => match frames.next() {
                     Some(t) => t,
                     None => {
                         c.more = false;
@@ -178,7 +190,7 @@ impl Ib {
                     }
                     Rdma::Failed(status) => {
                         // The message still goes; its operation is reported failed.
-                        stack.rdma_complete(&op.0, status);
+                        self.outs.push(IbOut::RdmaDone(op.0.clone(), status));
                     }
                     Rdma::PostFailed => {
                         failed = true;
@@ -256,12 +268,11 @@ impl Ib {
                 break;
             }
             if self.tap.enabled() {
-                let (laddr, faddr, _) = stack.conn_addrs(conn);
                 let qps = tap_qps(r, c.peer_qpn);
                 self.tap.record_ib(
                     Dir::Tx,
-                    laddr,
-                    faddr,
+                    c.laddr,
+                    c.faddr,
                     path,
                     qps,
                     t.solicited,
@@ -271,18 +282,18 @@ impl Ib {
             }
         }
         if failed {
-            let _ = c.id.disconnect();
-            self.remove(i);
-            stack.handle_disconnected(now, conn, path, epoch);
+            self.close(i);
+            self.outs.push(IbOut::Down(lane));
         }
     }
 
-    /// Drains connection `i`'s completion channel and queue.
+    /// Drains connection `i`'s completion channel and queue, applying each work
+    /// completion's report before the next.
     pub(super) fn completions(&mut self, i: usize, stack: &mut Stack, now: Instant) {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
-        let (conn, path, epoch) = (c.conn, c.path, c.epoch);
+        let lane = c.lane();
         let Some(r) = c.res.as_mut() else {
             return;
         };
@@ -292,11 +303,13 @@ impl Ib {
         self.stats.inc(IbCounter::IbTaskletCall);
         let mut dead = r.cq.req_notify(false).is_err();
         let mut engine_dropped = false;
-        let mut want_pull = false;
-        let (mut tx_seen, mut rx_seen) = (false, false);
+        let mut seen = Seen::default();
         // Receive buffers consumed by a poll are reposted together after it.
         self.refill.clear();
         'outer: while !dead {
+            let Some(r) = self.conns[i].as_mut().and_then(|c| c.res.as_mut()) else {
+                break;
+            };
             if !self.refill.is_empty() {
                 if post_recvs(&r.qp, &r.recv, &self.refill).is_err() {
                     dead = true;
@@ -314,99 +327,122 @@ impl Ib {
                     break;
                 }
             };
-            for wc in &self.wcs[..n] {
-                let id = wc.wr_id();
-                if id & RDMA_WR_BIT != 0 && id != ACK_WR_ID {
-                    let slot = (id & TOKEN_MASK) as usize;
-                    if let Some(f) = r.rdma.get_mut(slot).and_then(Option::take) {
-                        r.rdma_wrs -= f.wrs;
-                        want_pull = true;
-                        // `rds_ib_send_complete`: a flushed operation is reported when its
-                        // message is dropped instead (never retransmitted).
-                        let status = match wc.status() {
-                            WcStatus::Success => Some(RdmaStatus::Success),
-                            WcStatus::WrFlushErr => None,
-                            WcStatus::RemAccessErr => Some(RdmaStatus::RemoteError),
-                            _ => Some(RdmaStatus::OtherError),
-                        };
-                        if let Some(st) = status {
-                            stack.rdma_complete(&f.op, st);
-                        }
-                    }
+            for k in 0..n {
+                let wc = self.wcs[k];
+                let alive = self.completion(i, wc, &mut seen);
+                if !self.apply_reports(stack, now) {
+                    // The engine dropped the path and queued its Disconnect.
+                    engine_dropped = true;
+                    break 'outer;
                 }
-                if !wc.is_success() {
-                    log(&format!(
-                        "completion wr {:#x}: {} (vendor {:#x})",
-                        wc.wr_id(),
-                        wc.status(),
-                        wc.vendor_err()
-                    ));
+                if !alive {
                     dead = true;
                     break 'outer;
                 }
-                if id == ACK_WR_ID {
-                    tx_seen = true;
-                    r.ack_busy = false;
-                    stack.handle_ack_sent(conn, path, epoch);
-                    want_pull = true;
-                } else if id & RECV_WR_BIT != 0 {
-                    rx_seen = true;
-                    let slot = (id & TOKEN_MASK) as usize;
-                    let len = (wc.byte_len() as usize).min(SLOT);
-                    if slot >= RECV_WRS
-                        || r.recv.read_at(slot * SLOT, &mut self.buf[..len]).is_err()
-                    {
-                        dead = true;
-                        break 'outer;
-                    }
-                    count_rx(&self.stats, &mut r.rx_left, &self.buf[..len]);
-                    if self.tap.enabled() && len >= HEADER_LEN {
-                        let (laddr, faddr, _) = stack.conn_addrs(conn);
-                        let qps = tap_qps(r, c.peer_qpn);
-                        let (h, pl) = self.buf[..len].split_at(HEADER_LEN);
-                        self.tap
-                            .record_ib(Dir::Rx, laddr, faddr, path, qps, false, h, pl);
-                    }
-                    if stack
-                        .handle_fragment(now, conn, path, epoch, &self.buf[..len])
-                        .is_err()
-                    {
-                        // The engine dropped the path and queued its Disconnect.
-                        engine_dropped = true;
-                        break 'outer;
-                    }
-                    self.refill.push(slot);
-                } else if id & RDMA_WR_BIT != 0 {
-                    // handled above
-                } else if (id as usize) < SEND_WRS {
-                    tx_seen = true;
-                    // This SEND and every unsignaled one posted before it are done.
-                    if let Some(k) = r.posted.iter().position(|&s| s == id as usize) {
-                        r.free.extend(r.posted.drain(..=k));
-                    }
-                    want_pull = true;
-                }
             }
         }
-        if tx_seen {
+        if seen.tx {
             self.stats.inc(IbCounter::IbTxCqEvent);
         }
-        if rx_seen {
+        if seen.rx {
             self.stats.inc(IbCounter::IbRxCqEvent);
         }
         if engine_dropped {
             return;
         }
         if dead {
-            let _ = c.id.disconnect();
-            self.remove(i);
-            stack.handle_disconnected(now, conn, path, epoch);
+            self.close(i);
+            self.outs.push(IbOut::Down(lane));
+            self.apply_reports(stack, now);
             return;
         }
-        if want_pull && c.more {
-            self.pull(stack, now, conn, path);
+        let more = self.conns[i].as_ref().is_some_and(|c| c.more);
+        if seen.pull && more {
+            self.pull(stack, now, lane.conn, lane.path);
         }
     }
+
+    /// One work completion of connection `i`: frees what it completes and reports what the
+    /// engine must hear. Returns whether the connection is still usable.
+    fn completion(&mut self, i: usize, wc: WorkCompletion, seen: &mut Seen) -> bool {
+        let Some(c) = self.conns[i].as_mut() else {
+            return false;
+        };
+        let lane = c.lane();
+        let Some(r) = c.res.as_mut() else {
+            return false;
+        };
+        let id = wc.wr_id();
+        if id & RDMA_WR_BIT != 0 && id != ACK_WR_ID {
+            let slot = (id & TOKEN_MASK) as usize;
+            if let Some(f) = r.rdma.get_mut(slot).and_then(Option::take) {
+                r.rdma_wrs -= f.wrs;
+                seen.pull = true;
+                // `rds_ib_send_complete`: a flushed operation is reported when its message
+                // is dropped instead (never retransmitted).
+                let status = match wc.status() {
+                    WcStatus::Success => Some(RdmaStatus::Success),
+                    WcStatus::WrFlushErr => None,
+                    WcStatus::RemAccessErr => Some(RdmaStatus::RemoteError),
+                    _ => Some(RdmaStatus::OtherError),
+                };
+                if let Some(st) = status {
+                    self.outs.push(IbOut::RdmaDone(f.op.clone(), st));
+                }
+            }
+        }
+        if !wc.is_success() {
+            log(&format!(
+                "completion wr {:#x}: {} (vendor {:#x})",
+                wc.wr_id(),
+                wc.status(),
+                wc.vendor_err()
+            ));
+            return false;
+        }
+        if id == ACK_WR_ID {
+            seen.tx = true;
+            r.ack_busy = false;
+            self.outs.push(IbOut::AckSent(lane));
+            seen.pull = true;
+        } else if id & RECV_WR_BIT != 0 {
+            seen.rx = true;
+            let slot = (id & TOKEN_MASK) as usize;
+            let len = (wc.byte_len() as usize).min(SLOT);
+            if slot >= RECV_WRS || r.recv.read_at(slot * SLOT, &mut self.buf[..len]).is_err() {
+                return false;
+            }
+            count_rx(&self.stats, &mut r.rx_left, &self.buf[..len]);
+            if self.tap.enabled() && len >= HEADER_LEN {
+                let qps = tap_qps(r, c.peer_qpn);
+                let (h, pl) = self.buf[..len].split_at(HEADER_LEN);
+                self.tap
+                    .record_ib(Dir::Rx, c.laddr, c.faddr, lane.path, qps, false, h, pl);
+            }
+            self.outs.push(IbOut::Fragment { lane, len, slot });
+        } else if id & RDMA_WR_BIT != 0 {
+            // handled above
+        } else if (id as usize) < SEND_WRS {
+            seen.tx = true;
+            // This SEND and every unsignaled one posted before it are done.
+            if let Some(k) = r.posted.iter().position(|&s| s == id as usize) {
+                r.free.extend(r.posted.drain(..=k));
+            }
+            seen.pull = true;
+        }
+        true
+    }
+}
+
+/// What one completion poll saw, for the counters and the refill.
+#[derive(Default)]
+struct Seen {
+    /// Send queue room was freed: the engine's frames may go.
+    pull: bool,
+    /// A SEND (or the ACK) completed.
+    tx: bool,
+    /// A receive completed.
+    rx: bool,
 }
 
 /// Posts the receive buffers `slots` again, as one chain of work requests.

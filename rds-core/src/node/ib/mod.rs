@@ -15,10 +15,14 @@
 //! is in the node's epoll set; the queue is re-armed and drained on each wakeup, so an idle
 //! connection costs no CPU. Runs on the node's I/O thread, like the TCP transport.
 //!
-//! This file holds the transport's state, its listeners and its connection table; `conn`
-//! runs the connection manager's lifecycle of a connection, `data` its queue pair and data
-//! path, `mr` the memory registrations (regions for peers, local memory of RDMA operations).
+//! This file holds the transport's state, its listeners, its connection table and its side
+//! of the node's transport contract ([`Transport`], `node/transport.rs`); `conn` runs the
+//! connection manager's lifecycle of a connection, `data` its queue pair and data path, `mr`
+//! the memory registrations (regions for peers, local memory of RDMA operations). `conn` and
+//! `data` report what the engine must hear ([`IbOut`], defined here); `apply` applies it to
+//! the engine, the one file here that tells the [`Stack`] anything.
 
+mod apply;
 mod conn;
 mod data;
 mod mr;
@@ -27,14 +31,16 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use crate::ib::cm::{CmId, EventChannel, IdHandle};
+use crate::ib::cm::{CmId, EventChannel, IdHandle, PeerConnParam};
 use crate::ib::{self, Pd, VerbsError, WorkCompletion};
-use crate::info::{canonical, ConnId};
-use crate::proto::Stack;
+use crate::info::{canonical, ConnId, TransportKind};
+use crate::proto::rdma::{RdmaOp, RdmaStatus};
+use crate::proto::{DropReason, Stack};
 use crate::stats::IbStats;
 use crate::wire::ib_private::cm_port;
 
 use super::tap::Tap;
+use super::transport::Transport;
 use crate::sys::{Epoll, EPOLLIN};
 use crate::time::Instant;
 use conn::{IbConn, St};
@@ -51,6 +57,48 @@ const TOKEN_MASK: u64 = (1 << 32) - 1;
 
 /// Work completions taken per `poll_cq`.
 const POLL_BATCH: usize = 64;
+
+/// A connection's engine path and the epoch its reports quote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lane {
+    conn: ConnId,
+    path: usize,
+    epoch: u32,
+}
+
+/// A connect request whose private data we accept, waiting for the engine's answer.
+struct Request {
+    id: CmId,
+    local: SocketAddr,
+    peer: SocketAddr,
+    /// The protocol version to answer with.
+    version: (u8, u8),
+    v6: bool,
+    /// The peer's connection parameters.
+    param: PeerConnParam,
+}
+
+/// What a handler learnt, for the engine.
+enum IbOut {
+    /// A connect request (the engine accepts it on a path, or it is rejected).
+    Request(Box<Request>),
+    /// Our attempt in slot `idx` was established at a version we support: the engine says
+    /// whether the path goes up.
+    Established { idx: usize, lane: Lane },
+    /// An accepted connection was established: its frames can go.
+    Ready(Lane),
+    /// An attempt failed (its connection is gone).
+    ConnectFailed(Lane),
+    /// A connection that was up or accepted ended (its connection is gone).
+    Down(Lane),
+    /// A fragment received in receive slot `slot`, copied to the transport's buffer
+    /// (`len` bytes); the slot is posted again once the engine took it.
+    Fragment { lane: Lane, len: usize, slot: usize },
+    /// The ACK-only frame's SEND completed.
+    AckSent(Lane),
+    /// An RDMA operation ended.
+    RdmaDone(Arc<RdmaOp>, RdmaStatus),
+}
 
 /// The IB transport of a node.
 pub(crate) struct Ib {
@@ -73,6 +121,11 @@ pub(crate) struct Ib {
     stats: Arc<IbStats>,
     /// The node's trace tap.
     tap: Arc<Tap>,
+    /// Epoll tokens of ours that fired, handled when the engine lock is held
+    /// ([`Transport::apply`]).
+    ready: Vec<u64>,
+    /// What the handlers reported, applied after each event ([`Ib::apply_reports`]).
+    outs: Vec<IbOut>,
 }
 
 impl std::fmt::Debug for Ib {
@@ -115,6 +168,8 @@ impl Ib {
             ops: OpRegistry::default(),
             stats,
             tap,
+            ready: Vec::new(),
+            outs: Vec::new(),
         })
     }
 
@@ -136,12 +191,6 @@ impl Ib {
             .find(|(a, _)| *a == ip)
             .and_then(|(_, id)| id.context())
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))
-    }
-
-    /// Whether a token is one of ours.
-    pub(crate) fn owns_token(token: u64) -> bool {
-        let kind = token & !TOKEN_MASK;
-        kind == TOKEN_IB_CM || kind == TOKEN_IB_CQ
     }
 
     /// Listens on `ip` if an RDMA device holds it. Returns whether it does.
@@ -230,21 +279,22 @@ impl Ib {
     /// Disconnects everything (node shutdown).
     pub(crate) fn close_all(&mut self) {
         for i in 0..self.conns.len() {
-            if let Some(c) = &self.conns[i] {
-                let _ = c.id.disconnect();
-            }
-            self.remove(i);
+            self.close(i);
         }
         self.listeners.clear();
     }
 
-    /// An epoll event for one of our tokens.
-    pub(crate) fn handle_event(&mut self, token: u64, stack: &mut Stack, now: Instant) {
+    /// An epoll event for one of our tokens, with the engine lock: each connection manager
+    /// event's reports are applied before the next event is read.
+    fn handle_token(&mut self, token: u64, stack: &mut Stack, now: Instant) {
         self.ops.sweep();
         if token == TOKEN_IB_CM {
             loop {
                 match self.chan.get_event() {
-                    Ok(Some(ev)) => self.cm_event(ev, stack, now),
+                    Ok(Some(ev)) => {
+                        self.cm_event(ev);
+                        self.apply_reports(stack, now);
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         log(&format!("cm channel: {e}"));
@@ -256,6 +306,60 @@ impl Ib {
             self.completions((token & TOKEN_MASK) as usize, stack, now);
         }
     }
+}
+
+/// RDS/IB's side of the node's transport contract: its handlers need the engine's answers as
+/// they go, so its events are noted without the engine lock and handled when it applies; its
+/// posts never block, so any lane is idle for a sender and nothing waits to be flushed.
+impl Transport for Ib {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Ib
+    }
+
+    fn owns_token(&self, token: u64) -> bool {
+        is_ours(token)
+    }
+
+    fn handle_event(&mut self, token: u64, _bits: u32, _now: Instant) {
+        self.ready.push(token);
+    }
+
+    fn apply(&mut self, stack: &mut Stack, now: Instant) -> u64 {
+        let mut ready = std::mem::take(&mut self.ready);
+        for &token in &ready {
+            self.handle_token(token, stack, now);
+        }
+        ready.clear();
+        ready.append(&mut self.ready);
+        self.ready = ready;
+        0
+    }
+
+    fn has_reports(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    fn connect(&mut self, stack: &mut Stack, conn: ConnId, path: usize, epoch: u32, now: Instant) {
+        self.connect_path(stack, conn, path, epoch, now);
+    }
+
+    fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, _: DropReason, _: Instant) {
+        self.close_path(conn, path, epoch);
+    }
+
+    fn transmit(&mut self, stack: &mut Stack, conn: ConnId, path: usize, now: Instant) {
+        self.pull(stack, now, conn, path);
+    }
+
+    fn lane_idle(&self, _conn: ConnId, _path: usize) -> bool {
+        true
+    }
+}
+
+/// Whether an epoll token is the transport's: its CM event channel or a completion channel.
+fn is_ours(token: u64) -> bool {
+    let kind = token & !TOKEN_MASK;
+    kind == TOKEN_IB_CM || kind == TOKEN_IB_CQ
 }
 
 /// The RDMA device whose GID table holds `ip` (`rds_ib_laddr_check` by address), if any.
@@ -277,4 +381,23 @@ fn to_io(e: VerbsError) -> std::io::Error {
 
 fn out_of_range(e: ib::OutOfRange) -> VerbsError {
     VerbsError::invalid("sge", format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CM channel's token and every completion channel's are ours; the node's wake token
+    /// and TCP's listener and connection tokens (`1 << 32`, `2 << 32`) are not.
+    #[test]
+    fn owns_its_channel_tokens_only() {
+        assert!(is_ours(TOKEN_IB_CM));
+        assert!(
+            is_ours(TOKEN_IB_CQ) && is_ours(TOKEN_IB_CQ | 17) && is_ours(TOKEN_IB_CQ | TOKEN_MASK)
+        );
+        assert!(!is_ours(0));
+        assert!(!is_ours(1 << 32) && !is_ours((1 << 32) | 4));
+        assert!(!is_ours(2 << 32) && !is_ours((2 << 32) | 4));
+        assert!(!is_ours(5 << 32));
+    }
 }

@@ -152,7 +152,7 @@ impl Tcp {
 
     /// Installs an accepted connection for `(conn, path)`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn adopt(
+    pub(crate) fn install(
         &mut self,
         stream: TcpStream,
         local: SocketAddr,
@@ -205,7 +205,7 @@ impl Tcp {
     }
 
     /// Refuses an accepted connection with a reset.
-    pub(crate) fn refuse(&mut self, stream: TcpStream, why: AcceptError) {
+    pub(crate) fn reset_refused(&mut self, stream: TcpStream, why: AcceptError) {
         if why == AcceptError::Wait {
             self.stats.inc(TcpCounter::TcpConnectRaced);
         }
@@ -238,7 +238,7 @@ impl Tcp {
             HeldEnd::NodeEvicted => self.stats.inc(TcpCounter::TcpWaitNodeEvicted),
             HeldEnd::Expired => self.stats.inc(TcpCounter::TcpWaitExpired),
             HeldEnd::Refused(e) => {
-                self.refuse(h.stream, e);
+                self.reset_refused(h.stream, e);
                 return;
             }
         }

@@ -5,17 +5,17 @@
 use std::net::{SocketAddr, TcpStream};
 
 use super::*;
-use crate::proto::{Established, Incoming, TransportKind};
+use crate::node::transport::connecting;
+use crate::proto::{Established, Incoming};
 
 impl Tcp {
     /// Applies `outs` (emptied) to the engine in order. Returns how many frames were handed
     /// to it (the node's `frames_in`).
-    pub(crate) fn apply(
+    pub(crate) fn apply_reports(
         &mut self,
         stack: &mut Stack,
         outs: &mut Vec<TcpOut>,
         now: Instant,
-        tap: &Tap,
     ) -> u64 {
         let mut frames_in = 0;
         // Accepted connections are offered after the batch's other reports: the offer first
@@ -56,7 +56,7 @@ impl Tcp {
                     epoch,
                     frames,
                 } => {
-                    self.tap_rx(stack, conn, path, &frames, tap);
+                    self.tap_rx(stack, conn, path, &frames);
                     frames_in += frames.len() as u64;
                     let _ = crate::proto::driver::deliver(
                         stack,
@@ -106,7 +106,7 @@ impl Tcp {
             // Old data of a half-closed predecessor goes first.
             let mut old = Vec::new();
             self.finish_drains_of(canonical(laddr), canonical(faddr), stack, now, &mut old);
-            frames_in += self.apply(stack, &mut old, now, tap);
+            frames_in += self.apply_reports(stack, &mut old, now);
             self.offer(stack, stream, local, peer, now);
         }
         frames_in
@@ -128,7 +128,7 @@ impl Tcp {
         match stack.link_accepted(now, link, local.ip(), peer.ip(), kind, peer.port()) {
             Incoming::Read { conn, path, epoch } => {
                 let tun = stack.tunables().clone();
-                let r = self.adopt(stream, local, peer, conn, path, epoch, &tun, now);
+                let r = self.install(stream, local, peer, conn, path, epoch, &tun, now);
                 if r.is_err() {
                     stack.handle_disconnected(now, conn, path, epoch);
                 }
@@ -141,7 +141,7 @@ impl Tcp {
                     peer,
                 },
             ),
-            Incoming::Refuse(why) => self.refuse(stream, why),
+            Incoming::Refuse(why) => self.reset_refused(stream, why),
         }
     }
 
@@ -162,14 +162,16 @@ impl Tcp {
             return;
         };
         let tun = stack.tunables().clone();
-        let r = self.adopt(h.stream, h.local, h.peer, conn, path, epoch, &tun, now);
+        let r = self.install(h.stream, h.local, h.peer, conn, path, epoch, &tun, now);
         if r.is_err() {
             stack.handle_disconnected(now, conn, path, epoch);
         }
     }
 
-    /// The engine's [`crate::proto::Event::Connect`] for a path it still connects: opens the
-    /// attempt, or reports it failed at once.
+    /// The engine's [`crate::proto::Event::Connect`]: opens the attempt, or reports it failed
+    /// at once. A connect the path has moved on from is not opened: it would replace a
+    /// connection (an accepted one that took the path over, say) after its peer's TCP had
+    /// acknowledged data on it.
     pub(crate) fn connect_path(
         &mut self,
         stack: &mut Stack,
@@ -178,10 +180,16 @@ impl Tcp {
         epoch: u32,
         now: Instant,
     ) {
+        if !connecting(stack, conn, path, epoch) {
+            // The engine dropped the attempt before it started: its drain (the engine waits
+            // for the end of a dropped attempt) ends here, with no connection to read.
+            stack.handle_disconnected(now, conn, path, epoch);
+            return;
+        }
         let (laddr, faddr, _) = stack.conn_addrs(conn);
         let tun = stack.tunables().clone();
         if self
-            .connect(conn, path, epoch, laddr, faddr, &tun, now)
+            .open(conn, path, epoch, laddr, faddr, &tun, now)
             .is_err()
         {
             stack.handle_connect_failed(now, conn, path, epoch);

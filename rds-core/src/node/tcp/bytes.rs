@@ -163,26 +163,8 @@ impl Tcp {
         self.poll_ack(idx, out);
     }
 
-    /// Whether `(conn, path)` is an established lane with nothing waiting to be written and
-    /// everything written acknowledged, as far as the last poll knows: a request/response
-    /// lane, where writing a message at once from the sending thread saves a wakeup. A lane
-    /// still carrying earlier messages is streaming; the I/O thread batches its frames.
-    pub(crate) fn lane_idle(&self, conn: ConnId, path: usize) -> bool {
-        self.by_path
-            .get(&(conn, path))
-            .and_then(|&idx| self.conns[idx].as_ref())
-            .is_some_and(|c| c.state == State::Up && c.out.is_empty() && c.written == c.acked)
-    }
-
     /// Pulls frames of `(conn, path)` from the engine into the connection's output queue.
-    pub(crate) fn pull(
-        &mut self,
-        stack: &mut Stack,
-        conn: ConnId,
-        path: usize,
-        now: Instant,
-        tap: &Tap,
-    ) {
+    pub(crate) fn pull(&mut self, stack: &mut Stack, conn: ConnId, path: usize, now: Instant) {
         // The engine transmits only on paths it believes up, which have a socket here.
         let Some(&idx) = self.by_path.get(&(conn, path)) else {
             return;
@@ -200,8 +182,8 @@ impl Tcp {
             let Some(t) = frames.next() else {
                 break;
             };
-            if tap.enabled() {
-                self.tap_tx.push(tap, &t.hdr, &t.payload);
+            if self.tap.enabled() {
+                self.tap_tx.push(&self.tap, &t.hdr, &t.payload);
             }
             if self.hdr_arena.capacity() - self.hdr_arena.len() < t.hdr.len() {
                 self.hdr_arena.reserve(48 * 256);
@@ -219,7 +201,8 @@ impl Tcp {
         }
         if !self.tap_tx.is_empty() {
             let (laddr, faddr, _) = stack.conn_addrs(conn);
-            self.tap_tx.record(tap, laddr, faddr, path, c.local, c.peer);
+            self.tap_tx
+                .record(&self.tap, laddr, faddr, path, c.local, c.peer);
         }
         if any {
             self.pending_flush.push(idx);
@@ -228,7 +211,11 @@ impl Tcp {
 
     /// Writes pending output of every connection that has some. Returns connections that ran
     /// low and may pull more frames, and acknowledgement updates in `out`.
-    pub(crate) fn flush(&mut self, now: Instant, out: &mut Vec<TcpOut>) -> Vec<(ConnId, usize)> {
+    pub(crate) fn write_pending(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<TcpOut>,
+    ) -> Vec<(ConnId, usize)> {
         let mut refill = Vec::new();
         let mut list = std::mem::take(&mut self.pending_flush);
         list.sort_unstable();
@@ -335,7 +322,7 @@ impl Tcp {
     }
 
     /// Runs due acknowledgement polls and drain deadlines.
-    pub(crate) fn timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
+    pub(crate) fn due_timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
         self.resume_listeners(now);
         for idx in 0..self.conns.len() {
             let Some(c) = self.conns[idx].as_mut() else {
@@ -387,7 +374,7 @@ impl Tcp {
     }
 
     /// The earliest transport timer.
-    pub(crate) fn next_timer(&self) -> Option<Instant> {
+    pub(crate) fn earliest_timer(&self) -> Option<Instant> {
         let paused = self.listeners.iter().filter_map(|l| l.paused_until);
         self.conns
             .iter()
@@ -403,11 +390,6 @@ impl Tcp {
             })
             .chain(paused)
             .min()
-    }
-
-    /// Whether some connection has output or reads pending for the next round.
-    pub(crate) fn has_pending(&self) -> bool {
-        !self.pending_flush.is_empty()
     }
 
     /// Marks a connection for another read/flush round.

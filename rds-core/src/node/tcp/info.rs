@@ -28,14 +28,8 @@ impl Tcp {
     }
 
     /// Records received frames on the tap.
-    pub(crate) fn tap_rx(
-        &self,
-        stack: &Stack,
-        conn: ConnId,
-        path: usize,
-        frames: &[Frame],
-        tap: &Tap,
-    ) {
+    pub(crate) fn tap_rx(&self, stack: &Stack, conn: ConnId, path: usize, frames: &[Frame]) {
+        let tap = &self.tap;
         if !tap.enabled() {
             return;
         }

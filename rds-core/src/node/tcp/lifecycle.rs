@@ -33,7 +33,7 @@ impl Tcp {
 
     /// Opens an outgoing connection for `(conn, path)` from `laddr` to `faddr:16385`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn connect(
+    pub(crate) fn open(
         &mut self,
         conn: ConnId,
         path: usize,
@@ -117,7 +117,7 @@ impl Tcp {
     }
 
     /// The engine dropped `(conn, path, epoch)`: half-close and drain, or close at once.
-    pub(crate) fn disconnect(
+    pub(crate) fn drop_path(
         &mut self,
         conn: ConnId,
         path: usize,

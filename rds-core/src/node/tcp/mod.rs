@@ -6,9 +6,10 @@
 //! This module only moves bytes: sequence numbers, retransmission and who connects are the
 //! engine's decisions. It runs on the node's I/O thread.
 //!
-//! One job per file: this one holds the [`Tcp`] state, the [`TcpOut`] reports and the
-//! dispatch of readiness events; `apply.rs` applies the reports to the engine
-//! ([`Tcp::apply`]: the node's I/O round hands them over and never calls back);
+//! One job per file: this one holds the [`Tcp`] state, the [`TcpOut`] reports, the dispatch
+//! of readiness events and the transport contract ([`Transport`], `node/transport.rs`) that
+//! the node's I/O round calls; `apply.rs` applies the reports to the engine
+//! ([`Tcp::apply_reports`]: the reports stay in this folder, and the round never reads one);
 //! `admission.rs` the listeners, the caps checked at accept,
 //! the listener pause and the sockets of held connections; `lifecycle.rs` a connection's
 //! life on its lane (connect, completion, drain, close); `bytes.rs` the byte path (read,
@@ -45,9 +46,10 @@ use std::time::Duration;
 use ::bytes::{Bytes, BytesMut};
 
 use super::tap::{Dir, Tap, TxFrames};
+use super::transport::Transport;
 use crate::buf;
 use crate::proto::{canonical, AcceptError, ConnId, DropReason, Frame, HeldEnd, LinkId};
-use crate::proto::{Stack, StreamParser};
+use crate::proto::{Stack, StreamParser, TransportKind};
 use crate::stats::{TcpCounter, TcpStats};
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, EPOLLRDHUP};
 use crate::time::Instant;
@@ -263,6 +265,10 @@ pub(crate) struct Tcp {
     partial_total: usize,
     /// What they may hold in all (the engine's [`Stack::reasm_room`], set every round).
     partial_cap: usize,
+    /// What the sockets said since the last [`Transport::apply`], in order.
+    outs: Vec<TcpOut>,
+    /// The node's trace tap.
+    tap: Arc<Tap>,
 }
 
 /// An accepted connection the engine holds, unread, until it has a lane for it.
@@ -295,7 +301,12 @@ pub(crate) fn port_taken(e: io::Error, at: SocketAddr, module: &str) -> io::Erro
 }
 
 impl Tcp {
-    pub(crate) fn new(epoll: Arc<Epoll>, stats: Arc<TcpStats>, seed: u64) -> io::Result<Self> {
+    pub(crate) fn new(
+        epoll: Arc<Epoll>,
+        stats: Arc<TcpStats>,
+        tap: Arc<Tap>,
+        seed: u64,
+    ) -> io::Result<Self> {
         Ok(Tcp {
             epoll,
             listeners: Vec::new(),
@@ -317,6 +328,8 @@ impl Tcp {
             routes: HashMap::new(),
             partial_total: 0,
             partial_cap: usize::MAX,
+            outs: Vec::new(),
+            tap,
         })
     }
 
@@ -361,13 +374,7 @@ impl Tcp {
     }
 
     /// Handles one readiness event; results go to `out`.
-    pub(crate) fn handle_event(
-        &mut self,
-        token: u64,
-        bits: u32,
-        now: Instant,
-        out: &mut Vec<TcpOut>,
-    ) {
+    fn event(&mut self, token: u64, bits: u32, now: Instant, out: &mut Vec<TcpOut>) {
         if token & !TOKEN_MASK == TOKEN_LISTENER {
             self.accept_all((token & TOKEN_MASK) as usize, now, out);
             return;
@@ -430,6 +437,110 @@ impl Tcp {
     /// Number of live transport connections (tests, info).
     pub(crate) fn len(&self) -> usize {
         self.conns.iter().flatten().count()
+    }
+}
+
+/// RDS/TCP's side of the node's transport contract: sockets are read and written without the
+/// engine lock ([`TcpOut`] reports kept in `outs`), and [`Tcp::apply_reports`] applies them.
+impl Transport for Tcp {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Tcp
+    }
+
+    fn owns_token(&self, token: u64) -> bool {
+        matches!(token & !TOKEN_MASK, TOKEN_LISTENER | TOKEN_CONN)
+    }
+
+    fn handle_event(&mut self, token: u64, bits: u32, now: Instant) {
+        self.with_outs(|t, outs| t.event(token, bits, now, outs));
+    }
+
+    fn timers(&mut self, now: Instant) {
+        self.with_outs(|t, outs| t.due_timers(now, outs));
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.earliest_timer()
+    }
+
+    fn limits(&mut self, stack: &Stack, now: Instant) {
+        let stalled = stack.tunables().partial_timeout;
+        self.with_outs(|t, outs| t.expire_partials(now, stalled, outs));
+        self.set_partial_cap(stack.reasm_room());
+    }
+
+    fn apply(&mut self, stack: &mut Stack, now: Instant) -> u64 {
+        self.with_outs(|t, outs| t.apply_reports(stack, outs, now))
+    }
+
+    fn has_reports(&self) -> bool {
+        !self.outs.is_empty()
+    }
+
+    fn connect(&mut self, stack: &mut Stack, conn: ConnId, path: usize, epoch: u32, now: Instant) {
+        self.connect_path(stack, conn, path, epoch, now);
+    }
+
+    fn disconnect(
+        &mut self,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        reason: DropReason,
+        now: Instant,
+    ) {
+        self.drop_path(conn, path, epoch, reason, now);
+    }
+
+    fn transmit(&mut self, stack: &mut Stack, conn: ConnId, path: usize, now: Instant) {
+        self.pull(stack, conn, path, now);
+    }
+
+    /// An established lane with nothing waiting to be written and everything written
+    /// acknowledged, as far as the last poll knows: a request/response lane, where writing a
+    /// message at once from the sending thread saves a wakeup. A lane still carrying earlier
+    /// messages is streaming; the I/O thread batches its frames.
+    fn lane_idle(&self, conn: ConnId, path: usize) -> bool {
+        self.by_path
+            .get(&(conn, path))
+            .and_then(|&idx| self.conns[idx].as_ref())
+            .is_some_and(|c| c.state == State::Up && c.out.is_empty() && c.written == c.acked)
+    }
+
+    fn flush(&mut self, now: Instant) -> Vec<(ConnId, usize)> {
+        self.with_outs(|t, outs| t.write_pending(now, outs))
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.pending_flush.is_empty()
+    }
+
+    fn adopt(
+        &mut self,
+        stack: &mut Stack,
+        link: LinkId,
+        conn: ConnId,
+        path: usize,
+        epoch: u32,
+        now: Instant,
+    ) {
+        self.adopt_held(stack, link, conn, path, epoch, now);
+    }
+
+    fn refuse(&mut self, link: LinkId, why: HeldEnd) {
+        self.refuse_held(link, why);
+    }
+}
+
+impl Tcp {
+    /// Runs `f` with the kept reports (`outs`), keeping what it leaves and whatever was kept
+    /// meanwhile, in order.
+    fn with_outs<R>(&mut self, f: impl FnOnce(&mut Self, &mut Vec<TcpOut>) -> R) -> R {
+        let mut outs = std::mem::take(&mut self.outs);
+        let r = f(self, &mut outs);
+        outs.append(&mut self.outs);
+        self.outs = outs;
+        r
     }
 }
 

@@ -24,6 +24,7 @@ mod race {
     use super::super::{Tcp, TcpOut};
     use crate::message::Received;
     use crate::node::tap::Tap;
+    use crate::node::transport::Transport;
     use crate::proto::driver::{self, Io};
     use crate::proto::{ConnId, DropReason, HeldEnd, LinkId, PathState, Stack};
     use crate::stats::TcpStats;
@@ -32,11 +33,11 @@ mod race {
     use crate::tunables::Tunables;
     use crate::wire::HeaderRepr;
 
-    /// The node's `TransportIo` for TCP alone: the engine's transport work on a [`Tcp`].
+    /// The node's `TransportIo` for TCP alone: the engine's transport work on a [`Tcp`],
+    /// through the transport contract.
     struct Drive<'a> {
         tcp: &'a mut Tcp,
         stack: &'a mut Stack,
-        tap: &'a Tap,
         now: Instant,
     }
 
@@ -46,27 +47,23 @@ mod race {
         }
 
         fn connect(&mut self, conn: ConnId, path: usize, epoch: u32) {
-            if self.stack.path_state(conn, path) == (PathState::Connecting, epoch) {
-                self.tcp
-                    .connect_path(self.stack, conn, path, epoch, self.now);
-            }
+            Transport::connect(self.tcp, self.stack, conn, path, epoch, self.now);
         }
 
         fn disconnect(&mut self, conn: ConnId, path: usize, epoch: u32, reason: DropReason) {
-            self.tcp.disconnect(conn, path, epoch, reason, self.now);
+            Transport::disconnect(self.tcp, conn, path, epoch, reason, self.now);
         }
 
         fn transmit(&mut self, conn: ConnId, path: usize) {
-            self.tcp.pull(self.stack, conn, path, self.now, self.tap);
+            Transport::transmit(self.tcp, self.stack, conn, path, self.now);
         }
 
         fn adopt(&mut self, link: LinkId, conn: ConnId, path: usize, epoch: u32) {
-            self.tcp
-                .adopt_held(self.stack, link, conn, path, epoch, self.now);
+            Transport::adopt(self.tcp, self.stack, link, conn, path, epoch, self.now);
         }
 
         fn refuse(&mut self, link: LinkId, why: HeldEnd) {
-            self.tcp.refuse_held(link, why);
+            Transport::refuse(self.tcp, link, why);
         }
     }
 
@@ -76,7 +73,6 @@ mod race {
     struct Bench {
         tcp: Tcp,
         stack: Stack,
-        tap: Tap,
         origin: std::time::Instant,
     }
 
@@ -91,14 +87,14 @@ mod race {
             let mut io = Drive {
                 tcp: &mut self.tcp,
                 stack: &mut self.stack,
-                tap: &self.tap,
                 now,
             };
             driver::pump(&mut io);
         }
 
-        /// Waits up to `wait` for socket events and collects the transport's reports.
-        fn collect(&mut self, wait: Duration, outs: &mut Vec<TcpOut>) {
+        /// Waits up to `wait` for socket events and collects the transport's reports (kept
+        /// in `tcp.outs`).
+        fn collect(&mut self, wait: Duration) {
             let mut evs = Vec::new();
             self.tcp
                 .epoll
@@ -106,35 +102,43 @@ mod race {
                 .expect("epoll_wait");
             let now = self.now();
             for (token, bits) in evs {
-                self.tcp.handle_event(token, bits, now, outs);
+                assert!(self.tcp.owns_token(token), "token {token:#x}");
+                self.tcp.handle_event(token, bits, now);
             }
-            self.tcp.timers(now, outs);
+            Transport::timers(&mut self.tcp, now);
         }
 
         /// Applies reports, runs due engine timers and the engine's work, writes.
-        fn settle(&mut self, outs: &mut Vec<TcpOut>) {
+        fn settle(&mut self) {
             let now = self.now();
-            self.tcp.apply(&mut self.stack, outs, now, &self.tap);
+            self.tcp.limits(&self.stack, now);
+            Transport::apply(&mut self.tcp, &mut self.stack, now);
             driver::handle_due(&mut self.stack, now);
             self.pump();
             for _ in 0..4 {
-                let refill = self.tcp.flush(now, outs);
-                if outs.is_empty() && refill.is_empty() {
+                let refill = Transport::flush(&mut self.tcp, now);
+                if !self.tcp.has_reports() && refill.is_empty() {
                     break;
                 }
-                self.tcp.apply(&mut self.stack, outs, now, &self.tap);
+                Transport::apply(&mut self.tcp, &mut self.stack, now);
                 for (c, p) in refill {
-                    self.tcp.pull(&mut self.stack, c, p, now, &self.tap);
+                    Transport::transmit(&mut self.tcp, &mut self.stack, c, p, now);
                 }
                 self.pump();
             }
         }
 
         fn round(&mut self) {
-            let mut outs = Vec::new();
-            self.collect(Duration::from_millis(5), &mut outs);
-            self.settle(&mut outs);
+            self.collect(Duration::from_millis(5));
+            self.settle();
         }
+    }
+
+    /// A transport for the tests: its own epoll set, a disabled tap.
+    fn transport() -> Tcp {
+        let epoll = Arc::new(Epoll::new().expect("epoll"));
+        let tap = Arc::new(Tap::default());
+        Tcp::new(epoll, Arc::new(TcpStats::new()), tap, 7).expect("transport")
     }
 
     /// Loopback addresses of this test run (127.0.0.0/8), the second one larger.
@@ -165,11 +169,9 @@ mod race {
     fn a_connecting_path_dropped_after_the_peer_wrote_loses_nothing() {
         let (laddr, faddr) = addrs();
         let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
-        let epoll = Arc::new(Epoll::new().expect("epoll"));
         let mut b = Bench {
-            tcp: Tcp::new(epoll, Arc::new(TcpStats::new()), 7).expect("transport"),
+            tcp: transport(),
             stack: Stack::new(Tunables::default(), 11),
-            tap: Tap::default(),
             origin: std::time::Instant::now(),
         };
         b.tcp
@@ -211,11 +213,15 @@ mod race {
         theirs.write_all(&frame).expect("peer writes");
 
         // Our transport learns the attempt completed: the report is collected, not applied.
-        let mut outs = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !outs.iter().any(|o| matches!(o, TcpOut::Connected(..))) {
+        while !b
+            .tcp
+            .outs
+            .iter()
+            .any(|o| matches!(o, TcpOut::Connected(..)))
+        {
             assert!(std::time::Instant::now() < deadline, "no Connected report");
-            b.collect(Duration::from_millis(10), &mut outs);
+            b.collect(Duration::from_millis(10));
         }
         // Our TCP has the frame (acknowledged to the peer) before the engine drops the path.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -259,7 +265,7 @@ mod race {
         });
 
         // The transport's rounds: the stale report, the drain, the reconnect.
-        b.settle(&mut outs);
+        b.settle();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         let mut received = None;
         let mut again: Option<TcpStream> = None;
@@ -316,11 +322,9 @@ mod race {
     fn frames_of_a_drain_read_before_an_accept_reach_the_engine_first() {
         let (laddr, faddr) = addrs();
         let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
-        let epoll = Arc::new(Epoll::new().expect("epoll"));
         let mut b = Bench {
-            tcp: Tcp::new(epoll, Arc::new(TcpStats::new()), 7).expect("transport"),
+            tcp: transport(),
             stack: Stack::new(Tunables::default(), 11),
-            tap: Tap::default(),
             origin: std::time::Instant::now(),
         };
         b.tcp
@@ -393,28 +397,28 @@ mod race {
         // One round's reports in the order of its events: the listener's, then the draining
         // connection's (a short read: its frame, not yet its end).
         let now = b.now();
-        let mut outs = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !outs.iter().any(|o| matches!(o, TcpOut::Accepted { .. })) {
+        while !b
+            .tcp
+            .outs
+            .iter()
+            .any(|o| matches!(o, TcpOut::Accepted { .. }))
+        {
             assert!(std::time::Instant::now() < deadline, "nothing to accept");
-            b.tcp.handle_event(
-                super::super::TOKEN_LISTENER,
-                crate::sys::EPOLLIN,
-                now,
-                &mut outs,
-            );
+            b.tcp
+                .handle_event(super::super::TOKEN_LISTENER, crate::sys::EPOLLIN, now);
         }
         b.tcp.handle_event(
             super::super::TOKEN_CONN | idx as u64,
             crate::sys::EPOLLIN,
             now,
-            &mut outs,
         );
+        let outs = &b.tcp.outs;
         assert!(
             matches!(outs.last(), Some(TcpOut::Frames { frames, .. }) if frames.len() == 1),
             "{outs:?}"
         );
-        b.settle(&mut outs);
+        b.settle();
         let got = match b.stack.recv(sock, 1 << 16, false) {
             Ok(Received::Data { msg, .. }) => msg,
             other => panic!("the drained connection's message was lost: {other:?}"),
@@ -441,11 +445,9 @@ mod race {
     fn an_attempt_written_to_and_reset_before_its_event_is_read() {
         let (laddr, faddr) = addrs();
         let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
-        let epoll = Arc::new(Epoll::new().expect("epoll"));
         let mut b = Bench {
-            tcp: Tcp::new(epoll, Arc::new(TcpStats::new()), 7).expect("transport"),
+            tcp: transport(),
             stack: Stack::new(Tunables::default(), 11),
-            tap: Tap::default(),
             origin: std::time::Instant::now(),
         };
         b.tcp
@@ -517,4 +519,25 @@ mod race {
         assert_eq!(&got.payload[..], &payload[..]);
         assert_eq!(got.seq, 1);
     }
+}
+
+/// The tokens of the transport's listeners and connections are its own; the node's wake
+/// token and IB's are not.
+#[test]
+fn owns_its_listener_and_connection_tokens_only() {
+    use crate::node::transport::Transport;
+    let epoll = Arc::new(Epoll::new().expect("epoll"));
+    let tcp = Tcp::new(
+        epoll,
+        Arc::new(TcpStats::new()),
+        Arc::new(Tap::default()),
+        1,
+    )
+    .expect("transport");
+    assert!(tcp.owns_token(TOKEN_LISTENER) && tcp.owns_token(TOKEN_LISTENER | 3));
+    assert!(tcp.owns_token(TOKEN_CONN) && tcp.owns_token(TOKEN_CONN | TOKEN_MASK));
+    assert!(!tcp.owns_token(TOKEN_WAKE));
+    assert!(!tcp.owns_token(crate::node::ib::TOKEN_IB_CM));
+    assert!(!tcp.owns_token(4 << 32), "IB's completion channels");
+    assert_eq!(tcp.kind(), crate::proto::TransportKind::Tcp);
 }
