@@ -202,7 +202,11 @@ fn lanes_connect_one_by_one_in_index_order_to_a_peer_without_sport_idx() {
                 break c;
             }
         };
-        assert_eq!(again, [2], "after its backoff lane 2 again; lane 5 still waits");
+        assert_eq!(
+            again,
+            [2],
+            "after its backoff lane 2 again; lane 5 still waits"
+        );
     }
     o.connected(2);
     assert_eq!(o.connects(), [5]);
@@ -269,14 +273,12 @@ fn one_lane_offered_means_one_lane_used_and_announced() {
     let mut o = Owner::new(false, tun);
     o.connected(0);
     // Our probe announces NPATHS=1.
-    let mut frames = rds_core::proto::driver::Frames::new(&mut o.st, o.now, o.conn, 0);
-    let probe = frames
+    let probe = rds_core::proto::driver::Frames::new(&mut o.st, o.now, o.conn, 0)
         .find_map(|t| {
             let h = HeaderRepr::from_bytes(&t.hdr).unwrap();
             h.is_probe_ping().then_some(h)
         })
         .expect("a probe ping on lane 0");
-    drop(frames);
     assert_eq!(probe.exts().next(), Some(ExtHeader::Npaths(1)));
     // The peer offers 8: we use 1, and connect nothing more.
     o.pong();
