@@ -48,6 +48,10 @@ pub struct Tunables {
     /// `net.rds.ras_level`: what the node's RAS event ring keeps (1 minimal, 2 normal,
     /// 3 detail, 4 maximal; see [`crate::ras`]).
     pub ras_level: u8,
+    /// `net.rds.mprds_paths`: the lanes (RDS/TCP connections per peer) this node offers in
+    /// its multipath handshake (NPATHS); a connection uses the smaller of both sides'
+    /// numbers. 1..[`crate::wire::MPATH_WORKERS`].
+    pub mprds_paths: u8,
 }
 
 impl Default for Tunables {
@@ -69,6 +73,7 @@ impl Default for Tunables {
             uid_mem_share: 25,
             root_mem_reserve: 10,
             ras_level: DEFAULT_RAS_LEVEL,
+            mprds_paths: crate::wire::MPATH_WORKERS as u8,
         }
     }
 }
@@ -281,6 +286,20 @@ pub const TUNABLES: &[TunableDef] = &[
         kernel: false,
         get: |t| u64::from(t.ras_level),
         set: |t, v| t.ras_level = v as u8,
+    },
+    TunableDef {
+        name: "net.rds.mprds_paths",
+        desc: "RDS/TCP lanes (connections per peer) this node offers in the multipath \
+               handshake (NPATHS); a connection uses the smaller of both sides' numbers; 1 \
+               keeps a base kernel's slots and our lanes joined (exactly once); a change \
+               reconnects RDS/TCP connections",
+        unit: "lanes",
+        min: 1,
+        max: crate::wire::MPATH_WORKERS as u64,
+        zero_ok: false,
+        kernel: false,
+        get: |t| u64::from(t.mprds_paths),
+        set: |t, v| t.mprds_paths = v as u8,
     },
 ];
 

@@ -686,6 +686,10 @@ pub struct SelftestReport {
     pub elapsed: Duration,
     /// Time spent in barriers.
     pub barrier: Duration,
+    /// Whether the traffic ran to its end (every message sent, every expected one seen).
+    pub complete: bool,
+    /// Whether our send and retransmit queues emptied at the end.
+    pub drained: bool,
     /// Whether everything passed.
     pub ok: bool,
     /// Why not.
@@ -1136,6 +1140,8 @@ pub fn selftest_peer(
     let complete = phase == Phase::Finish;
     let digests_ok = (0..2).all(|s| rep.recv[s] == rep.expect[s]);
     rep.ok = !fatal && complete && rep.errors == 0 && digests_ok && drained_ok;
+    rep.complete = !fatal && complete;
+    rep.drained = drained_ok;
     rep.rounds = round + u64::from(complete);
     rep.ctl_dups = ctl.dups;
     rep.pongs = ctl.pongs;

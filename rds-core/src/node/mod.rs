@@ -416,13 +416,17 @@ impl Node {
     }
 
     /// Replaces the tunables. Changing the TCP buffer sizes drops every RDS/TCP connection so
-    /// that it reconnects with them, as the kernel does (`rds_tcp_sysctl_reset`).
+    /// that it reconnects with them, as the kernel does (`rds_tcp_sysctl_reset`); so does
+    /// changing the lanes offered (`mprds_paths`), which the next handshake announces.
     pub fn set_tunables(&self, t: Tunables) {
         let mut core = lock(&self.inner.core);
         let old = core.stack.tunables().clone();
         let t = resolve_tunables(t);
         core.stack.set_tunables(t.clone());
-        if old.tcp_sndbuf != t.tcp_sndbuf || old.tcp_rcvbuf != t.tcp_rcvbuf {
+        if old.tcp_sndbuf != t.tcp_sndbuf
+            || old.tcp_rcvbuf != t.tcp_rcvbuf
+            || old.mprds_paths != t.mprds_paths
+        {
             let now = self.inner.now();
             core.stack
                 .restart_all(now, TransportKind::Tcp, DropReason::Tunable);

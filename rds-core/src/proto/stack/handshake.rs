@@ -47,12 +47,17 @@ impl Stack {
 
     pub(super) fn add_probe_exts(&self, hdr: &mut HeaderRepr) {
         for e in [
-            ExtHeader::Npaths(MPATH_WORKERS as u16),
+            ExtHeader::Npaths(u16::from(self.lanes_offered())),
             ExtHeader::GenNum(self.gen_num),
             ExtHeader::SportIdx(0),
         ] {
             hdr.push_ext(e).expect("probe extensions fit in 16 bytes");
         }
+    }
+
+    /// The lanes we offer in our handshake (`net.rds.mprds_paths`, 1..=8).
+    pub(super) fn lanes_offered(&self) -> u8 {
+        self.tun.mprds_paths.clamp(1, MPATH_WORKERS as u8)
     }
 
     pub(super) fn start_mprds(&mut self, cid: ConnId) {
@@ -155,8 +160,9 @@ impl Stack {
                 _ => {}
             }
         }
+        let ours = usize::from(self.lanes_offered());
         let c = &mut self.conns[cid.0 as usize];
-        let n = npaths.unwrap_or(c.npaths).max(1);
+        let n = npaths.unwrap_or(c.npaths).clamp(1, ours);
         c.ping_triggered = false;
         c.hs_deadline = None;
         if sport_idx {

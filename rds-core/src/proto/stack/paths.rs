@@ -53,11 +53,13 @@ impl Stack {
                 if p.reconnect_at.is_some_and(|t| t <= now) {
                     p.reconnect_at = None;
                     if p.state == PathState::Down {
-                        if self.should_reconnect(now, cid, pi) {
-                            self.start_connect(cid, pi);
-                        } else {
+                        if !self.should_reconnect(now, cid, pi) {
                             self.drop_pongs_if_gone(ci);
+                        } else if self.in_turn(cid, pi) {
+                            self.start_connect(cid, pi);
                         }
+                        // Otherwise a lane below is not up yet: it starts this one when it
+                        // comes up (`connect_next_lane`).
                     }
                 }
             }
@@ -130,6 +132,7 @@ impl Stack {
             return false;
         }
         self.path_up(now, conn, path);
+        self.connect_next_lane(conn);
         true
     }
 
@@ -407,8 +410,52 @@ impl Stack {
         }
         self.conns[cid.0 as usize].killed = false;
         let p = &self.conns[cid.0 as usize].paths[path];
-        if p.state == PathState::Down && p.reconnect_at.is_none() && p.drain_epoch.is_none() {
+        if p.state == PathState::Down
+            && p.reconnect_at.is_none()
+            && p.drain_epoch.is_none()
+            && self.in_turn(cid, path)
+        {
             self.start_connect(cid, path);
+        }
+    }
+
+    /// Whether our lanes to this peer connect one at a time, in index order: we own the
+    /// connections (TCP, the smaller address) and the peer learnt no lane identity (no
+    /// SPORT_IDX in its handshake: the base kernels).
+    ///
+    /// Such a peer puts each connection it accepts into its first free slot
+    /// (`rds_tcp_accept_one_path`: the first path in DOWN or ERROR), whatever our lane. If
+    /// several of our lanes reconnect at once (after every lane dropped), their connections
+    /// reach its accept queue in any order and slot j can get our lane i: the messages we
+    /// resend on lane i (RETRANSMITTED, including ones the peer already delivered) are then
+    /// checked against slot j's sequence numbers and delivered again, and the same happens
+    /// to the peer's resends to us. The peer accepts in the order the connections were
+    /// established, so connecting lane i only once every lane below it is up gives it the
+    /// lowest free slot, slot i, unless the peer still holds a slot below that we already
+    /// lost (it has not yet seen that connection end): that window stays open, and only one
+    /// lane (`net.rds.mprds_paths` = 1) closes it.
+    pub(super) fn lanes_in_order(c: &Conn) -> bool {
+        c.kind == TransportKind::Tcp && c.is_smaller() && !c.with_sport_idx
+    }
+
+    /// Whether `path` may start connecting now: always, unless the lanes connect in order
+    /// ([`Self::lanes_in_order`]) and a lane below it is not up. A lane below that is down
+    /// (connecting, waiting out its backoff, being drained, or not wanted) keeps the ones
+    /// above waiting; each lane that comes up starts the next one ([`Self::connect_next_lane`]).
+    pub(super) fn in_turn(&self, cid: ConnId, path: usize) -> bool {
+        let c = &self.conns[cid.0 as usize];
+        !Self::lanes_in_order(c) || c.paths[..path].iter().all(Path::is_up)
+    }
+
+    /// A lane came up: in ordered mode, the lowest lane that is not up starts connecting if it
+    /// waits for nothing else (its backoff timer or its drain starts it otherwise).
+    pub(super) fn connect_next_lane(&mut self, cid: ConnId) {
+        let c = &self.conns[cid.0 as usize];
+        if !Self::lanes_in_order(c) || !c.fanout_ok || c.killed || c.npaths < 2 {
+            return;
+        }
+        if let Some(next) = (1..c.npaths).find(|&i| !c.paths[i].is_up()) {
+            self.connect_if_down(cid, next);
         }
     }
 

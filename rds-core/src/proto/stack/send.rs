@@ -10,7 +10,7 @@ use crate::message::{RdmaNotify, RdmaStatus};
 use crate::proto::rdma::RdmaOp;
 use crate::stats::Counter;
 use crate::time::Instant;
-use crate::wire::{monitor_mask, ExtHeader, HeaderRepr, MAX_MSG_SIZE, MPATH_WORKERS};
+use crate::wire::{monitor_mask, ExtHeader, HeaderRepr, MAX_MSG_SIZE};
 
 use crate::proto::conn::OutMsg;
 use crate::proto::{canonical, ConnId, SendError, SendExtras, SockId, TransportKind};
@@ -232,7 +232,7 @@ impl Stack {
             return 0;
         }
         let n = if c.npaths == 0 {
-            MPATH_WORKERS
+            usize::from(self.lanes_offered())
         } else {
             c.npaths
         };
