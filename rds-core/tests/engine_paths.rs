@@ -5,11 +5,14 @@ mod common;
 
 use std::time::Duration;
 
-use rds_core::proto::{AcceptError, DropReason, Event, PathState, StreamParser, TransportKind};
+use rds_core::proto::{
+    AcceptError, DropReason, Event, Frame, Incoming, LinkId, PathState, StreamParser, Transmit,
+    TransportKind,
+};
 use rds_core::stats::Counter;
 use rds_core::time::Instant;
 use rds_core::tunables::Tunables;
-use rds_core::wire::{ExtHeader, HeaderRepr, MAX_MSG_SIZE};
+use rds_core::wire::{flags, ExtHeader, HeaderRepr, MAX_MSG_SIZE};
 
 use common::*;
 
@@ -112,6 +115,208 @@ fn peer_restart_resets_rx_seq_and_flushes_the_retransmit_queue() {
     assert_eq!(got.len(), 1);
     assert_eq!(&got[0].payload[..], b"unsent");
     assert_eq!(p.lanes.len(), 8, "the lanes fan out again");
+}
+
+/// A restarts (a new stack, a new generation number) and B learns it from the probe on the
+/// new incarnation's lane-0 connection. B has seen every old connection end except lane
+/// `keep`'s, whose last bytes are still on their way. Returns A's new generation.
+fn restart_a_keeping_lane(p: &mut Pair, keep: usize) -> u32 {
+    let now = p.now;
+    let paths: Vec<usize> = p.lanes.keys().copied().collect();
+    for path in paths {
+        let lane = p.lanes.remove(&path).unwrap();
+        if path != keep {
+            p.st[1].handle_disconnected(now, lane.conn[1], path, lane.epoch[1]);
+        }
+    }
+    p.st[0] = stack(ADDR_A, TransportKind::Tcp, Tunables::default(), SEED_A + 1);
+    let port = port_on_lane(SEED_A + 1, 0, 4100);
+    let s = p.sock(A, port);
+    p.send(A, s, 6001, b"new").unwrap();
+    let c = connects(&p.take_events(A));
+    assert_eq!(c.len(), 1);
+    p.connect(A, c[0].0, 0, c[0].2);
+    let fa = p.tx(A, 0);
+    p.rx(B, 0, &fa).unwrap();
+    p.st(A).gen_num()
+}
+
+/// Frames as the receiver's stream parser cuts them out of the bytes of `t`.
+fn frames_of(t: &[Transmit]) -> Vec<Frame> {
+    t.iter()
+        .map(|t| frame(HeaderRepr::from_bytes(&t.hdr).unwrap(), &t.payload))
+        .collect()
+}
+
+/// A's lane-3 socket sends 4 messages that B delivers without A seeing them acknowledged,
+/// then A's lane 3 goes down on A's side only (`b_sees_it`: on both sides); A reconnects it
+/// after the probe exchange and has the messages to send again. Returns the receiving
+/// socket, the 4 sequence numbers, the sending port and A's lane-3 `Connect` event.
+fn resend_pending_on_lane_3(
+    p: &mut Pair,
+    b_sees_it: bool,
+) -> (
+    rds_core::proto::SockId,
+    Vec<u64>,
+    u16,
+    (rds_core::proto::ConnId, u32),
+) {
+    p.establish();
+    p.auto_ack = false;
+    let port = port_on_lane(SEED_A, 3, 4100);
+    let sa = p.sock(A, port);
+    let rb = p.sock(B, 6000);
+    for i in 0..4u8 {
+        p.send(A, sa, 6000, &[i; 10]).unwrap();
+    }
+    p.run();
+    let seqs: Vec<u64> = p.recv_all(B, rb).iter().map(|m| m.seq).collect();
+    assert_eq!(seqs.len(), 4);
+    assert_eq!(p.path_info(B, 3).next_rx_seq, seqs[3] + 1);
+    let (ca, ea) = (p.conn(A), p.epoch(A, 3));
+    let now = p.now;
+    if b_sees_it {
+        p.cut(3);
+    } else {
+        p.st(A).handle_disconnected(now, ca, 3, ea);
+    }
+    // A asks again whether B knows the lanes before it reconnects lane 3.
+    let fa = p.tx(A, 0);
+    p.rx(B, 0, &fa).unwrap();
+    let fb = p.tx(B, 0);
+    p.rx(A, 0, &fb).unwrap();
+    let c = connects(&p.take_events(A));
+    assert_eq!(c.iter().map(|c| c.1).collect::<Vec<_>>(), [3], "{c:?}");
+    // A fifth message, never sent before.
+    p.send(A, sa, 6000, &[4; 10]).unwrap();
+    (rb, seqs, port, (c[0].0, c[0].2))
+}
+
+/// The frames A sends on its reconnected lane 3: the 4 messages again, RETRANSMITTED, and
+/// the fifth.
+fn resent(p: &mut Pair, seqs: &[u64], port: u16) -> Vec<Frame> {
+    let got = frames_of(&p.tx(A, 3));
+    let data: Vec<(u64, u8, u8)> = got
+        .iter()
+        .filter(|f| f.hdr.sport == port)
+        .map(|f| (f.hdr.seq, f.hdr.flags, f.payload[0]))
+        .collect();
+    let r = flags::RETRANSMITTED;
+    let fifth = seqs[3] + 1;
+    assert_eq!(
+        data,
+        [
+            (seqs[0], r, 0),
+            (seqs[1], r, 1),
+            (seqs[2], r, 2),
+            (seqs[3], r, 3),
+            (fifth, 0, 4)
+        ]
+    );
+    got
+}
+
+/// Simulator seed 7052, scripted. A's resends on its reconnected lane 3 are still on their
+/// way when A restarts and B learns its new generation on lane 0, which restarts B's
+/// sequence of every lane at 0 (`cp_next_rx_seq`, as in the kernel). The old incarnation's
+/// connection is checked against the sequence it had: the resends are dropped as old, not
+/// delivered a second time; the fifth message arrives once.
+#[test]
+fn late_resends_of_a_restarted_peer_on_another_lane_are_not_delivered_twice() {
+    let mut p = Pair::tcp();
+    let (rb, seqs, port, (ca, ea)) = resend_pending_on_lane_3(&mut p, true);
+    p.connect(A, ca, 3, ea);
+    let eb = p.epoch(B, 3);
+    let late = resent(&mut p, &seqs, port);
+
+    let cb = p.conn(B);
+    let gen = restart_a_keeping_lane(&mut p, 3);
+    assert_eq!(p.st(B).peer_gen(cb), gen);
+    let lane3 = p.path_info(B, 3);
+    assert_eq!((lane3.state, lane3.next_rx_seq), (PathState::Up, 0));
+
+    let dropped = p.stat(B, Counter::RecvDropOldSeq);
+    let now = p.now;
+    for f in late {
+        p.st(B).handle_frame(now, cb, 3, eb, f).unwrap();
+    }
+    assert_eq!(p.stat(B, Counter::RecvDropOldSeq) - dropped, 4);
+    let got: Vec<(u64, u8)> = p
+        .recv_all(B, rb)
+        .iter()
+        .map(|m| (m.seq, m.payload[0]))
+        .collect();
+    assert_eq!(got, [(seqs[3] + 1, 4)]);
+
+    // The old connection ends; the new incarnation's lane 3 is checked against the lane's
+    // own sequence again and delivers everything.
+    p.st(B).handle_disconnected(now, cb, 3, eb);
+    p.auto_ack = true;
+    p.run();
+    assert_eq!(p.lanes.len(), 8, "the new incarnation fans out");
+    let port2 = port_on_lane(SEED_A + 1, 3, 4200);
+    let s2 = p.sock(A, port2);
+    for i in 0..3u8 {
+        p.send(A, s2, 6000, &[10 + i; 5]).unwrap();
+    }
+    p.run();
+    let got: Vec<u8> = p.recv_all(B, rb).iter().map(|m| m.payload[0]).collect();
+    assert_eq!(got, [10, 11, 12]);
+}
+
+/// The same with the resends on a connection B accepted while its lane 3 was still up (held
+/// unread while the old connection drains), adopted only after B learnt the new generation:
+/// it is the old incarnation's too, and is checked against the old sequence.
+#[test]
+fn a_held_connection_of_a_restarted_peer_is_checked_against_its_old_sequence() {
+    let mut p = Pair::tcp();
+    let (rb, seqs, port, (ca, ea)) = resend_pending_on_lane_3(&mut p, false);
+    let cb = p.conn(B);
+    let old = p.epoch(B, 3);
+    let now = p.now;
+    // B accepts A's new lane-3 connection while its own lane 3 is up: the old one drains,
+    // the new one is held.
+    let got = p
+        .st(B)
+        .link_accepted(now, LinkId(7), ADDR_B, ADDR_A, TransportKind::Tcp, 48_003);
+    assert_eq!(got, Incoming::Hold);
+    assert!(p.st(A).handle_connected(now, ca, 3, ea));
+    let late = resent(&mut p, &seqs, port);
+
+    let gen = restart_a_keeping_lane(&mut p, 3);
+    assert_eq!(p.st(B).peer_gen(cb), gen);
+    assert_eq!(p.path_info(B, 3).state, PathState::Down);
+    // The old connection ends; the held one takes the lane.
+    p.st(B).handle_disconnected(now, cb, 3, old);
+    p.st(B).handle_timeout(now);
+    let adopted: Vec<(usize, u32)> = p
+        .take_events(B)
+        .iter()
+        .filter_map(|e| match *e {
+            Event::Adopt {
+                link: LinkId(7),
+                path,
+                epoch,
+                ..
+            } => Some((path, epoch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    let (path, eb) = adopted[0];
+    assert_eq!(path, 3);
+
+    let dropped = p.stat(B, Counter::RecvDropOldSeq);
+    for f in late {
+        p.st(B).handle_frame(now, cb, 3, eb, f).unwrap();
+    }
+    assert_eq!(p.stat(B, Counter::RecvDropOldSeq) - dropped, 4);
+    let got: Vec<(u64, u8)> = p
+        .recv_all(B, rb)
+        .iter()
+        .map(|m| (m.seq, m.payload[0]))
+        .collect();
+    assert_eq!(got, [(seqs[3] + 1, 4)]);
 }
 
 #[test]

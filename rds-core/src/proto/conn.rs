@@ -39,6 +39,17 @@ pub(crate) struct OutMsg {
     pub owner: u32,
 }
 
+/// A lane's receive sequence in the peer's previous incarnation, kept when its generation
+/// changed for the connections of that incarnation still to be read (see
+/// `Stack::peer_gen_update`): `next_rx_seq` as it was, then advanced by their frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CarriedRx {
+    /// The epoch of the connection checked against it (the path's up or drain epoch); none
+    /// once that connection ended.
+    pub epoch: Option<u32>,
+    pub next_rx_seq: u64,
+}
+
 /// An IB message being fragmented.
 #[derive(Debug, Clone)]
 pub(crate) struct TxCur {
@@ -83,6 +94,9 @@ pub(crate) struct Path {
     /// The previous connection is being drained: frames of this epoch are still processed,
     /// and the path reconnects only once the drain ends.
     pub drain_epoch: Option<u32>,
+    /// The previous incarnation's receive sequence, for the connection of that incarnation
+    /// being read (see `Stack::peer_gen_update`).
+    pub carried_rx: Option<CarriedRx>,
     /// Bytes of the node budget held by the message being reassembled (IB).
     pub frag_charge: usize,
     /// The message being reassembled is discarded (it did not fit in the budget).
@@ -114,6 +128,7 @@ impl Path {
             up_since: None,
             ups: 0,
             drain_epoch: None,
+            carried_rx: None,
             frag_charge: 0,
             frag_discard: false,
         }

@@ -7,7 +7,7 @@ use crate::time::Instant;
 use crate::wire::{ExtHeader, HeaderRepr, MPATH_WORKERS, PROBE_PORT};
 
 use crate::proto::budget::NODE;
-use crate::proto::conn::OutMsg;
+use crate::proto::conn::{CarriedRx, OutMsg};
 use crate::proto::ConnId;
 
 use super::{Stack, MSG_COST};
@@ -99,13 +99,39 @@ impl Stack {
 
     /// `rds_conn_peer_gen_update`: the peer restarted if its generation number changed. Its
     /// sequence numbers start again, so `next_rx_seq` restarts at 0 on every path, and messages
-    /// sent to the old peer are dropped instead of resent.
+    /// sent to the old peer are dropped instead of resent. `via` is the path whose frame
+    /// announced the new generation.
     ///
     /// Departures from the kernel: our `next_tx_seq` keeps counting up instead of restarting
     /// at 1 (the restarted peer accepts any number, and restarting can make it drop fresh
     /// messages as old ones after the next reconnect); only messages first transmitted before
     /// the current lane-0 connection came up are dropped, not ones the new peer already got.
-    pub(super) fn peer_gen_update(&mut self, cid: ConnId, gen: u32) {
+    ///
+    /// # Late frames of the old peer
+    /// The new generation arrives on lane 0 (the probe). The other lanes may still hold
+    /// connections of the old incarnation: up, being drained, or accepted and held unread
+    /// (links rule 1) while the lane was busy. Their last bytes, retransmissions of messages
+    /// we already delivered say, may still be on their way or unread. The kernel resets
+    /// `cp_next_rx_seq` on every path at once and keeps reading such a socket (or accepts a
+    /// stashed one later), so a late frame passes its duplicate check (`h_sequence <
+    /// cp_next_rx_seq` and RETRANSMITTED) against 0 and is delivered a second time; the window
+    /// is open until the old connections are gone. We close it: each lane keeps the old
+    /// incarnation's receive sequence ([`CarriedRx`]), and the frames of a connection that
+    /// came before the change are checked against it: the one up or draining at the change
+    /// (by its epoch), then a held connection accepted before the change and adopted after
+    /// it ([`Stack::carry_rx`]). A retransmission of something the old incarnation already
+    /// delivered is dropped (`recv_drop_old_seq`), as it would have been without the
+    /// restart; what it had not delivered still is, as the kernel does. `via`'s connection,
+    /// and every connection accepted or connected after the change, are checked against the
+    /// lane's restarted sequence.
+    ///
+    /// A connection can also be the new peer's although it came up before we learnt the
+    /// generation (our lane connect in flight while the peer restarted, which it adopted
+    /// after our probe). Its frames are first transmissions, never marked RETRANSMITTED (a
+    /// resend needs a later connection of the lane, which comes only after the new
+    /// generation's pong), so the carried check lets them all through. Accepted frames move
+    /// the lane's `next_rx_seq` as the kernel's do, whichever sequence checked them.
+    pub(super) fn peer_gen_update(&mut self, cid: ConnId, via: usize, gen: u32) {
         if gen == 0 {
             return;
         }
@@ -130,8 +156,32 @@ impl Stack {
             (None, _) => false,
         };
         for pi in 0..c.paths.len() {
-            self.conns[ci].paths[pi].next_rx_seq = 0;
+            let p = &mut self.conns[ci].paths[pi];
+            let live = if p.is_up() {
+                Some(p.epoch)
+            } else {
+                p.drain_epoch
+            };
+            p.carried_rx = match p.carried_rx {
+                _ if pi == via => None,
+                // Still a connection carried over from an earlier restart: its own sequence.
+                Some(c) if live.is_some() && c.epoch == live => Some(c),
+                _ => Some(CarriedRx {
+                    epoch: live,
+                    next_rx_seq: p.next_rx_seq,
+                }),
+            };
+            p.next_rx_seq = 0;
             self.drop_queued(ci, pi, Counter::SendDropPeerRestart, stale);
+        }
+    }
+
+    /// A connection accepted before the peer's generation changed took `path` after it, with
+    /// `epoch`: its frames are checked against the previous incarnation's sequence (see
+    /// [`Stack::peer_gen_update`]).
+    pub(super) fn carry_rx(&mut self, cid: ConnId, path: usize, epoch: u32) {
+        if let Some(c) = self.conns[cid.0 as usize].paths[path].carried_rx.as_mut() {
+            c.epoch = Some(epoch);
         }
     }
 
@@ -146,6 +196,7 @@ impl Stack {
         &mut self,
         now: Instant,
         cid: ConnId,
+        path: usize,
         hdr: &HeaderRepr,
         pong: bool,
     ) {
@@ -168,7 +219,7 @@ impl Stack {
         if sport_idx {
             c.with_sport_idx = true;
         }
-        self.peer_gen_update(cid, gen);
+        self.peer_gen_update(cid, path, gen);
         if pong {
             self.conns[cid.0 as usize].fanout_ok = true;
         }

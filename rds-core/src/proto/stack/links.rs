@@ -15,7 +15,9 @@
 //!    the TCP receive buffer) and offered again every [`HELD_RETRY`] and as soon as a drain
 //!    ends, for at most [`super::STASH_MAX`]. Within the caps ([`HELD_PER_ADDR`],
 //!    [`HELD_MAX`]) nothing held is reset. The kernel resets such a connection at once (base
-//!    kernels) or stashes one per path (newer ones); we keep a few per peer.
+//!    kernels) or stashes one per path (newer ones); we keep a few per peer. One accepted
+//!    before the peer's generation changed and adopted after is the old incarnation's: its
+//!    frames are checked against that incarnation's sequence (`Stack::peer_gen_update`).
 //! 2. **Accepted for a lane that is up** (the peer dropped the old connection, or restarted):
 //!    the old connection is half-closed and read to its end (`DropReason::Superseded`), the
 //!    newcomer held until then (rule 1). The kernel drops the old connection and whatever its
@@ -68,6 +70,8 @@ pub(super) struct Held {
     kind: TransportKind,
     client_port: u16,
     since: Instant,
+    /// The peer's generation number when it was accepted (0: not known yet).
+    peer_gen: u32,
 }
 
 impl Stack {
@@ -86,6 +90,9 @@ impl Stack {
         match self.handle_accept(now, laddr, faddr, kind, client_port, Duration::ZERO) {
             Ok((conn, path, epoch)) => Incoming::Read { conn, path, epoch },
             Err(AcceptError::Wait) if kind == TransportKind::Tcp => {
+                let peer_gen = self
+                    .find_conn(laddr, faddr, kind)
+                    .map_or(0, |c| self.conns[c.0 as usize].peer_gen);
                 let held = Held {
                     link,
                     laddr,
@@ -93,6 +100,7 @@ impl Stack {
                     kind,
                     client_port,
                     since: now,
+                    peer_gen,
                 };
                 match self.hold(now, held) {
                     true => Incoming::Hold,
@@ -173,15 +181,22 @@ impl Stack {
             let at = self.events.len();
             let r = self.handle_accept(now, h.laddr, h.faddr, h.kind, h.client_port, waited);
             match r {
-                Ok((conn, path, epoch)) => self.events.insert(
-                    at,
-                    Event::Adopt {
-                        link: h.link,
-                        conn,
-                        path,
-                        epoch,
-                    },
-                ),
+                Ok((conn, path, epoch)) => {
+                    let gen = self.conns[conn.0 as usize].peer_gen;
+                    if h.peer_gen != 0 && gen != h.peer_gen {
+                        // Accepted before the peer's generation changed: the old incarnation's.
+                        self.carry_rx(conn, path, epoch);
+                    }
+                    self.events.insert(
+                        at,
+                        Event::Adopt {
+                            link: h.link,
+                            conn,
+                            path,
+                            epoch,
+                        },
+                    );
+                }
                 Err(AcceptError::Wait) if waited < STASH_MAX => self.held.push(h),
                 Err(AcceptError::Wait) => self.events.push_back(Event::Refuse {
                     link: h.link,

@@ -557,6 +557,11 @@ impl Stack {
         // A new connection ends any drain of the previous one (an accepting transport reads
         // the old connection to its end before it reports the new one).
         p.drain_epoch = None;
+        // It is checked against the path's sequence, unless it is an old incarnation's
+        // (`peer_gen_update`, `carry_rx`).
+        if let Some(c) = p.carried_rx.as_mut() {
+            c.epoch = None;
+        }
         let epoch = p.epoch;
         c.last_active = now;
         self.reasm_release(ci, frag_charge);

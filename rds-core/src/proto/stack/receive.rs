@@ -181,7 +181,7 @@ impl Stack {
         if !draining && (p.epoch != epoch || !p.is_up()) {
             return Ok(());
         }
-        self.recv_message(now, conn, path, frame.hdr, frame.payload, frame.held)
+        self.recv_message(now, conn, path, epoch, frame)
             .inspect_err(|&r| {
                 if draining {
                     self.conns[conn.0 as usize].paths[path].drain_epoch = None;
@@ -299,7 +299,7 @@ impl Stack {
                 Ok(())
             }
             Some(f) => self
-                .recv_message(now, conn, path, f.hdr, f.payload, f.held)
+                .recv_message(now, conn, path, epoch, f)
                 .inspect_err(|&r| self.reset_path(now, conn, path, Some(r))),
             None => Ok(()),
         }
@@ -321,15 +321,17 @@ impl Stack {
         }
     }
 
+    /// A complete message read from `path`'s connection with `epoch`: the sequence check,
+    /// then pings, the handshake, congestion maps or the bound socket's receive queue.
     pub(super) fn recv_message(
         &mut self,
         now: Instant,
         cid: ConnId,
         path: usize,
-        hdr: HeaderRepr,
-        payload: Bytes,
-        held: usize,
+        epoch: u32,
+        frame: Frame,
     ) -> Result<(), DropReason> {
+        let Frame { hdr, payload, held } = frame;
         let ci = cid.0 as usize;
         let kind = self.conns[ci].kind;
         if hdr.is_cong_map() {
@@ -378,15 +380,22 @@ impl Stack {
                     self.stats.inc(Counter::ConnDropBadFrame);
                     return Err(DropReason::Replaced);
                 }
-                self.peer_gen_update(cid, g);
+                self.peer_gen_update(cid, path, g);
             }
         }
         let p = &mut self.conns[ci].paths[path];
-        if hdr.seq < p.next_rx_seq && hdr.has_flag(flags::RETRANSMITTED) {
+        // A connection of the peer's previous incarnation is checked against that
+        // incarnation's sequence (see `peer_gen_update`), every other one against the path's.
+        let carried = p.carried_rx.as_mut().filter(|c| c.epoch == Some(epoch));
+        let next_rx_seq = carried.as_ref().map_or(p.next_rx_seq, |c| c.next_rx_seq);
+        if hdr.seq < next_rx_seq && hdr.has_flag(flags::RETRANSMITTED) {
             self.stats.inc(Counter::RecvDropOldSeq);
             return Ok(());
         }
         // `h_sequence` comes from the peer: u64 arithmetic wraps, as in the kernel.
+        if let Some(c) = carried {
+            c.next_rx_seq = hdr.seq.wrapping_add(1);
+        }
         p.next_rx_seq = hdr.seq.wrapping_add(1);
 
         if ping_enable && hdr.dport == 0 {
@@ -396,13 +405,13 @@ impl Stack {
             self.stats.inc(Counter::RecvPing);
             self.send_pong(now, cid, path, hdr.sport);
             if hdr.is_probe_ping() && kind.multipath() {
-                self.process_handshake(now, cid, &hdr, false);
+                self.process_handshake(now, cid, path, &hdr, false);
             }
             return Ok(());
         }
         if hdr.is_probe_pong() {
             if kind.multipath() {
-                self.process_handshake(now, cid, &hdr, true);
+                self.process_handshake(now, cid, path, &hdr, true);
             }
             return Ok(());
         }
@@ -529,7 +538,13 @@ impl Stack {
                 // Acked as soon as it is handed to the receiver (`rds_loop_xmit`).
                 self.release(ci, &m);
                 let held = crate::buf::held_for(m.payload.len());
-                let _ = self.recv_message(now, cid, 0, hdr, m.payload, held);
+                let epoch = self.conns[ci].paths[0].epoch;
+                let frame = Frame {
+                    hdr,
+                    payload: m.payload,
+                    held,
+                };
+                let _ = self.recv_message(now, cid, 0, epoch, frame);
             }
         }
     }
