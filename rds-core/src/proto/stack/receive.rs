@@ -449,9 +449,11 @@ impl Stack {
         }) {
             self.events.push_back(Event::RdmaUnuse { sock: sid, rkey });
         }
+        let from = SocketAddr::new(from_ip, hdr.sport);
+        self.note_reply_lane(sid, cid, path, from);
         let s = self.socks.get_mut(&sid).expect("bound sockets exist");
         s.rcv_q.push_back(InMsg {
-            from: SocketAddr::new(from_ip, hdr.sport),
+            from,
             payload,
             seq: hdr.seq,
             rx_time: now,
