@@ -12,7 +12,7 @@ use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{monitor_mask, ExtHeader, HeaderRepr, MAX_MSG_SIZE, MPATH_WORKERS};
 
-use crate::proto::conn::OutMsg;
+use crate::proto::conn::{Conn, OutMsg};
 use crate::proto::reply_lane::{Lanes, Pick};
 use crate::proto::{canonical, ConnId, SendError, SendExtras, SockId, TransportKind};
 
@@ -233,8 +233,8 @@ impl Stack {
         id
     }
 
-    pub(super) fn lane_for(&self, cid: ConnId, lane_hash: u32) -> usize {
-        let c = &self.conns[cid.0 as usize];
+    /// The lane a socket's port hashes to on connection `c`.
+    fn hash_lane(c: &Conn, lane_hash: u32) -> usize {
         if !c.kind.multipath() {
             return 0;
         }
@@ -261,8 +261,8 @@ impl Stack {
         lane_hash: u32,
         peer: SocketAddr,
     ) -> Pick {
-        let hash = self.lane_for(cid, lane_hash);
         let c = &self.conns[cid.0 as usize];
+        let hash = Self::hash_lane(c, lane_hash);
         if !c.kind.multipath() || c.npaths <= 1 {
             return Pick::hash(hash);
         }
@@ -272,24 +272,6 @@ impl Stack {
         let lanes = Lanes { n: c.npaths, hash };
         s.reply_lanes
             .pick(peer, lanes, |l| c.paths.get(l).is_some_and(|p| p.is_up()))
-    }
-
-    /// A message from `peer` reached socket `sid` on `path` of `cid`: remembered for the
-    /// socket's answers (multipath connections with more than one lane only).
-    pub(super) fn note_reply_lane(
-        &mut self,
-        sid: SockId,
-        cid: ConnId,
-        path: usize,
-        peer: SocketAddr,
-    ) {
-        let c = &self.conns[cid.0 as usize];
-        if !c.kind.multipath() || c.npaths <= 1 {
-            return;
-        }
-        if let Some(s) = self.socks.get_mut(&sid) {
-            s.reply_lanes.heard(peer, path);
-        }
     }
 
     /// Queues a message (its budget is charged here; callers checked that it fits).
