@@ -148,6 +148,9 @@ counters! {
         ConnRefusedNoMem = "conn_refused_no_mem",
         /// (This stack) An idle connection's state was freed.
         ConnFreed = "conn_freed",
+        /// (This stack) A socket's first message to a peer it had heard from was sent on the
+        /// lane the peer's messages arrive on instead of its own; its later ones follow.
+        ReplyLaneBound = "reply_lane_bound",
     }
 }
 

@@ -39,6 +39,7 @@ mod conn;
 pub mod driver;
 mod frag;
 pub mod rdma;
+pub mod reply_lane;
 mod rng;
 mod sock;
 pub mod stack;

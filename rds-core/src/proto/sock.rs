@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use crate::message::InMsg;
 
+use super::reply_lane::ReplyLanes;
 use super::TransportKind;
 
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub(crate) struct Sock {
     pub lane_hash: u32,
     /// The user whose share of the node budget its messages draw on ([`super::budget`]).
     pub owner: u32,
+    /// Multipath: the lanes its peers' messages arrive on, and the lanes bound to them.
+    pub reply_lanes: ReplyLanes,
 }
 
 impl Sock {
@@ -54,6 +57,7 @@ impl Sock {
             notify_q: VecDeque::new(),
             lane_hash: 0,
             owner: super::budget::NODE,
+            reply_lanes: ReplyLanes::default(),
         }
     }
 

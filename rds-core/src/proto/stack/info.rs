@@ -1,7 +1,8 @@
 //! Snapshots of the stack for `rds-info`: connections, sockets and queued messages.
 
 use crate::info::{ConnInfo, PathInfo, QueuedMsgInfo, SockInfo};
-use crate::proto::ConnId;
+use crate::proto::reply_lane::ReplyLane;
+use crate::proto::{ConnId, SockId};
 
 use super::Stack;
 
@@ -74,6 +75,14 @@ impl Stack {
             }
         }
         v
+    }
+
+    /// The peers socket `sock` remembers for its answers ([`crate::proto::reply_lane`]), in slot
+    /// order.
+    pub fn reply_lanes(&self, sock: SockId) -> Vec<ReplyLane> {
+        self.socks
+            .get(&sock)
+            .map_or(Vec::new(), |s| s.reply_lanes.entries().collect())
     }
 
     /// Messages waiting in socket receive queues.

@@ -446,6 +446,8 @@ impl Stack {
         let c = &mut self.conns[ci];
         c.app_traffic = true;
         c.last_active = now;
+        // Multipath with several lanes: the socket remembers the lane for its answers.
+        let lanes = kind.multipath() && c.npaths > 1;
         let rdma_dest = hdr.exts().find_map(|e| match e {
             ExtHeader::RdmaDest { rkey, offset } => {
                 Some(u64::from(rkey) | (u64::from(offset) << 32))
@@ -458,9 +460,13 @@ impl Stack {
         }) {
             self.events.push_back(Event::RdmaUnuse { sock: sid, rkey });
         }
+        let from = SocketAddr::new(from_ip, hdr.sport);
         let s = self.socks.get_mut(&sid).expect("bound sockets exist");
+        if lanes {
+            s.reply_lanes.heard(from, path);
+        }
         s.rcv_q.push_back(InMsg {
-            from: SocketAddr::new(from_ip, hdr.sport),
+            from,
             payload,
             seq: hdr.seq,
             rx_time: now,

@@ -12,7 +12,8 @@ use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{monitor_mask, ExtHeader, HeaderRepr, MAX_MSG_SIZE};
 
-use crate::proto::conn::OutMsg;
+use crate::proto::conn::{Conn, OutMsg};
+use crate::proto::reply_lane::{Lanes, Pick};
 use crate::proto::{canonical, ConnId, SendError, SendExtras, SockId, TransportKind};
 
 use super::{is_unicast, Stack, CONN_COST, MSG_COST};
@@ -122,7 +123,9 @@ impl Stack {
             return Err(SendError::NoBufs);
         }
         let cid = self.conn_get_or_create(now, bound.ip(), dip, kind);
-        let lane = self.lane_for(cid, lane_hash);
+        let peer = SocketAddr::new(dip, dest.port());
+        let pick = self.pick_lane(sock, cid, lane_hash, peer);
+        let lane = pick.lane;
         if kind != TransportKind::Loopback && !self.conns[cid.0 as usize].paths[lane].is_up() {
             // Connect before the congestion check, as `rds_sendmsg` does: a stale map of a
             // peer that restarted is only replaced once a connection brings the new one.
@@ -149,6 +152,10 @@ impl Stack {
         }
         s.snd_bytes += len;
         let ack_required = s.snd_bytes >= s.sndbuf / 2;
+        s.reply_lanes.sent(peer, pick);
+        if pick.binds {
+            self.stats.inc(Counter::ReplyLaneBound);
+        }
         self.stats.add(Counter::CopyFromUser, len as u64);
         let mut hdr = HeaderRepr::data(0, bound.port(), dport, len as u32);
         // `rds_ib_xmit`: the RDMA key tells the target which region was used (for use-once
@@ -226,8 +233,8 @@ impl Stack {
         id
     }
 
-    pub(super) fn lane_for(&self, cid: ConnId, lane_hash: u32) -> usize {
-        let c = &self.conns[cid.0 as usize];
+    /// The lane a socket's port hashes to on connection `c`.
+    fn hash_lane(c: &Conn, lane_hash: u32) -> usize {
         if !c.kind.multipath() {
             return 0;
         }
@@ -241,6 +248,30 @@ impl Stack {
         } else {
             (lane_hash as usize) & (n - 1)
         }
+    }
+
+    /// The lane of a socket's message to `peer`: on a multipath connection with more than one
+    /// lane, the lane the socket's first message to the peer was bound to, which is the one the
+    /// peer was heard on if it was heard before ([`crate::proto::reply_lane`]); else the
+    /// socket's hash lane.
+    pub(super) fn pick_lane(
+        &self,
+        sock: SockId,
+        cid: ConnId,
+        lane_hash: u32,
+        peer: SocketAddr,
+    ) -> Pick {
+        let c = &self.conns[cid.0 as usize];
+        let hash = Self::hash_lane(c, lane_hash);
+        if !c.kind.multipath() || c.npaths <= 1 {
+            return Pick::hash(hash);
+        }
+        let Some(s) = self.socks.get(&sock) else {
+            return Pick::hash(hash);
+        };
+        let lanes = Lanes { n: c.npaths, hash };
+        s.reply_lanes
+            .pick(peer, lanes, |l| c.paths.get(l).is_some_and(|p| p.is_up()))
     }
 
     /// Queues a message (its budget is charged here; callers checked that it fits).
