@@ -234,7 +234,7 @@ impl Stack {
     }
 
     /// The lane a socket's port hashes to on connection `c`.
-    fn hash_lane(c: &Conn, lane_hash: u32) -> usize {
+    fn hash_lane(&self, c: &Conn, lane_hash: u32) -> usize {
         if !c.kind.multipath() {
             return 0;
         }
@@ -262,7 +262,7 @@ impl Stack {
         peer: SocketAddr,
     ) -> Pick {
         let c = &self.conns[cid.0 as usize];
-        let hash = Self::hash_lane(c, lane_hash);
+        let hash = self.hash_lane(c, lane_hash);
         if !c.kind.multipath() || c.npaths <= 1 {
             return Pick::hash(hash);
         }
