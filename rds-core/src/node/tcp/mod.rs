@@ -80,6 +80,10 @@ const DIRECT_MIN: usize = 64 << 10;
 const SHORT_READ_STOP: usize = 16 << 10;
 /// Most bytes read from one connection per readiness event before others get a turn.
 const READ_BUDGET: usize = 4 << 20;
+/// How often the connections are looked at for a message in progress that stalled
+/// (`net.rds.partial_timeout_ms`, 30 s by default): such a connection is closed at most this
+/// late.
+const PARTIAL_SCAN: Duration = Duration::from_millis(10);
 /// How long a half-closed connection may take to deliver the peer's remaining data.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// First and last interval of the acknowledgement poll while bytes are unacknowledged.
@@ -263,6 +267,11 @@ pub(crate) struct Tcp {
     partial_total: usize,
     /// What they may hold in all (the engine's [`Stack::reasm_room`], set every round).
     partial_cap: usize,
+    /// The read buffer (`bytes.rs`): reused while no payload slices it, so that a read of
+    /// small messages costs no buffer of its own.
+    rbuf: Vec<u8>,
+    /// When [`Tcp::expire_partials`] last looked at the connections.
+    partials_scanned: Option<Instant>,
 }
 
 /// An accepted connection the engine holds, unread, until it has a lane for it.
@@ -317,6 +326,8 @@ impl Tcp {
             routes: HashMap::new(),
             partial_total: 0,
             partial_cap: usize::MAX,
+            rbuf: Vec::new(),
+            partials_scanned: None,
         })
     }
 
