@@ -48,6 +48,7 @@ impl Limits {
 
 impl Budget {
     /// Bytes held in all.
+    #[inline]
     pub fn used(&self) -> usize {
         self.used
     }
@@ -79,6 +80,7 @@ impl Budget {
     }
 
     /// Charges `bytes` to `owner` (callers checked [`Budget::fits`] where a limit applies).
+    #[inline]
     pub fn charge(&mut self, owner: u32, bytes: usize) {
         self.used = self.used.saturating_add(bytes);
         if owner != NODE && bytes > 0 {
@@ -87,6 +89,7 @@ impl Budget {
     }
 
     /// Gives `bytes` of `owner`'s back.
+    #[inline]
     pub fn release(&mut self, owner: u32, bytes: usize) {
         debug_assert!(self.used >= bytes, "budget accounting underflow");
         self.used = self.used.saturating_sub(bytes);

@@ -138,27 +138,66 @@ impl StreamParser {
     /// in `out`); [`StreamError::Poisoned`] once failed.
     pub fn feed_chunk(
         &mut self,
-        mut input: Bytes,
+        input: Bytes,
         held: usize,
         out: &mut Vec<Frame>,
     ) -> Result<(), StreamError> {
+        self.feed_from(&input, Some((&input, held)), out)
+            .map(|_| ())
+    }
+
+    /// Feeds bytes of the stream from a buffer the caller keeps (and reuses), appending
+    /// completed frames to `out`: headers and small payloads are copied out as from a chunk
+    /// ([`StreamParser::feed_chunk`]), so nothing refers to `input` afterwards. Stops before a
+    /// payload of [`COPY_BELOW`] bytes or more that lies whole in `input`, which a chunk would
+    /// slice rather than copy: returns how many bytes it took, and the caller feeds the rest as
+    /// a chunk. Takes everything otherwise.
+    ///
+    /// # Errors
+    /// As [`StreamParser::feed_chunk`].
+    pub fn feed_slice(&mut self, input: &[u8], out: &mut Vec<Frame>) -> Result<usize, StreamError> {
+        self.feed_from(input, None, out)
+    }
+
+    /// The parser: `chunk`, when given, is `input` as [`Bytes`] and the size of its buffer,
+    /// for zero-copy slices of large payloads; without it, parsing stops before such a payload.
+    /// Returns the bytes taken.
+    fn feed_from(
+        &mut self,
+        input: &[u8],
+        chunk: Option<(&Bytes, usize)>,
+        out: &mut Vec<Frame>,
+    ) -> Result<usize, StreamError> {
         if self.poisoned {
             return Err(StreamError::Poisoned);
         }
-        self.bytes_in += input.len() as u64;
-        while !input.is_empty() {
+        let mut at = 0;
+        let r = self.parse(input, chunk, &mut at, out);
+        self.bytes_in += at as u64;
+        r.map(|()| at)
+    }
+
+    fn parse(
+        &mut self,
+        input: &[u8],
+        chunk: Option<(&Bytes, usize)>,
+        at: &mut usize,
+        out: &mut Vec<Frame>,
+    ) -> Result<(), StreamError> {
+        while *at < input.len() {
+            let rest = &input[*at..];
             match self.cur {
                 None => {
-                    if self.hdr_have == 0 && input.len() >= HEADER_LEN {
+                    if self.hdr_have == 0 && rest.len() >= HEADER_LEN {
                         // Fast path: a whole header in the chunk.
                         let hdr =
-                            HeaderRepr::from_bytes(&input[..HEADER_LEN]).expect("48 bytes present");
-                        let _ = input.split_to(HEADER_LEN);
+                            HeaderRepr::from_bytes(&rest[..HEADER_LEN]).expect("48 bytes present");
+                        *at += HEADER_LEN;
                         self.start(hdr)?;
                     } else {
-                        let n = (HEADER_LEN - self.hdr_have).min(input.len());
-                        self.hdr[self.hdr_have..self.hdr_have + n].copy_from_slice(&input[..n]);
-                        let _ = input.split_to(n);
+                        let n = (HEADER_LEN - self.hdr_have).min(rest.len());
+                        self.hdr[self.hdr_have..self.hdr_have + n].copy_from_slice(&rest[..n]);
+                        *at += n;
                         self.hdr_have += n;
                         if self.hdr_have == HEADER_LEN {
                             self.hdr_have = 0;
@@ -168,25 +207,33 @@ impl StreamParser {
                     }
                 }
                 Some(hdr) => {
-                    if self.data.is_empty() && input.len() >= self.data_rem {
+                    if self.data.is_empty() && rest.len() >= self.data_rem {
                         // Fast path: the whole payload in the chunk.
-                        let payload = input.split_to(self.data_rem);
-                        let frame = if payload.len() < COPY_BELOW {
-                            let held = payload.len();
+                        let len = self.data_rem;
+                        let frame = if len < COPY_BELOW {
                             Frame {
                                 hdr,
-                                payload: Bytes::copy_from_slice(&payload),
+                                payload: Bytes::copy_from_slice(&rest[..len]),
+                                held: len,
+                            }
+                        } else if let Some((c, held)) = chunk {
+                            Frame {
+                                hdr,
+                                payload: c.slice(*at..*at + len),
                                 held,
                             }
                         } else {
-                            Frame { hdr, payload, held }
+                            // A borrowed buffer cannot be sliced: the caller feeds the rest
+                            // as a chunk.
+                            return Ok(());
                         };
+                        *at += len;
                         self.finish(frame, out);
                     } else {
-                        let n = self.data_rem.min(input.len());
+                        let n = self.data_rem.min(rest.len());
                         self.grow(n);
-                        self.data.extend_from_slice(&input[..n]);
-                        let _ = input.split_to(n);
+                        self.data.extend_from_slice(&rest[..n]);
+                        *at += n;
                         self.data_rem -= n;
                         if self.data_rem == 0 {
                             self.complete(hdr, out);
@@ -334,6 +381,62 @@ mod tests {
                 assert_eq!(p.hdr_rem(), 48);
             }
         }
+    }
+
+    #[test]
+    fn a_borrowed_buffer_stops_before_a_large_payload_it_holds_whole() {
+        let big: Vec<u8> = (0..COPY_BELOW as u32 + 10)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let msgs = vec![
+            (1, vec![7; 100]),
+            (2, vec![]),
+            (3, big.clone()),
+            (4, vec![9; 30]),
+        ];
+        let s = stream(&msgs);
+        let mut p = StreamParser::new(MAX_MSG_SIZE as u32);
+        let mut out = vec![];
+        // The small frames and the large one's header are taken, copied: nothing refers to
+        // the buffer afterwards.
+        let mut buf = s.clone();
+        let k = p.feed_slice(&buf, &mut out).unwrap();
+        assert_eq!(k, 2 * HEADER_LEN + 100 + HEADER_LEN);
+        assert_eq!(
+            (out.len(), p.data_rem(), p.bytes_in()),
+            (2, big.len(), k as u64)
+        );
+        assert_eq!(
+            out.iter().map(|f| f.held).collect::<Vec<_>>(),
+            [100, 0],
+            "small payloads are charged their length"
+        );
+        buf.fill(0);
+        assert_eq!(&out[0].payload[..], &[7; 100][..]);
+        // The rest, as a chunk, slices the large payload (charged the whole buffer).
+        let chunk = Bytes::from(s.clone());
+        p.feed_chunk(chunk.slice(k..), 1 << 20, &mut out).unwrap();
+        assert_eq!(out.len(), 4);
+        assert_eq!((&out[2].payload[..], out[2].held), (&big[..], 1 << 20));
+        assert_eq!((&out[3].payload[..], out[3].held), (&[9; 30][..], 30));
+        assert_eq!(p.bytes_in(), s.len() as u64);
+        // A large payload that is not whole in the buffer is gathered from it, as from a
+        // chunk: everything is taken.
+        let mut p = StreamParser::new(MAX_MSG_SIZE as u32);
+        let mut out = vec![];
+        let cut = 2 * HEADER_LEN + 100 + HEADER_LEN + 1000;
+        assert_eq!(p.feed_slice(&s[..cut], &mut out).unwrap(), cut);
+        assert_eq!(p.feed_slice(&s[cut..], &mut out).unwrap(), s.len() - cut);
+        assert_eq!(out.len(), 4);
+        assert_eq!(&out[2].payload[..], &big[..]);
+        // A bad length poisons it as feed_chunk does.
+        let bad = HeaderRepr::data(5, 10, 20, u32::MAX).to_bytes();
+        let mut p = StreamParser::new(MAX_MSG_SIZE as u32);
+        assert!(matches!(
+            p.feed_slice(&bad, &mut out),
+            Err(StreamError::TooLong { .. })
+        ));
+        assert_eq!(p.feed_slice(&s, &mut out), Err(StreamError::Poisoned));
     }
 
     #[test]

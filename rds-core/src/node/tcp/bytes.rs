@@ -15,8 +15,9 @@ impl Tcp {
     }
 
     /// Reads what is available (bounded), parses frames; end of stream or an error closes.
-    /// Small payloads are copied out of the read chunk, larger ones keep it (pooled, see
-    /// [`crate::buf`]); the message in progress is reported to the engine as it grows.
+    /// Small payloads are copied out of the read buffer (which the next read reuses), larger
+    /// ones keep it (pooled, see [`crate::buf`]); the message in progress is reported to the
+    /// engine as it grows.
     pub(super) fn read(&mut self, idx: usize, now: Instant, out: &mut Vec<TcpOut>) {
         let Some(c) = self.conns[idx].as_mut() else {
             return;
@@ -68,24 +69,42 @@ impl Tcp {
                     }
                 }
             }
-            let mut v = buf::take(READ_CHUNK);
+            // The transport's read buffer, reused from read to read while nothing keeps it.
+            let mut v = std::mem::take(&mut self.rbuf);
+            if v.capacity() < READ_CHUNK {
+                buf::give(v);
+                v = buf::take(READ_CHUNK);
+            }
+            v.clear();
             let r = sys::read_spare(fd, &mut v, READ_CHUNK);
-            let v = match r {
-                Ok(n) if n > 0 => v,
-                _ => {
-                    buf::give(v);
-                    Vec::new()
-                }
-            };
             match r {
                 Ok(0) => {
+                    self.rbuf = v;
                     closed = true;
                     break;
                 }
                 Ok(n) => {
                     total += n;
-                    let held = v.capacity();
-                    if let Err(e) = c.parser.feed_chunk(buf::freeze(v), held, &mut frames) {
+                    // Headers and small payloads are copied out of the buffer, which stays
+                    // ours; from a large payload that lies whole in it on, the buffer becomes
+                    // a chunk that the payload slices (charged the whole buffer), and the next
+                    // read takes another.
+                    let fed = match c.parser.feed_slice(&v, &mut frames) {
+                        Ok(k) if k == v.len() => {
+                            self.rbuf = v;
+                            Ok(())
+                        }
+                        Ok(k) => {
+                            let held = v.capacity();
+                            let rest = buf::freeze(v).slice(k..);
+                            c.parser.feed_chunk(rest, held, &mut frames)
+                        }
+                        Err(e) => {
+                            self.rbuf = v;
+                            Err(e)
+                        }
+                    };
+                    if let Err(e) = fed {
                         stream_err = Some(e);
                         break;
                     }
@@ -99,11 +118,16 @@ impl Tcp {
                         break;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    closed = true;
-                    break;
+                Err(e) => {
+                    self.rbuf = v;
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => continue,
+                        _ => {
+                            closed = true;
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -358,8 +382,17 @@ impl Tcp {
 
     /// Closes the connections whose message in progress got no byte for `limit`
     /// (`net.rds.partial_timeout_ms`): a peer that announces a message and stops half way
-    /// holds no memory for long (`tcp_partial_timeouts`).
+    /// holds no memory for long (`tcp_partial_timeouts`). Looks at most every
+    /// [`PARTIAL_SCAN`] (the I/O thread comes here every round: a scan of every connection per
+    /// message was a measurable part of a small message's cost).
     pub(crate) fn expire_partials(&mut self, now: Instant, limit: Duration, out: &mut Vec<TcpOut>) {
+        if self
+            .partials_scanned
+            .is_some_and(|t| now < t + PARTIAL_SCAN)
+        {
+            return;
+        }
+        self.partials_scanned = Some(now);
         for idx in 0..self.conns.len() {
             let Some(c) = self.conns[idx].as_mut() else {
                 continue;

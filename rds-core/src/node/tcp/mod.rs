@@ -82,6 +82,10 @@ const DIRECT_MIN: usize = 64 << 10;
 const SHORT_READ_STOP: usize = 16 << 10;
 /// Most bytes read from one connection per readiness event before others get a turn.
 const READ_BUDGET: usize = 4 << 20;
+/// How often the connections are looked at for a message in progress that stalled
+/// (`net.rds.partial_timeout_ms`, 30 s by default): such a connection is closed at most this
+/// late.
+const PARTIAL_SCAN: Duration = Duration::from_millis(10);
 /// How long a half-closed connection may take to deliver the peer's remaining data.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// First and last interval of the acknowledgement poll while bytes are unacknowledged.
@@ -269,6 +273,11 @@ pub(crate) struct Tcp {
     outs: Vec<TcpOut>,
     /// The node's trace tap.
     tap: Arc<Tap>,
+    /// The read buffer (`bytes.rs`): reused while no payload slices it, so that a read of
+    /// small messages costs no buffer of its own.
+    rbuf: Vec<u8>,
+    /// When [`Tcp::expire_partials`] last looked at the connections.
+    partials_scanned: Option<Instant>,
 }
 
 /// An accepted connection the engine holds, unread, until it has a lane for it.
@@ -330,6 +339,8 @@ impl Tcp {
             partial_cap: usize::MAX,
             outs: Vec::new(),
             tap,
+            rbuf: Vec::new(),
+            partials_scanned: None,
         })
     }
 

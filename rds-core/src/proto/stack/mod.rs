@@ -274,8 +274,14 @@ impl Stack {
         self.mem_fits_for(NODE, bytes)
     }
 
-    /// Whether `bytes` more fit in the budget and in `owner`'s share.
+    /// Whether `bytes` more fit in the budget and in `owner`'s share. Root's and the node's
+    /// own (every message of an embedded node run as root) only check the total, without
+    /// working out the shares.
+    #[inline]
     pub(super) fn mem_fits_for(&self, owner: u32, bytes: usize) -> bool {
+        if owner == NODE {
+            return self.budget.used().saturating_add(bytes) <= self.mem_budget();
+        }
         self.budget.fits(owner, bytes, &self.mem_limits())
     }
 
