@@ -481,12 +481,13 @@ fn cong_ours_stops(node: &Node, me: SocketAddr, k_port: u16, nonblock: bool) -> 
         "our receiver: {} extra={extra:?}",
         check.summary()
     );
-    // Congested, with more than half the rcvbuf queued: our node marks a port congested above
+    // Congested, with at least half the rcvbuf queued: our node marks a port congested above
     // rcvbuf but clears it only below rcvbuf/2 (the kernel clears it at once at or below its
     // limit), so when the sender's first messages crossed 64 KiB before we read 4, the queue
-    // can sit at 48 KiB, congested, for the whole pause.
+    // can sit at 48 KiB, or at exactly 32 KiB (two 16 KiB messages: not below half), congested,
+    // for the whole pause (a CI run saw 32768).
     ensure!(
-        queued.is_some_and(|(b, c)| c && b > 65536 / 2),
+        queued.is_some_and(|(b, c)| c && b >= 65536 / 2),
         "our socket was not congested while paused: (rcv_bytes, congested) = {queued:?}"
     );
     ensure!(d[1] >= 2, "we queued {} map updates", d[1]);
