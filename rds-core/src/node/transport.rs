@@ -91,7 +91,7 @@ pub(crate) trait Transport {
 
     /// Whether a sending application thread may transmit `(conn, path)` itself now: the lane
     /// is up and nothing of it waits (TCP), or posting never blocks (IB).
-    fn lane_idle(&self, conn: ConnId, path: usize) -> bool;
+    fn lane_idle(&mut self, conn: ConnId, path: usize) -> bool;
 
     /// Writes what waits to be written, outside the engine lock. Returns the lanes that ran
     /// low and take more frames; what the writes reported waits for [`Transport::apply`].
@@ -176,7 +176,7 @@ impl Transport for Absent {
 
     fn transmit(&mut self, _stack: &mut Stack, _conn: ConnId, _path: usize, _now: Instant) {}
 
-    fn lane_idle(&self, _conn: ConnId, _path: usize) -> bool {
+    fn lane_idle(&mut self, _conn: ConnId, _path: usize) -> bool {
         false
     }
 }

@@ -264,6 +264,8 @@ impl Tcp {
                         break;
                     }
                     Ok(mut n) => {
+                        c.written_before2 = c.written_before;
+                        c.written_before = c.written;
                         c.written += n as u64;
                         c.out_bytes -= n;
                         while n > 0 {
@@ -320,7 +322,7 @@ impl Tcp {
     }
 
     /// Learns how much of what we wrote the peer acknowledged (`SIOCOUTQ`).
-    fn poll_ack(&mut self, idx: usize, out: &mut Vec<TcpOut>) {
+    pub(super) fn poll_ack(&mut self, idx: usize, out: &mut Vec<TcpOut>) {
         let Some(c) = self.conns[idx].as_mut() else {
             return;
         };

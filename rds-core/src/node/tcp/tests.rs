@@ -26,7 +26,7 @@ mod race {
     use crate::node::tap::Tap;
     use crate::node::transport::Transport;
     use crate::proto::driver::{self, Io};
-    use crate::proto::{ConnId, DropReason, HeldEnd, LinkId, PathState, Stack};
+    use crate::proto::{ConnId, DropReason, HeldEnd, LinkId, PathState, SockId, Stack};
     use crate::stats::TcpStats;
     use crate::sys::Epoll;
     use crate::time::Instant;
@@ -77,6 +77,27 @@ mod race {
     }
 
     impl Bench {
+        /// A node of the smaller of two loopback addresses ([`addrs`]) whose connections to
+        /// the larger one go to a fake RDS peer (a plain listener, returned), with a socket
+        /// bound to port 4000: `(bench, peer, socket, our address, the peer's address)`.
+        fn with_fake_peer() -> (Bench, TcpListener, SockId, IpAddr, IpAddr) {
+            let (laddr, faddr) = addrs();
+            let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
+            let mut b = Bench {
+                tcp: transport(),
+                stack: Stack::new(Tunables::default(), 11),
+                origin: std::time::Instant::now(),
+            };
+            b.tcp
+                .set_route(faddr, Some(peer.local_addr().expect("listener address")));
+            b.stack.add_local_addr(laddr, true, false);
+            let sock = b.stack.socket();
+            b.stack
+                .bind(sock, SocketAddr::new(laddr, 4000))
+                .expect("bind");
+            (b, peer, sock, laddr, faddr)
+        }
+
         fn now(&self) -> Instant {
             Instant::from_nanos(self.origin.elapsed().as_nanos() as u64)
         }
@@ -167,20 +188,7 @@ mod race {
     /// assertions below fail on that behaviour.
     #[test]
     fn a_connecting_path_dropped_after_the_peer_wrote_loses_nothing() {
-        let (laddr, faddr) = addrs();
-        let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
-        let mut b = Bench {
-            tcp: transport(),
-            stack: Stack::new(Tunables::default(), 11),
-            origin: std::time::Instant::now(),
-        };
-        b.tcp
-            .set_route(faddr, Some(peer.local_addr().expect("listener address")));
-        b.stack.add_local_addr(laddr, true, false);
-        let sock = b.stack.socket();
-        b.stack
-            .bind(sock, SocketAddr::new(laddr, 4000))
-            .expect("bind");
+        let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
 
         // A message to the peer makes our node connect path 0.
         let now = b.now();
@@ -311,6 +319,113 @@ mod race {
         );
     }
 
+    /// A sending thread writes its frames itself while the lane is idle
+    /// (`Inner::after_app_call`). A lane whose last write the peer's TCP has not acknowledged
+    /// yet (a delayed ACK: the answers ride another lane, so no data carries it) is still
+    /// idle; one with more unacknowledged (here the peer does not read and its window is
+    /// full) is streaming, and the I/O thread batches it until it learns that the peer caught
+    /// up. With the old rule (everything acknowledged) the first check fails: nearly every
+    /// request of such a lane woke the I/O thread.
+    #[test]
+    fn a_lane_is_idle_with_little_unacknowledged_and_streaming_with_much() {
+        let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
+        // A small receive buffer on the fake peer: its window fills with what it leaves unread.
+        crate::sys::set_bufs(peer.as_raw_fd(), 0, 4096).expect("SO_RCVBUF");
+        let dest = SocketAddr::new(faddr, 5000);
+        let send = |b: &mut Bench, len: usize| {
+            let now = b.now();
+            b.stack
+                .send(
+                    now,
+                    sock,
+                    Some(dest),
+                    bytes::Bytes::from(vec![7u8; len]),
+                    true,
+                )
+                .map(|_| ())
+        };
+        send(&mut b, 64).expect("send");
+        b.pump();
+        let conn = b
+            .stack
+            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
+            .expect("the send made the connection");
+        let (mut theirs, _) = peer.accept().expect("the attempt reaches the fake peer");
+        let idx = b.tcp.by_path[&(conn, 0)];
+        let fd = b.tcp.conns[idx]
+            .as_ref()
+            .expect("attempt")
+            .stream
+            .as_raw_fd();
+        let lane = |b: &Bench| {
+            let c = b.tcp.conns[idx].as_ref().expect("the lane's connection");
+            (c.written, c.out.is_empty(), c.written - c.written_before)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while b.stack.path_state(conn, 0).0 != PathState::Up || lane(&b).0 == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lane never came up"
+            );
+            b.round();
+        }
+        let (written, _, last) = lane(&b);
+        assert_eq!(written, last, "one write so far");
+        assert!(
+            Transport::lane_idle(&mut b.tcp, conn, 0),
+            "a lane whose only write ({written} bytes) may be unacknowledged is idle"
+        );
+
+        // The peer stops reading: its window fills, our TCP holds the rest unacknowledged.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let unacked = || crate::sys::outq(fd).expect("SIOCOUTQ") as u64;
+        while unacked() < 64 << 10 || !lane(&b).1 || unacked() <= lane(&b).2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the peer's window never filled (outq {})",
+                crate::sys::outq(fd).unwrap_or(0)
+            );
+            if unacked() < 64 << 10 {
+                send(&mut b, 8 << 10).expect("room in the socket's send buffer");
+                b.pump();
+            }
+            b.round();
+        }
+        assert!(
+            !Transport::lane_idle(&mut b.tcp, conn, 0),
+            "{} bytes unacknowledged, the last write {}: streaming",
+            unacked(),
+            lane(&b).2
+        );
+
+        // The peer reads everything: the lane is idle again once our node learns it
+        // acknowledged (the I/O thread's acknowledgement poll).
+        let written = lane(&b).0;
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut got = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        while got < written {
+            got += theirs.read(&mut buf).expect("the peer reads") as u64;
+        }
+        assert_eq!(got, written, "the peer read exactly what our lane wrote");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !Transport::lane_idle(&mut b.tcp, conn, 0) {
+            assert!(std::time::Instant::now() < deadline, "never idle again");
+            b.collect(Duration::from_millis(1));
+        }
+        let c = b.tcp.conns[idx].as_ref().expect("the lane's connection");
+        assert_eq!(c.acked, written, "the poll learnt every byte acknowledged");
+        assert!(
+            b.tcp
+                .outs
+                .iter()
+                .any(|o| matches!(o, TcpOut::Acked { acked, .. } if *acked == written)),
+            "the acknowledgement is reported to the engine"
+        );
+    }
+
     /// Found by faultnet (seeds 95084, 95086, 95089: 3 to 106 messages lost). A drained
     /// connection's last frames are read in a round whose reports also hold a connection
     /// accepted from the same peer, ahead of them (the listener's event came first). Offering
@@ -320,21 +435,8 @@ mod race {
     /// them. The frames must reach the socket (exact bytes), and only then the drain end.
     #[test]
     fn frames_of_a_drain_read_before_an_accept_reach_the_engine_first() {
-        let (laddr, faddr) = addrs();
-        let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
-        let mut b = Bench {
-            tcp: transport(),
-            stack: Stack::new(Tunables::default(), 11),
-            origin: std::time::Instant::now(),
-        };
-        b.tcp
-            .set_route(faddr, Some(peer.local_addr().expect("listener address")));
+        let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
         b.tcp.listen(laddr).expect("our listener on port 16385");
-        b.stack.add_local_addr(laddr, true, false);
-        let sock = b.stack.socket();
-        b.stack
-            .bind(sock, SocketAddr::new(laddr, 4000))
-            .expect("bind");
 
         // Our message makes our node (the smaller address) connect path 0; the peer accepts.
         let now = b.now();
@@ -443,20 +545,7 @@ mod race {
     /// transport reported the attempt failed and closed it unread. What it holds must be read.
     #[test]
     fn an_attempt_written_to_and_reset_before_its_event_is_read() {
-        let (laddr, faddr) = addrs();
-        let peer = TcpListener::bind((faddr, 0)).expect("fake peer listens on loopback");
-        let mut b = Bench {
-            tcp: transport(),
-            stack: Stack::new(Tunables::default(), 11),
-            origin: std::time::Instant::now(),
-        };
-        b.tcp
-            .set_route(faddr, Some(peer.local_addr().expect("listener address")));
-        b.stack.add_local_addr(laddr, true, false);
-        let sock = b.stack.socket();
-        b.stack
-            .bind(sock, SocketAddr::new(laddr, 4000))
-            .expect("bind");
+        let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
         let now = b.now();
         b.stack
             .send(
