@@ -98,6 +98,20 @@ mod race {
             (b, peer, sock, laddr, faddr)
         }
 
+        /// Sends `payload` from `sock` to `dest` (the fake peer's address, port 5000), which
+        /// makes the node connect path 0, and returns the connection.
+        fn send_first(&mut self, sock: SockId, dest: SocketAddr, payload: bytes::Bytes) -> ConnId {
+            let now = self.now();
+            self.stack
+                .send(now, sock, Some(dest), payload, true)
+                .expect("send");
+            self.pump();
+            let laddr = self.stack.local_addrs().next().expect("the node's address");
+            self.stack
+                .find_conn(laddr, dest.ip(), crate::proto::TransportKind::Tcp)
+                .expect("the send made the connection")
+        }
+
         fn now(&self) -> Instant {
             Instant::from_nanos(self.origin.elapsed().as_nanos() as u64)
         }
@@ -191,22 +205,8 @@ mod race {
         let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
 
         // A message to the peer makes our node connect path 0.
-        let now = b.now();
         let dest = SocketAddr::new(faddr, 5000);
-        b.stack
-            .send(
-                now,
-                sock,
-                Some(dest),
-                bytes::Bytes::from_static(b"ours"),
-                true,
-            )
-            .expect("send");
-        b.pump();
-        let conn = b
-            .stack
-            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
-            .expect("the send made the connection");
+        let conn = b.send_first(sock, dest, bytes::Bytes::from_static(b"ours"));
         assert_eq!(b.stack.path_state(conn, 0).0, PathState::Connecting);
         assert_eq!(b.tcp.len(), 1, "one attempt is open");
 
@@ -328,7 +328,7 @@ mod race {
     /// request of such a lane woke the I/O thread.
     #[test]
     fn a_lane_is_idle_with_little_unacknowledged_and_streaming_with_much() {
-        let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
+        let (mut b, peer, sock, _, faddr) = Bench::with_fake_peer();
         // A small receive buffer on the fake peer: its window fills with what it leaves unread.
         crate::sys::set_bufs(peer.as_raw_fd(), 0, 4096).expect("SO_RCVBUF");
         let dest = SocketAddr::new(faddr, 5000);
@@ -344,12 +344,7 @@ mod race {
                 )
                 .map(|_| ())
         };
-        send(&mut b, 64).expect("send");
-        b.pump();
-        let conn = b
-            .stack
-            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
-            .expect("the send made the connection");
+        let conn = b.send_first(sock, dest, bytes::Bytes::from(vec![7u8; 64]));
         let (mut theirs, _) = peer.accept().expect("the attempt reaches the fake peer");
         let idx = b.tcp.by_path[&(conn, 0)];
         let fd = b.tcp.conns[idx]
@@ -439,21 +434,11 @@ mod race {
         b.tcp.listen(laddr).expect("our listener on port 16385");
 
         // Our message makes our node (the smaller address) connect path 0; the peer accepts.
-        let now = b.now();
-        b.stack
-            .send(
-                now,
-                sock,
-                Some(SocketAddr::new(faddr, 5000)),
-                bytes::Bytes::from_static(b"ours"),
-                true,
-            )
-            .expect("send");
-        b.pump();
-        let conn = b
-            .stack
-            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
-            .expect("the send made the connection");
+        let conn = b.send_first(
+            sock,
+            SocketAddr::new(faddr, 5000),
+            bytes::Bytes::from_static(b"ours"),
+        );
         let (mut theirs, _) = peer.accept().expect("the attempt reaches the fake peer");
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while b.stack.path_state(conn, 0).0 != PathState::Up {
@@ -545,22 +530,12 @@ mod race {
     /// transport reported the attempt failed and closed it unread. What it holds must be read.
     #[test]
     fn an_attempt_written_to_and_reset_before_its_event_is_read() {
-        let (mut b, peer, sock, laddr, faddr) = Bench::with_fake_peer();
-        let now = b.now();
-        b.stack
-            .send(
-                now,
-                sock,
-                Some(SocketAddr::new(faddr, 5000)),
-                bytes::Bytes::from_static(b"ours"),
-                true,
-            )
-            .expect("send");
-        b.pump();
-        let conn = b
-            .stack
-            .find_conn(laddr, faddr, crate::proto::TransportKind::Tcp)
-            .expect("the send made the connection");
+        let (mut b, peer, sock, _, faddr) = Bench::with_fake_peer();
+        let conn = b.send_first(
+            sock,
+            SocketAddr::new(faddr, 5000),
+            bytes::Bytes::from_static(b"ours"),
+        );
         let idx = b.tcp.by_path[&(conn, 0)];
 
         // The peer accepts, writes a message and resets the connection.
