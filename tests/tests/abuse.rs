@@ -33,21 +33,17 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use rds_core::ctl::client::CtlClient;
-use rds_core::ctl::InfoSnapshot;
 use rds_core::node::admin::{CONNS_PER_UID, REQUEST_TIMEOUT, WORKERS};
 use rds_core::wire::HeaderRepr;
+use rds_tests::hostdaemon::{run_bounded, wait_for, HostDaemon, RssSampler};
 use rds_tests::raw;
 use rds_tests::workspace_bin as bin;
 
@@ -68,269 +64,16 @@ fn ip(case: u8, host: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 171, case, host)
 }
 
-/// What `/proc/<pid>` says about a process.
-#[derive(Debug, Clone, Copy)]
-struct ProcFigures {
-    rss_kib: u64,
-    threads: u64,
-    fds: u64,
-    /// User plus system CPU time, in USER_HZ ticks.
-    cpu_ticks: u64,
-}
-
-fn proc_figures(pid: u32) -> ProcFigures {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("daemon {pid} is gone: {e}"));
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name: state is field 3, utime 14, stime 15.
-    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
-        .split_whitespace()
-        .collect();
-    let cpu_ticks = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count() as u64)
-        .unwrap_or(0);
-    ProcFigures {
-        rss_kib: field("VmRSS:"),
-        threads: field("Threads:"),
-        fds,
-        cpu_ticks,
-    }
-}
-
-/// Samples a process's RSS until stopped; keeps the largest value.
-struct RssSampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u64>>,
-}
-
-impl RssSampler {
-    fn start(pid: u32) -> RssSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut peak = 0;
-            while !s.load(Ordering::Relaxed) {
-                if let Ok(t) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                    if let Some(v) = t
-                        .lines()
-                        .find_map(|l| l.strip_prefix("VmRSS:"))
-                        .and_then(|v| v.split_whitespace().next())
-                        .and_then(|v| v.parse::<u64>().ok())
-                    {
-                        peak = peak.max(v);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            peak
-        });
-        RssSampler {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// The largest RSS seen, in KiB.
-    fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for RssSampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Waits until `f` holds; returns how long that took. Fails after `limit`, saying `what`.
-#[track_caller]
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    t0.elapsed()
-}
-
-/// The host daemon of one case, in a process of its own with a private runtime directory and
-/// config file. Dropping it stops it (SIGTERM, then SIGKILL) and removes the directory.
-struct Daemon {
-    child: Child,
-    pid: u32,
-    addr: Ipv4Addr,
-    dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    /// Starts `rds-ctrl daemon tcp --addr addr`, with `ulimit -n nofile` when given, and waits
-    /// until it answers on its control socket.
-    fn start(addr: Ipv4Addr, nofile: Option<u64>) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        // Other users (case e) reach the control socket through this directory.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let mut c = rds_tests::daemon_command(dir.path(), &addr.to_string(), nofile);
-        c.stdout(Stdio::null()).stderr(log);
-        let child = c.spawn().expect("spawning rds-ctrl daemon");
-        let pid = child.id();
-        let mut d = Daemon {
-            child,
-            pid,
-            addr,
-            dir,
-        };
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(st)) = d.child.try_wait() {
-                panic!("the daemon exited at start ({st}):\n{}", d.log());
-            }
-            if let Ok(c) = CtlClient::connect(&d.sock_path()) {
-                assert_eq!(c.hello.pid, pid, "another daemon answers");
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(15),
-                "the daemon did not answer within 15 s:\n{}",
-                d.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    fn run_dir(&self) -> PathBuf {
-        self.dir.path().join("run")
-    }
-
-    fn sock_path(&self) -> PathBuf {
-        self.run_dir().join("daemon.sock")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
-    }
-
-    fn proc(&self) -> ProcFigures {
-        proc_figures(self.pid)
-    }
-
-    fn ctl(&self) -> CtlClient {
-        CtlClient::connect(&self.sock_path())
-            .unwrap_or_else(|e| panic!("control socket: {e}\n{}", self.log()))
-    }
-
-    /// Every counter of the daemon (RDS, TCP, IB lists).
-    fn stats(&self) -> HashMap<String, u64> {
-        self.ctl()
-            .stats()
-            .unwrap_or_else(|e| panic!("stats: {e}\n{}", self.log()))
-            .into_iter()
-            .collect()
-    }
-
-    /// One counter; fails naming it when the daemon has no such counter.
-    fn stat(&self, name: &str) -> u64 {
-        let s = self.stats();
-        *s.get(name)
-            .unwrap_or_else(|| panic!("the daemon has no counter {name}"))
-    }
-
-    fn snapshot(&self) -> InfoSnapshot {
-        self.ctl()
-            .info()
-            .unwrap_or_else(|e| panic!("info: {e}\n{}", self.log()))
-    }
-
-    /// A tool with this daemon's environment.
-    fn tool(&self, name: &str) -> Command {
-        self.tool_at(&bin(name))
-    }
-
-    /// [`Daemon::tool`] for a program at `path`.
-    fn tool_at(&self, path: &Path) -> Command {
-        let mut c = Command::new(path);
-        c.env("RDS_RUNTIME_DIR", self.run_dir())
-            .env("RDS_CONFIG", self.dir.path().join("rds.conf"))
-            .env_remove("RDS_NO_DAEMON");
-        c
-    }
-
-    /// A legitimate peer: `rds-ping -c 3` from an embedded node on `from` to the daemon.
-    /// Returns its output.
-    fn ping_from(&self, from: Ipv4Addr) -> Output {
-        let peer_run = self.dir.path().join("peer-run");
-        let mut c = Command::new(bin("rds-ping"));
-        c.args(["-c", "3", "-i", "0.2", "-W", "5", "-I"])
-            .arg(from.to_string())
-            .arg(self.addr.to_string())
-            .env("RDS_RUNTIME_DIR", &peer_run)
-            .env("RDS_NO_DAEMON", "1");
-        run_bounded(c, Duration::from_secs(60), "rds-ping")
-    }
-
-    fn assert_alive(&mut self) {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            panic!("the daemon died ({st}):\n{}", self.log());
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let pid = Pid::from_raw(self.pid as i32);
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = kill(pid, Signal::SIGTERM);
-            let t0 = Instant::now();
-            while matches!(self.child.try_wait(), Ok(None)) {
-                if t0.elapsed() > Duration::from_secs(5) {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// Runs a command to completion within `limit` (killing it after) and returns its output.
-fn run_bounded(mut c: Command, limit: Duration, what: &str) -> Output {
-    let mut child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {what}: {e}"));
-    let t0 = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not finish in {limit:?}:\n{}\n{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// A legitimate peer: `rds-ping -c 3` from an embedded node on `from` to the daemon `d`.
+/// Returns its output.
+fn ping_from(d: &HostDaemon, from: Ipv4Addr) -> Output {
+    let mut c = Command::new(bin("rds-ping"));
+    c.args(["-c", "3", "-i", "0.2", "-W", "5", "-I"])
+        .arg(from.to_string())
+        .arg(d.addr.to_string())
+        .env("RDS_RUNTIME_DIR", d.dir().join("peer-run"))
+        .env("RDS_NO_DAEMON", "1");
+    run_bounded(c, Duration::from_secs(60), "rds-ping")
 }
 
 #[track_caller]
@@ -533,7 +276,7 @@ impl Drop for Flood {
 
 /// Queue entries (send and retransmit) of the daemon towards `peer` (and its RDS port
 /// `port` when given), plus the entries the snapshot left out (all counted as matching).
-fn queued_towards(d: &Daemon, peer: Ipv4Addr, port: Option<u16>) -> u64 {
+fn queued_towards(d: &HostDaemon, peer: Ipv4Addr, port: Option<u16>) -> u64 {
     let s = d.snapshot();
     let p = std::net::IpAddr::V4(peer);
     let listed = s
@@ -556,7 +299,7 @@ fn a_million_unread_pings() {
     const PINGS: u64 = 1_000_000;
     const BATCH: u64 = 10_000;
     const PING_PORT: u16 = 4444;
-    let mut d = Daemon::start(ip(1, 200), None);
+    let mut d = HostDaemon::start(ip(1, 200), None, "");
     let peer = ip(1, 10);
     let start = d.proc();
     let sampler = RssSampler::start(d.pid);
@@ -642,7 +385,7 @@ fn a_million_unread_pings() {
     );
     assert!(kib_growth(after.rss_kib, start.rss_kib) < GROWTH_MAX_KIB);
     // A legitimate peer still gets its pongs.
-    assert_ping_ok(&d.ping_from(ip(1, 1)), "after the flood");
+    assert_ping_ok(&ping_from(&d, ip(1, 1)), "after the flood");
     d.assert_alive();
 }
 
@@ -652,11 +395,10 @@ fn b_peer_ignoring_congestion() {
     let _g = serial();
     const SIZE: usize = 64 << 10;
     const MSGS: u64 = 4096; // 256 MiB
-    let mut d = Daemon::start(ip(2, 200), None);
+    let mut d = HostDaemon::start(ip(2, 200), None, "");
     let peer = ip(2, 10);
     let port = 7000u16;
-    let mut idle = d
-        .tool_cmd_idle_sock(&format!("{}:{port}", d.addr))
+    let mut idle = idle_sock(&d, &format!("{}:{port}", d.addr))
         .spawn()
         .expect("rds-idle-sock");
     let mut out = BufReader::new(idle.stdout.take().unwrap());
@@ -688,7 +430,7 @@ fn b_peer_ignoring_congestion() {
             .unwrap_or_else(|e| panic!("writing message {i}: {e}\n{}", d.log()));
     }
     let sent_in = t0.elapsed();
-    let queued = |d: &Daemon| -> (u64, u64) {
+    let queued = |d: &HostDaemon| -> (u64, u64) {
         let snap = d.snapshot();
         let q: Vec<_> = snap.recv.iter().filter(|m| m.lport == port).collect();
         (
@@ -696,7 +438,7 @@ fn b_peer_ignoring_congestion() {
             q.iter().map(|m| u64::from(m.len)).sum(),
         )
     };
-    let delta = |d: &Daemon, k: &str| -> u64 {
+    let delta = |d: &HostDaemon, k: &str| -> u64 {
         d.stats().get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)
     };
     wait_for(
@@ -795,18 +537,14 @@ fn congestion_advertised(s: &mut TcpStream, port: u16) -> bool {
     false
 }
 
-impl Daemon {
-    /// `rds-idle-sock ADDR:PORT` with this daemon's environment, stdin and stdout piped.
-    fn tool_cmd_idle_sock(&self, addr: &str) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rds-idle-sock"));
-        c.arg(addr)
-            .env("RDS_RUNTIME_DIR", self.run_dir())
-            .env_remove("RDS_NO_DAEMON")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        c
-    }
+/// `rds-idle-sock ADDR:PORT` with the environment of daemon `d`, stdin and stdout piped.
+fn idle_sock(d: &HostDaemon, addr: &str) -> Command {
+    let mut c = d.tool_at(Path::new(env!("CARGO_BIN_EXE_rds-idle-sock")));
+    c.arg(addr)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    c
 }
 
 /// Counters of the TCP transport's caps and back-off, for the figures.
@@ -839,7 +577,7 @@ fn c_ten_thousand_silent_connects() {
     const CONNS: u64 = 10_000;
     const SOURCES: u8 = 100;
     // 8192 descriptors: the node's connection cap is then its maximum, 4096.
-    let mut d = Daemon::start(ip(3, 200), Some(8192));
+    let mut d = HostDaemon::start(ip(3, 200), Some(8192), "");
     let start = d.proc();
     let srcs: Vec<String> = (0..SOURCES).map(|k| ip(3, 10 + k).to_string()).collect();
     let t0 = Instant::now();
@@ -861,7 +599,7 @@ fn c_ten_thousand_silent_connects() {
     // Connections waiting for a lane expire after 5 s (rds_core::proto::stack::STASH_MAX).
     std::thread::sleep(rds_core::proto::stack::STASH_MAX + Duration::from_secs(1));
     let held = d.proc();
-    let ping = d.ping_from(ip(3, 1));
+    let ping = ping_from(&d, ip(3, 1));
     let peak = sampler.stop();
     let st = d.stats();
     eprintln!(
@@ -926,7 +664,7 @@ fn c_ten_thousand_silent_connects() {
 fn d_fd_exhaustion() {
     let _g = serial();
     const NOFILE: u64 = 64;
-    let mut d = Daemon::start(ip(4, 200), Some(NOFILE));
+    let mut d = HostDaemon::start(ip(4, 200), Some(NOFILE), "");
     let start = d.proc();
     let sock = d.sock_path().to_string_lossy().into_owned();
     // Control connections first (root has the most of them), then TCP connections: both
@@ -962,7 +700,7 @@ fn d_fd_exhaustion() {
         || CtlClient::connect(&d.sock_path()).is_ok(),
     );
     let st = d.stats();
-    let ping = d.ping_from(ip(4, 1));
+    let ping = ping_from(&d, ip(4, 1));
     eprintln!(
         "FIGURE d fd-exhaustion: RLIMIT_NOFILE {NOFILE}; daemon fds {} at start, {} with the \
          flood (control: {} open, {} refused; TCP: {} open, {} closed, {} unanswered); CPU \
@@ -993,7 +731,7 @@ fn d_fd_exhaustion() {
 fn e_idle_control_connections_unprivileged() {
     let _g = serial();
     rds_tests::users::require_root("children run as uids 65534 and 65533");
-    let mut d = Daemon::start(ip(5, 200), None);
+    let mut d = HostDaemon::start(ip(5, 200), None, "");
     let start = d.proc();
     let sock = d.sock_path().to_string_lossy().into_owned();
     let mut flood = Flood::start(&["unix".into(), sock, "500".into()], 1000, Some(65534), 3.0);
@@ -1083,7 +821,7 @@ fn e_idle_control_connections_unprivileged() {
 fn f_slowloris_control_client() {
     let _g = serial();
     const CLIENTS: usize = 20;
-    let mut d = Daemon::start(ip(6, 200), None);
+    let mut d = HostDaemon::start(ip(6, 200), None, "");
     let start = d.proc();
     let t0 = Instant::now();
     let mut slow = Vec::new();
