@@ -503,38 +503,12 @@ fn b_peer_ignoring_congestion() {
 /// Reads what the daemon sent on a raw RDS/TCP connection until a congestion map update
 /// marks `port` congested (true), or for at most 10 s (false).
 fn congestion_advertised(s: &mut TcpStream, port: u16) -> bool {
-    use rds_core::wire::{flags, CongMap, HEADER_LEN};
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let t0 = Instant::now();
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 << 10];
-    while t0.elapsed() < Duration::from_secs(10) {
-        while buf.len() >= HEADER_LEN {
-            let h = HeaderRepr::from_bytes(&buf[..HEADER_LEN]).unwrap();
-            let end = HEADER_LEN + h.len as usize;
-            if buf.len() < end {
-                break;
-            }
-            if h.flags & flags::CONG_BITMAP != 0
-                && CongMap::from_bytes(&buf[HEADER_LEN..end]).is_ok_and(|m| m.test(port))
-            {
-                return true;
-            }
-            buf.drain(..end);
-        }
-        match s.read(&mut chunk) {
-            Ok(0) => return false,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return false,
-        }
-    }
-    false
+    use rds_core::wire::{flags, CongMap};
+    raw::read_until(s, Duration::from_secs(10), |h, payload| {
+        h.flags & flags::CONG_BITMAP != 0
+            && CongMap::from_bytes(payload).is_ok_and(|m| m.test(port))
+    })
+    .is_some()
 }
 
 /// `rds-idle-sock ADDR:PORT` with the environment of daemon `d`, stdin and stdout piped.
