@@ -32,18 +32,7 @@ impl Sim {
                     buf.push(data.clone());
                 }
                 if refused || self.links[link].ends[to].held.is_some() {
-                    let upto = self.links[link].ends[to].rx_bytes;
-                    if !self.links[link].acks_lost[1 - to] {
-                        let lat = self.latency();
-                        self.schedule(
-                            now + lat,
-                            Ev::Acked {
-                                link,
-                                to: 1 - to,
-                                upto,
-                            },
-                        );
-                    }
+                    self.ack_received(now, link, to);
                     return;
                 }
                 debug_assert!(epoch != 0, "data before the connection result");
@@ -56,18 +45,7 @@ impl Sim {
                     let r = self.links[link].ends[to].parser.feed(data, &mut frames);
                     let st = &mut self.nodes[n].stack;
                     let _ = driver::deliver(st, now, conn, path, epoch, frames, r);
-                    let upto = self.links[link].ends[to].rx_bytes;
-                    if !self.links[link].acks_lost[1 - to] {
-                        let lat = self.latency();
-                        self.schedule(
-                            now + lat,
-                            Ev::Acked {
-                                link,
-                                to: 1 - to,
-                                upto,
-                            },
-                        );
-                    }
+                    self.ack_received(now, link, to);
                 }
                 self.pump(n);
             }
@@ -285,6 +263,24 @@ impl Sim {
                     self.pump(n);
                 }
             }
+        }
+    }
+
+    /// End `to` of `link` received everything counted in its `rx_bytes`: its TCP
+    /// acknowledges that to the other end one latency later, unless the link loses
+    /// acknowledgements that way.
+    fn ack_received(&mut self, now: crate::time::Instant, link: usize, to: usize) {
+        let upto = self.links[link].ends[to].rx_bytes;
+        if !self.links[link].acks_lost[1 - to] {
+            let lat = self.latency();
+            self.schedule(
+                now + lat,
+                Ev::Acked {
+                    link,
+                    to: 1 - to,
+                    upto,
+                },
+            );
         }
     }
 }

@@ -109,21 +109,9 @@ impl Sim {
         if !self.links[l].ends[e].open {
             return;
         }
-        let to = 1 - e;
         if ib {
             for (f, ack_only) in frames {
-                let off = self.links[l].ends[e].tx_bytes;
-                self.links[l].ends[e].tx_bytes += f.len() as u64;
-                let at = self.delivery_time(l, to);
-                self.schedule(
-                    at,
-                    Ev::Deliver {
-                        link: l,
-                        to,
-                        off,
-                        data: f,
-                    },
-                );
+                let at = self.carry(l, e, f);
                 if ack_only {
                     self.schedule(at, Ev::AckSent { link: l, to: e });
                 }
@@ -134,18 +122,7 @@ impl Sim {
                 let max = self.cfg.max_chunk.max(1) as u64;
                 let n = (1 + self.rng.below(max) as usize).min(data.len());
                 let chunk = data.split_to(n);
-                let off = self.links[l].ends[e].tx_bytes;
-                self.links[l].ends[e].tx_bytes += chunk.len() as u64;
-                let at = self.delivery_time(l, to);
-                self.schedule(
-                    at,
-                    Ev::Deliver {
-                        link: l,
-                        to,
-                        off,
-                        data: chunk,
-                    },
-                );
+                self.carry(l, e, chunk);
             }
         }
     }
@@ -293,5 +270,24 @@ impl Sim {
             self.next_port = 40000;
         }
         self.next_port + path as u16
+    }
+
+    /// End `e` of link `l` writes `data`: it is delivered to the other end at the link's
+    /// next delivery time, which is returned.
+    fn carry(&mut self, l: usize, e: usize, data: bytes::Bytes) -> crate::time::Instant {
+        let off = self.links[l].ends[e].tx_bytes;
+        self.links[l].ends[e].tx_bytes += data.len() as u64;
+        let to = 1 - e;
+        let at = self.delivery_time(l, to);
+        self.schedule(
+            at,
+            Ev::Deliver {
+                link: l,
+                to,
+                off,
+                data,
+            },
+        );
+        at
     }
 }
