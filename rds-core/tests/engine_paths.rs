@@ -216,6 +216,31 @@ fn resent(p: &mut Pair, seqs: &[u64], port: u16) -> Vec<Frame> {
     got
 }
 
+/// Feeds the frames `late` ([`resent`]) to B on lane 3 of connection `cb` (epoch `eb`): the
+/// four resends of the old incarnation are dropped as old (`recv_drop_old_seq`), and only the
+/// fifth message reaches B's socket `rb`.
+fn feed_late_on_lane_3(
+    p: &mut Pair,
+    cb: rds_core::proto::ConnId,
+    eb: u32,
+    late: Vec<Frame>,
+    rb: rds_core::proto::SockId,
+    seqs: &[u64],
+) {
+    let now = p.now;
+    let dropped = p.stat(B, Counter::RecvDropOldSeq);
+    for f in late {
+        p.st(B).handle_frame(now, cb, 3, eb, f).unwrap();
+    }
+    assert_eq!(p.stat(B, Counter::RecvDropOldSeq) - dropped, 4);
+    let got: Vec<(u64, u8)> = p
+        .recv_all(B, rb)
+        .iter()
+        .map(|m| (m.seq, m.payload[0]))
+        .collect();
+    assert_eq!(got, [(seqs[3] + 1, 4)]);
+}
+
 /// Simulator seed 7052, scripted. A's resends on its reconnected lane 3 are still on their
 /// way when A restarts and B learns its new generation on lane 0, which restarts B's
 /// sequence of every lane at 0 (`cp_next_rx_seq`, as in the kernel). The old incarnation's
@@ -235,18 +260,8 @@ fn late_resends_of_a_restarted_peer_on_another_lane_are_not_delivered_twice() {
     let lane3 = p.path_info(B, 3);
     assert_eq!((lane3.state, lane3.next_rx_seq), (PathState::Up, 0));
 
-    let dropped = p.stat(B, Counter::RecvDropOldSeq);
     let now = p.now;
-    for f in late {
-        p.st(B).handle_frame(now, cb, 3, eb, f).unwrap();
-    }
-    assert_eq!(p.stat(B, Counter::RecvDropOldSeq) - dropped, 4);
-    let got: Vec<(u64, u8)> = p
-        .recv_all(B, rb)
-        .iter()
-        .map(|m| (m.seq, m.payload[0]))
-        .collect();
-    assert_eq!(got, [(seqs[3] + 1, 4)]);
+    feed_late_on_lane_3(&mut p, cb, eb, late, rb, &seqs);
 
     // The old connection ends; the new incarnation's lane 3 is checked against the lane's
     // own sequence again and delivers everything.
@@ -306,17 +321,7 @@ fn a_held_connection_of_a_restarted_peer_is_checked_against_its_old_sequence() {
     let (path, eb) = adopted[0];
     assert_eq!(path, 3);
 
-    let dropped = p.stat(B, Counter::RecvDropOldSeq);
-    for f in late {
-        p.st(B).handle_frame(now, cb, 3, eb, f).unwrap();
-    }
-    assert_eq!(p.stat(B, Counter::RecvDropOldSeq) - dropped, 4);
-    let got: Vec<(u64, u8)> = p
-        .recv_all(B, rb)
-        .iter()
-        .map(|m| (m.seq, m.payload[0]))
-        .collect();
-    assert_eq!(got, [(seqs[3] + 1, 4)]);
+    feed_late_on_lane_3(&mut p, cb, eb, late, rb, &seqs);
 }
 
 #[test]
