@@ -52,6 +52,10 @@ pub struct Tunables {
     /// its multipath handshake (NPATHS); a connection uses the smaller of both sides'
     /// numbers. 1..[`crate::wire::MPATH_WORKERS`].
     pub mprds_paths: u8,
+    /// `net.rds.busy_poll_us`: how long a thread waiting for its socket keeps polling the
+    /// node's connections before it sleeps (where the process may run on more than one CPU);
+    /// zero sleeps at once.
+    pub busy_poll: Duration,
 }
 
 impl Default for Tunables {
@@ -74,6 +78,7 @@ impl Default for Tunables {
             root_mem_reserve: 10,
             ras_level: DEFAULT_RAS_LEVEL,
             mprds_paths: crate::wire::MPATH_WORKERS as u8,
+            busy_poll: Duration::ZERO,
         }
     }
 }
@@ -300,6 +305,20 @@ pub const TUNABLES: &[TunableDef] = &[
         kernel: false,
         get: |t| u64::from(t.mprds_paths),
         set: |t, v| t.mprds_paths = v as u8,
+    },
+    TunableDef {
+        name: "net.rds.busy_poll_us",
+        desc: "how long a thread waiting for an answer on its socket keeps polling the node's \
+               connections before it sleeps, where the process may run on more than one CPU \
+               (an answer that comes meanwhile costs no wake-up); 0 sleeps at once; pays for \
+               one request at a time, costs deeper queues CPU",
+        unit: "us",
+        min: 0,
+        max: 100_000,
+        zero_ok: true,
+        kernel: false,
+        get: |t| t.busy_poll.as_micros() as u64,
+        set: |t, v| t.busy_poll = Duration::from_micros(v),
     },
 ];
 

@@ -211,6 +211,8 @@ pub(crate) struct Inner {
     pub frames_in: AtomicU64,
     /// Of `frames_in`, those read by a waiting application thread (`lead.rs`).
     frames_led: AtomicU64,
+    /// How long a leading thread polls before it sleeps, in nanoseconds (`lead.rs`).
+    busy_poll_ns: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
     ctl: Mutex<Option<admin::CtlServer>>,
 }
@@ -323,6 +325,7 @@ impl Node {
             addrs: Mutex::new(cfg.addrs),
             frames_in: AtomicU64::new(0),
             frames_led: AtomicU64::new(0),
+            busy_poll_ns: AtomicU64::new(lead::busy_poll_ns(&cfg.tunables)),
             thread: Mutex::new(None),
             ctl: Mutex::new(None),
         });
@@ -422,6 +425,9 @@ impl Node {
         let mut core = lock(&self.inner.core);
         let old = core.stack.tunables().clone();
         let t = resolve_tunables(t);
+        self.inner
+            .busy_poll_ns
+            .store(lead::busy_poll_ns(&t), Ordering::Relaxed);
         core.stack.set_tunables(t.clone());
         if old.tcp_sndbuf != t.tcp_sndbuf
             || old.tcp_rcvbuf != t.tcp_rcvbuf

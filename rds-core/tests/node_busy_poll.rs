@@ -1,0 +1,100 @@
+//! `net.rds.busy_poll_us`: a thread that waits for its socket polls the node's connections
+//! for that long before it sleeps, where the process may run on more than one CPU. Seen from
+//! the waiting thread's CPU time (`/proc/thread-self/stat`, in ticks of 10 ms): the answer
+//! comes 80 ms after the wait began; with a 100 ms busy poll the thread was on a CPU for most
+//! of that time, with none (or on one CPU) it slept.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use rds_core::tunables::Tunables;
+use rds_core::{Node, NodeConfig, Socket};
+
+/// User plus system CPU time of the calling thread, in ticks of 10 ms.
+fn thread_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
+    // Fields after the command name (which may hold spaces): state is the first, utime the
+    // twelfth and stime the thirteenth.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+/// Two nodes on `net.1` and `net.2` with this busy-poll time; a socket sends a request and
+/// waits for the answer, which comes 80 ms later: the waiting thread's CPU ticks. (A socket
+/// that sent since its last wait is waiting for an answer and polls; a receive-only one
+/// leaves the connections to the I/O thread.)
+fn ticks_of_a_wait(net: u8, busy_poll: Duration) -> u64 {
+    let ip = |h: u8| IpAddr::from([127, 94, net, h]);
+    let start = |h: u8| {
+        let mut cfg = NodeConfig::new([ip(h)]);
+        cfg.tunables = Tunables {
+            busy_poll,
+            ..Tunables::default()
+        };
+        Node::start(cfg).expect("node on a loopback address")
+    };
+    let (a, b) = (start(1), start(2));
+    let sa = Socket::with_node(&a);
+    let sb = Socket::with_node(&b);
+    let to_a = sa.bind(SocketAddr::new(ip(1), 4000)).expect("bind");
+    let to_b = sb.bind(SocketAddr::new(ip(2), 5000)).expect("bind");
+    sa.set_read_timeout(Some(Duration::from_secs(10)));
+    sb.set_read_timeout(Some(Duration::from_secs(10)));
+    // The connection is up before the measured wait.
+    let mut buf = [0u8; 64];
+    sa.send_to(b"first", to_b).expect("send");
+    assert_eq!(sb.recv_from(&mut buf).expect("first message").0, 5);
+    std::thread::scope(|s| {
+        let asks = s.spawn(|| {
+            let mut buf = [0u8; 64];
+            let before = thread_ticks();
+            sa.send_to(b"request", to_b).expect("send");
+            let (n, from) = sa.recv_from(&mut buf).expect("the answer");
+            assert_eq!((&buf[..n], from), (&b"answer"[..], to_b));
+            thread_ticks() - before
+        });
+        let (n, from) = sb.recv_from(&mut buf).expect("the request");
+        assert_eq!((&buf[..n], from), (&b"request"[..], to_a));
+        std::thread::sleep(Duration::from_millis(80));
+        sb.send_to(b"answer", to_a).expect("send");
+        asks.join().expect("asking thread")
+    })
+}
+
+#[test]
+fn a_waiting_thread_polls_for_the_busy_poll_time_before_it_sleeps() {
+    assert!(
+        std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
+        "this test needs a process that may run on two CPUs"
+    );
+    let spun = ticks_of_a_wait(1, Duration::from_millis(100));
+    assert!(
+        spun >= 3,
+        "a 100 ms busy poll kept the thread on a CPU for only {spun} ticks"
+    );
+    let slept = ticks_of_a_wait(2, Duration::ZERO);
+    assert!(
+        slept <= 1,
+        "without busy poll the wait took {slept} ticks of CPU"
+    );
+}
+
+#[test]
+fn a_node_started_on_one_cpu_does_not_busy_poll() {
+    let one = nix::sched::CpuSet::new();
+    let mut one = one;
+    let cpu = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .ok()
+        .and_then(|set| (0..nix::sched::CpuSet::count()).find(|&c| set.is_set(c).unwrap_or(false)))
+        .expect("a CPU this process may run on");
+    one.set(cpu).expect("cpu set");
+    // The nodes start, and the waits run, on a thread that may use this one CPU only.
+    let ticks = std::thread::spawn(move || {
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("affinity");
+        ticks_of_a_wait(3, Duration::from_millis(100))
+    })
+    .join()
+    .expect("test thread");
+    assert!(ticks <= 1, "on one CPU the wait took {ticks} ticks of CPU");
+}
