@@ -82,8 +82,7 @@ fn a_waiting_thread_polls_for_the_busy_poll_time_before_it_sleeps() {
 
 #[test]
 fn a_node_started_on_one_cpu_does_not_busy_poll() {
-    let one = nix::sched::CpuSet::new();
-    let mut one = one;
+    let mut one = nix::sched::CpuSet::new();
     let cpu = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
         .ok()
         .and_then(|set| (0..nix::sched::CpuSet::count()).find(|&c| set.is_set(c).unwrap_or(false)))

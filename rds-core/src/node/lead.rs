@@ -38,14 +38,13 @@ pub(crate) const GRACE: Duration = Duration::from_millis(1);
 const CROWD_HOLD: Duration = Duration::from_millis(20);
 
 /// How long a leading thread polls before it sleeps ([`crate::tunables::Tunables::busy_poll`]), in
-/// nanoseconds: none where this process may run on one CPU only (there, spinning would only
-/// keep the thread it waits for off the CPU).
+/// nanoseconds: none where this process may run on one CPU only ([`sys::may_spin`]). The CPUs
+/// are looked up only when the tunable asks for a busy poll (the default does not).
 pub(crate) fn busy_poll_ns(t: &crate::tunables::Tunables) -> u64 {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus > 1 {
-        t.busy_poll.as_nanos() as u64
-    } else {
+    if t.busy_poll.is_zero() || !sys::may_spin() {
         0
+    } else {
+        t.busy_poll.as_nanos() as u64
     }
 }
 

@@ -15,6 +15,13 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
     cvt(r).map(|_| ())
 }
 
+/// Whether the calling thread may run on more than one CPU (its affinity and the cgroup's
+/// quota, as threads it starts inherit): only then can spinning while it waits pay, since on
+/// one CPU a spinning thread keeps the one it waits for off the CPU.
+pub fn may_spin() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
 /// The scheduling policy [`set_thread_idle`] and [`set_thread_idle_of`] set.
 fn idle_policy(idle: bool) -> libc::c_int {
     if idle {

@@ -122,7 +122,7 @@ impl RingClient {
             cong_word,
             ctl,
             path: client.path().to_path_buf(),
-            spin: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
+            spin: sys::may_spin(),
         })
     }
 
