@@ -5,7 +5,7 @@
 //! needs no `wire` import to name one.
 //!
 //! Only numbers: the structures (`struct rds_iovec`, `rds_rdma_args`, the `rds_info_*`
-//! records) are laid out where they are read and written (`kernel/ffi.rs`, [`crate::kernel::info`],
+//! records) are laid out where they are read and written (`kernel/ffi.rs`, [`crate::kernel::tables`],
 //! the preload library).
 
 use libc::{c_int, c_ulong};

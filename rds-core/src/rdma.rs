@@ -36,7 +36,7 @@ use std::sync::Arc;
 pub use crate::ib::mem::DmaMem;
 use crate::info::SockId;
 pub use crate::message::{RdmaNotify, RdmaStatus};
-pub use crate::proto::rdma::{RdmaOp, RdmaOpId, RdmaRef};
+pub use crate::proto::rdma_op::{RdmaOp, RdmaOpId, RdmaRef};
 
 /// Page-aligned, zeroed memory that RDMA operations may read and write (what an application
 /// would `mmap` for the kernel's API). Cheap to clone: clones share the memory.

@@ -926,7 +926,7 @@ fn stats_kernel(
              of ours"
         ));
     }
-    let k = rds_core::kernel::info::KernelInfo::open()
+    let k = rds_core::kernel::tables::KernelInfo::open()
         .context("cannot read the kernel's RDS counters (RDS_INFO_COUNTERS)")?;
     if format == rds_info::Format::Prometheus {
         let (m, errors) = rds_info::metrics::Metrics::of_kernel(&k, rds_info::metrics::Pick::ALL);

@@ -1,5 +1,5 @@
 //! `rds-info` on the kernel's RDS: the same tables, read as the original reads them, from the
-//! kernel's `RDS_INFO_*` getsockopts ([`rds_core::kernel::info`]), each record converted into
+//! kernel's `RDS_INFO_*` getsockopts ([`rds_core::kernel::tables`]), each record converted into
 //! [`format`]'s row of its table (rds-tools 2.0.7, or 2.3 with `-a`, which also asks for the
 //! `RDS6_` tables and falls back to the IPv4 one where the kernel has none). With `-v`,
 //! connection rows end with their transport and IB rows with the connection's limits. A table
@@ -10,7 +10,7 @@
 
 use std::io;
 
-use rds_core::kernel::info::{
+use rds_core::kernel::tables::{
     self as kinfo, KConn, KIb, KMsg, KSock, KTcp, KernelInfo, CONN_CONNECTED, CONN_CONNECTING,
     CONN_ERROR, CONN_SENDING,
 };

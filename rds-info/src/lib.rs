@@ -322,7 +322,7 @@ fn run_kernel(args: &Args, out: &mut dyn Write) -> io::Result<u8> {
         eprintln!("rds-info: --stack kernel: {why}");
         return Ok(1);
     }
-    let k = match rds_core::kernel::info::KernelInfo::open() {
+    let k = match rds_core::kernel::tables::KernelInfo::open() {
         Ok(k) => k,
         Err(e) => {
             eprintln!("rds-info: Unable to create socket: {e}");

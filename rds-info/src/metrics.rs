@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use rds_core::ctl::client::NodeHello;
 use rds_core::ctl::InfoSnapshot;
 use rds_core::info::PathState;
-use rds_core::kernel::info::{
+use rds_core::kernel::tables::{
     self as kinfo, KernelInfo, CONN_CONNECTED, CONN_CONNECTING, CONN_ERROR,
 };
 

@@ -149,7 +149,7 @@ mod tests {
     /// Sockets on a loopback address of an embedded node (no peer needed: nothing is sent).
     #[test]
     fn a_lost_ping_moves_its_destination_to_another_socket() {
-        std::env::set_var("RDS_NO_DAEMON", "1");
+        std::env::set_var(rds_core::env::NO_DAEMON, "1");
         let src: IpAddr = "127.66.0.1".parse().unwrap();
         let (mut pool, ids) = Pool::open(&[src], 2).unwrap();
         assert_eq!(ids, [vec![0, 1]]);

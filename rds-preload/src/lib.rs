@@ -37,8 +37,8 @@
 
 pub mod abi;
 mod ffi;
-mod info;
+mod info_opts;
 mod logger;
 mod ops;
-mod rdma;
+mod rdma_cmsg;
 mod sock;

@@ -14,7 +14,7 @@ use rds_core::RecvFlags;
 use rds_core::abi::*;
 
 use crate::abi::*;
-use crate::info::{OptErr, OptOut};
+use crate::info_opts::{OptErr, OptOut};
 use crate::sock::{self, errno, Entry};
 
 /// A result carrying the kernel's errno on failure.
@@ -279,7 +279,7 @@ fn send_inner(
         if atomic || e.sock.transport() != Some(TransportKind::Ib) {
             return Err(libc::EOPNOTSUPP);
         }
-        let mut r = crate::rdma::SendRdma::default();
+        let mut r = crate::rdma_cmsg::SendRdma::default();
         for c in cmsgs.iter().filter(|c| c.level == SOL_RDS) {
             if c.ty != RDS_CMSG_ZCOPY_COOKIE {
                 r.add(c.ty, &c.data)?;
@@ -329,11 +329,11 @@ fn send_rdma(
     e: &Entry,
     data: &[u8],
     dest: Option<SocketAddr>,
-    r: &crate::rdma::SendRdma,
+    r: &crate::rdma_cmsg::SendRdma,
 ) -> Res<usize> {
     let sent = e.sock.send_ctl(data, dest, &r.ctl).map_err(errno)?;
     if let Some(c) = sent.map_cookie {
-        crate::rdma::put_cookie(r.map_cookie_addr, c)?;
+        crate::rdma_cmsg::put_cookie(r.map_cookie_addr, c)?;
     }
     Ok(sent.len)
 }
@@ -534,9 +534,9 @@ pub fn setsockopt(e: &Entry, level: i32, name: i32, v: &[u8]) -> Res<()> {
         }
         RDS_GET_MR | RDS_GET_MR_FOR_DEST => {
             let want = if name == RDS_GET_MR {
-                crate::rdma::GET_MR_ARGS_LEN
+                crate::rdma_cmsg::GET_MR_ARGS_LEN
             } else {
-                crate::rdma::GET_MR_FOR_DEST_ARGS_LEN
+                crate::rdma_cmsg::GET_MR_FOR_DEST_ARGS_LEN
             };
             if v.len() != want {
                 return Err(libc::EINVAL);
@@ -546,7 +546,7 @@ pub fn setsockopt(e: &Entry, level: i32, name: i32, v: &[u8]) -> Res<()> {
                 // RDS/TCP registers no memory.
                 return Err(libc::EOPNOTSUPP);
             }
-            crate::rdma::get_mr(e, v, name == RDS_GET_MR_FOR_DEST)
+            crate::rdma_cmsg::get_mr(e, v, name == RDS_GET_MR_FOR_DEST)
         }
         RDS_FREE_MR => {
             if v.len() != 16 {
@@ -638,7 +638,7 @@ pub fn getsockopt(e: &Entry, level: i32, name: i32, optlen: usize) -> Result<Opt
         return Err(libc::ENOPROTOOPT.into());
     }
     match name {
-        RDS_INFO_FIRST..=RDS_INFO_LAST => crate::info::getsockopt(e, name, optlen),
+        RDS_INFO_FIRST..=RDS_INFO_LAST => crate::info_opts::getsockopt(e, name, optlen),
         RDS_RECVERR => {
             if optlen < 4 {
                 return Err(libc::EINVAL.into());

@@ -20,7 +20,7 @@ mod nodes;
 pub mod opts;
 pub mod output;
 pub mod plot;
-pub mod rdma;
+pub mod rdma_mode;
 mod run;
 pub mod stats;
 mod sys;

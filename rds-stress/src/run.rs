@@ -23,7 +23,7 @@ use crate::msg::header_size;
 use crate::opts::{check_limits, set_addr, Args, Fatal, Resolved};
 use crate::output::{self, JsonInterval, JsonSummary, ProcStat};
 use crate::plot;
-use crate::rdma;
+use crate::rdma_mode;
 use crate::stats::{self, Counter, Snapshotter, Soakers, Stat, NR_STATS};
 use crate::task::{Control, Env, Tasks};
 
@@ -383,8 +383,8 @@ fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Op
         rds_core::socket::StackChoice::User => false,
     };
     let node = if want_ib && !on_kernel {
-        match rdma::not_on_rdma_device(ip) {
-            None => Some(rdma::start_ib_node(ip, name)?),
+        match rdma_mode::not_on_rdma_device(ip) {
+            None => Some(rdma_mode::start_ib_node(ip, name)?),
             Some(why) if r.transport_ib == Some(true) => {
                 return Err(Fatal::new(format!(
                     "--transport ib: {ip} is not on an RDMA device: {why}\n"
@@ -396,7 +396,7 @@ fn task_node(r: &Resolved, w: &WireOptions, ip: IpAddr, name: &str) -> Result<Op
         None
     };
     if w.rdma_size != 0 {
-        if let Err(e) = rdma::check_support(node.as_ref(), ip, w.starting_port) {
+        if let Err(e) = rdma_mode::check_support(node.as_ref(), ip, w.starting_port) {
             if let Some(n) = &node {
                 n.shutdown();
             }
@@ -933,7 +933,7 @@ fn release_and_wait(
     let rtt = stats::RttDistribution::of(&stats_list);
     let pct = rtt.percentiles();
     p.out(&output::percentile_line(&pct));
-    if let Some(line) = rdma::failure_line(&rdma_failed) {
+    if let Some(line) = rdma_mode::failure_line(&rdma_failed) {
         eprint!("{line}");
     }
     if r.json {

@@ -21,7 +21,7 @@ use rds_core::{Node, RecvFlags, Socket};
 use crate::control::{errno_suffix, WireOptions};
 use crate::msg::{self, Bogus, Header, RdmaFields, OP_ACK, OP_REQ, RDMA_OP_READ, RDMA_OP_WRITE};
 use crate::opts::Fatal;
-use crate::rdma::{self, Area};
+use crate::rdma_mode::{self, Area};
 use crate::stats::{Stat, TaskStats};
 
 /// Most messages handled per receive round (keeps sending and receiving fair).
@@ -692,7 +692,13 @@ impl Task {
             // The previous RDMA of this slot has not completed: drain first.
             self.trace(format_args!(
                 "Drain RDMA 0x{:x}",
-                rdma::user_token(f.send_seq, u32::from(f.nr), self.depth, q, rdma::TOKEN_RDMA)
+                rdma_mode::user_token(
+                    f.send_seq,
+                    u32::from(f.nr),
+                    self.depth,
+                    q,
+                    rdma_mode::TOKEN_RDMA
+                )
             ));
             return Err(libc::EBADSLT);
         }
@@ -702,8 +708,13 @@ impl Task {
         let w = &self.env.w;
         let n = match (op, self.area.as_ref()) {
             (Some(r), Some(area)) => {
-                let token =
-                    rdma::user_token(h.seq, u32::from(f.nr), self.depth, q, rdma::TOKEN_RDMA);
+                let token = rdma_mode::user_token(
+                    h.seq,
+                    u32::from(f.nr),
+                    self.depth,
+                    q,
+                    rdma_mode::TOKEN_RDMA,
+                );
                 let local = area.local(i, qs);
                 let write = r.op == RDMA_OP_WRITE;
                 if write && w.verify != 0 {
@@ -807,7 +818,8 @@ impl Task {
             "RDS rdma completion for token 0x{:x}",
             n.user_token
         ));
-        let Some((_seq, flow, slot, kind)) = rdma::parse_token(n.user_token, self.depth) else {
+        let Some((_seq, flow, slot, kind)) = rdma_mode::parse_token(n.user_token, self.depth)
+        else {
             return;
         };
         let (flow, slot) = (flow as usize, slot as usize);
@@ -820,7 +832,7 @@ impl Task {
                 f.dst.ip(),
                 f.dst.port(),
                 if kind != 0 { "SEND" } else { "RDMA" },
-                rdma::status_text(n.status)
+                rdma_mode::status_text(n.status)
             );
         }
         let done = f.inflight.get_mut(slot).and_then(Option::take);

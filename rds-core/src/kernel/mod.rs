@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod ffi;
-pub mod info;
+pub mod tables;
 
 pub(crate) use ffi::{RdmaOpArgs, RdsIovec, SendRdma};
 

@@ -32,7 +32,7 @@ pub(crate) struct OutMsg {
     /// When it was first transmitted.
     pub first_tx: Option<Instant>,
     /// An RDMA operation the transport performs before the message's first SEND.
-    pub rdma: Option<std::sync::Arc<super::rdma::RdmaOp>>,
+    pub rdma: Option<std::sync::Arc<super::rdma_op::RdmaOp>>,
     /// An answer to a ping (counted against the connection's pong cap).
     pub pong: bool,
     /// Whose share of the node budget it is charged to ([`super::budget`]).

@@ -38,7 +38,7 @@ pub mod budget;
 mod conn;
 pub mod driver;
 mod frag;
-pub mod rdma;
+pub mod rdma_op;
 pub mod reply_lane;
 mod rng;
 mod sock;
@@ -242,7 +242,7 @@ pub struct Transmit {
     /// IB: set the solicited-event bit (last fragment of a message, ACK-only frames).
     pub solicited: bool,
     /// IB, first fragment only: an RDMA operation to post before this SEND.
-    pub rdma: Option<rdma::RdmaRef>,
+    pub rdma: Option<rdma_op::RdmaRef>,
 }
 
 impl Transmit {
@@ -256,7 +256,7 @@ impl Transmit {
 #[derive(Debug, Clone, Default)]
 pub struct SendExtras {
     /// An RDMA operation (IB only).
-    pub rdma: Option<std::sync::Arc<rdma::RdmaOp>>,
+    pub rdma: Option<std::sync::Arc<rdma_op::RdmaOp>>,
     /// A cookie for the `RDMA_DEST` extension header (IB only).
     pub rdma_dest: Option<u64>,
     /// Queue the message even if the destination port is congested (a daemon client's send

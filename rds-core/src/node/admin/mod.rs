@@ -35,7 +35,7 @@
 mod admission;
 mod event_loop;
 mod framing;
-mod info;
+mod introspect;
 mod parking;
 mod peer;
 mod ras;
@@ -64,7 +64,7 @@ use crate::ctl::{self, write_frame, Reply, Request, MAX_DATA, MAX_JSON};
 use crate::node::{Inner, Node, Owner};
 use crate::sys;
 
-pub use info::snapshot;
+pub use introspect::snapshot;
 pub use trace::TRACE_NICE;
 
 /// Worker threads that run the requests other than socket operations (started as needed,

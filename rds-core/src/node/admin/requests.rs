@@ -5,7 +5,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 
-use super::info::{counters, info};
+use super::introspect::{counters, info};
 use super::{denied, no_client_sockets, send, trace, Action, Conn, Ctx};
 use crate::ctl::{Reply, Request, PROTO_VERSION};
 use crate::node::tap::TapFilter;

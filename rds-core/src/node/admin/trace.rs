@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use super::info::transports;
+use super::introspect::transports;
 use super::send;
 use crate::ctl::{read_frame, Failed, Reply, Request, TraceOutput, MAX_DATA};
 use crate::node::tap::{self, TapBatch, TapChunk, TapFilter};

@@ -13,7 +13,7 @@ use crate::ib::{
 };
 use crate::info::ConnId;
 use crate::proto::driver::Frames;
-use crate::proto::rdma::{RdmaOp, RdmaStatus};
+use crate::proto::rdma_op::{RdmaOp, RdmaStatus};
 use crate::proto::{FrameKind, Stack};
 use crate::stats::{IbCounter, IbStats};
 use crate::sys::EPOLLIN;

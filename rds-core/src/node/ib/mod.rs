@@ -34,7 +34,7 @@ use std::sync::Arc;
 use crate::ib::cm::{CmId, EventChannel, IdHandle, PeerConnParam};
 use crate::ib::{self, Pd, VerbsError, WorkCompletion};
 use crate::info::{canonical, ConnId, TransportKind};
-use crate::proto::rdma::{RdmaOp, RdmaStatus};
+use crate::proto::rdma_op::{RdmaOp, RdmaStatus};
 use crate::proto::{DropReason, Stack};
 use crate::stats::IbStats;
 use crate::wire::ib_private::cm_port;

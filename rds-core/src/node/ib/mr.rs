@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use crate::ib::{Access, MemMr, OutOfRange, Sge};
 use crate::info::SockId;
-use crate::proto::rdma::{RdmaOp, RdmaOpId};
+use crate::proto::rdma_op::{RdmaOp, RdmaOpId};
 use crate::rdma::{make_cookie, LocalVec, MrFlags, RdmaBuffer};
 use crate::stats::IbCounter;
 

@@ -13,7 +13,7 @@
 //! `admission.rs` the listeners, the caps checked at accept,
 //! the listener pause and the sockets of held connections; `lifecycle.rs` a connection's
 //! life on its lane (connect, completion, drain, close); `bytes.rs` the byte path (read,
-//! pull, flush, acknowledgement polling, timers); `info.rs` what `rds-info -T` and the tap
+//! pull, flush, acknowledgement polling, timers); `observe.rs` what `rds-info -T` and the tap
 //! see.
 //!
 //! Resource limits (a remote peer cannot grow the node's descriptor table):
@@ -61,8 +61,8 @@ pub use crate::info::TcpSockInfo;
 mod admission;
 mod apply;
 mod bytes;
-mod info;
 mod lifecycle;
+mod observe;
 
 use admission::Listener;
 

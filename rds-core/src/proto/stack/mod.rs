@@ -4,11 +4,11 @@
 
 mod cong;
 mod handshake;
-mod info;
 mod links;
 mod paths;
 mod receive;
 mod send;
+mod snapshot;
 mod sockets;
 mod transmit;
 

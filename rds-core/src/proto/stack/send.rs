@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use bytes::Bytes;
 
 use crate::message::{RdmaNotify, RdmaStatus};
-use crate::proto::rdma::RdmaOp;
+use crate::proto::rdma_op::RdmaOp;
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{monitor_mask, ExtHeader, HeaderRepr, MAX_MSG_SIZE};

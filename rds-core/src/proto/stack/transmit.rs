@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::proto::rdma::RdmaRef;
+use crate::proto::rdma_op::RdmaRef;
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{flags, HeaderRepr, CONG_MAP_BYTES, FRAG_SIZE};
