@@ -373,8 +373,10 @@ impl Task {
             std::thread::sleep(Duration::from_millis(10));
         }
         crate::sys::set_thread_nice(5);
-        let rx_fd = self.sock.fd().unwrap_or(-1);
-        let tx_fd = self.sock.send_fd().unwrap_or(-1);
+        // The socket's own wait serves every backend; the kernel's has no writability to
+        // wait for (no send descriptor). The descriptors themselves are not asked for: a
+        // socket whose descriptors were handed out has every readiness change written to them.
+        let can_wait_out = !self.sock.via_kernel();
         let bursty = self.env.w.always_bursty != 0;
         let sync = self.env.w.sync_always_bursty != 0;
         let mut mode = if self.do_work {
@@ -400,22 +402,21 @@ impl Task {
             let want_in = !bursty || mode == Burst::Recv;
             // The socket's own wait: on an embedded node this thread reads the transport
             // itself while it waits, so a reply wakes it directly.
-            let ready =
-                match self
-                    .sock
-                    .wait(want_in && rx_fd >= 0, want_out && tx_fd >= 0, POLL_TIMEOUT)
-                {
-                    Ok(r) => r,
-                    Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
-                };
+            let ready = match self
+                .sock
+                .wait(want_in, want_out && can_wait_out, POLL_TIMEOUT)
+            {
+                Ok(r) => r,
+                Err(e) => die("", &format!("poll failed{}", errno_suffix(&e))),
+            };
             want_out = false;
-            if ready.0 || (want_in && rx_fd < 0) {
+            if ready.0 {
                 self.drain();
             }
             if self.ctl.stopping.load(Relaxed) {
                 continue;
             }
-            let can_send = ready.1 || (tx_fd < 0);
+            let can_send = ready.1 || !can_wait_out;
             let work = self.do_work && (!bursty || mode == Burst::Send);
             let cong_monitor = self.env.w.use_cong_monitor != 0;
             for i in 0..self.flows.len() {

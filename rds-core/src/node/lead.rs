@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{lock, Inner};
+use super::{lock, Inner, Waiter};
 use crate::sys;
 
 /// The leader's epoll events, kept between rounds.
@@ -106,15 +106,18 @@ impl Inner {
     }
 
     /// Waits up to `timeout` until `ready()` reports something (a readable or writable socket,
-    /// as `(readable, writable)`) or `fds[2]` is readable, with `fds[0..2]` the descriptors
-    /// that signal a change of `ready()` (negative ones skipped). If no other thread leads,
-    /// this one does the node's transport I/O while it waits (module docs).
+    /// as `(readable, writable)`) or `fds[2]` is readable, with `fds[0..2]` the readiness
+    /// descriptors of the socket whose wait state is `waiter` (negative ones skipped), which
+    /// signal a change of `ready()` while this thread polls them ([`Waiter::polling`]). If no
+    /// other thread leads, this one does the node's transport I/O while it waits (module
+    /// docs).
     ///
     /// # Errors
     /// `poll(2)` errors other than EINTR.
     pub(crate) fn wait_leading(
         &self,
         fds: [RawFd; 3],
+        waiter: &Waiter,
         timeout: Duration,
         ready: impl Fn() -> (bool, bool),
     ) -> io::Result<(bool, bool)> {
@@ -133,6 +136,11 @@ impl Inner {
         let [a, b, c] = fds.map(|fd| (fd, libc::POLLIN));
         let asks = [a, b, c, (self.epoll.raw_fd(), libc::POLLIN)];
         if !leads {
+            let _polling = waiter.polling();
+            let now = ready();
+            if now.0 || now.1 {
+                return Ok(now);
+            }
             sys::poll_for(&asks[..3], timeout)?;
             return Ok(ready());
         }
@@ -143,7 +151,16 @@ impl Inner {
             let left = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(std::time::Instant::now())
             });
-            let r = self.busy_poll(&asks, left)?;
+            let r = {
+                // A message this thread delivers to its own socket in its round is seen
+                // by `ready()` below, with no eventfd written.
+                let _polling = waiter.polling();
+                let now = ready();
+                if now.0 || now.1 {
+                    return Ok(now);
+                }
+                self.busy_poll(&asks, left)?
+            };
             if r[3] != 0 && self.is_running() {
                 self.lead_round();
             }

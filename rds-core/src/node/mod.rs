@@ -24,6 +24,7 @@ pub mod tap;
 mod tcp;
 mod transport;
 mod view;
+mod waiter;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -47,6 +48,7 @@ pub use tcp::TcpSockInfo;
 use ib::Ib;
 use tcp::{Tcp, TOKEN_WAKE};
 use transport::Transport;
+pub(crate) use waiter::Waiter;
 
 /// Whether and under which name a node serves a control socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,56 +114,6 @@ impl NodeConfig {
             ctl: CtlMode::Auto,
             transports: Transports::default(),
             client_sockets: None,
-        }
-    }
-}
-
-/// Per-socket wait state (lives under the engine lock).
-#[derive(Debug, Default)]
-pub(crate) struct Waiter {
-    pub cv: Condvar,
-    /// Threads blocked on `cv` (changed under the engine lock): a wakeup with nobody
-    /// waiting costs no `futex` call.
-    pub waiting: AtomicUsize,
-    /// Readable eventfd (POLLIN readiness), created on demand.
-    pub rx_fd: Mutex<Option<(OwnedFd, bool)>>,
-    /// Writable eventfd (POLLOUT readiness), created on demand.
-    pub tx_fd: Mutex<Option<(OwnedFd, bool)>>,
-    /// The socket sent a message since its last blocking receive waited (that wait then
-    /// reads the transport itself: `Embedded::wait_readable`).
-    pub sent: AtomicBool,
-}
-
-impl Waiter {
-    /// Whether the readiness eventfds are signalled now: `(readable, writable)` as last
-    /// brought in line with the socket ([`Waiter::update_fds`]).
-    pub(crate) fn signaled(&self) -> (bool, bool) {
-        let on = |rx| lock(self.slot(rx)).as_ref().is_some_and(|(_, s)| *s);
-        (on(true), on(false))
-    }
-
-    /// The readable (`rx`) or the writable eventfd's slot.
-    pub(crate) fn slot(&self, rx: bool) -> &Mutex<Option<(OwnedFd, bool)>> {
-        if rx {
-            &self.rx_fd
-        } else {
-            &self.tx_fd
-        }
-    }
-
-    /// Brings the readiness eventfds in line with the socket's state.
-    pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
-        for (slot, want) in [(&self.rx_fd, readable), (&self.tx_fd, writable)] {
-            let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((fd, signaled)) = g.as_mut() {
-                if want && !*signaled {
-                    sys::eventfd_signal(fd.as_raw_fd());
-                    *signaled = true;
-                } else if !want && *signaled {
-                    sys::eventfd_clear(fd.as_raw_fd());
-                    *signaled = false;
-                }
-            }
         }
     }
 }

@@ -322,7 +322,7 @@ impl Embedded {
         let rfd = if rx { self.fd(true)? } else { -1 };
         let tfd = if tx { self.fd(false)? } else { -1 };
         let inner = &self.node.inner;
-        let r = inner.wait_leading([rfd, tfd, other], timeout, || {
+        let r = inner.wait_leading([rfd, tfd, other], &self.waiter, timeout, || {
             let (r, w) = self.waiter.signaled();
             (rx && r, tx && w)
         })?;
@@ -331,12 +331,16 @@ impl Embedded {
     }
 
     /// The readiness eventfd (`rx`: POLLIN, else POLLOUT), created on demand and brought in
-    /// line with the socket.
+    /// line with the socket, handed out of the library (`Socket::fd`): it is written on every
+    /// change from now on.
     pub(super) fn ready_fd(&self, rx: bool) -> io::Result<RawFd> {
-        self.ready_fd_locked(&self.core(), rx)
+        let core = self.core();
+        self.waiter.hand_out();
+        self.ready_fd_locked(&core, rx)
     }
 
-    /// [`Embedded::ready_fd`] with the engine, `core`, locked.
+    /// [`Embedded::ready_fd`] with the engine, `core`, locked, not handed out: written only
+    /// while a thread of this library polls it ([`crate::node::Waiter::polling`]).
     fn ready_fd_locked(&self, core: &Core, rx: bool) -> io::Result<RawFd> {
         let mut g = self
             .waiter
@@ -369,7 +373,7 @@ impl Embedded {
             .map(|(f, _)| f.as_raw_fd());
         match known {
             Some(fd) => Ok(fd),
-            None => self.ready_fd(rx),
+            None => self.ready_fd_locked(&self.core(), rx),
         }
     }
 
@@ -405,7 +409,9 @@ impl Embedded {
         };
         drop(core);
         let inner = &self.node.inner;
-        inner.wait_leading([fd, -1, -1], left, || (self.waiter.signaled().0, false))?;
+        inner.wait_leading([fd, -1, -1], &self.waiter, left, || {
+            (self.waiter.signaled().0, false)
+        })?;
         Ok(inner.lock_core())
     }
 

@@ -311,7 +311,12 @@ impl Tcp {
             if c.more && c.out_bytes < OUT_HIGH / 2 {
                 refill.push((c.conn, c.path));
             }
-            self.poll_ack(idx, out);
+            // Acknowledgements come with the peer's data, whose read asks for them; after a
+            // write only a lane with much unacknowledged asks now (bulk senders wait for the
+            // room), the others at the acknowledgement poll.
+            if c.written - c.acked >= ACK_ASK_AFTER_WRITE {
+                self.poll_ack(idx, out);
+            }
             if let Some(c) = self.conns[idx].as_mut() {
                 if c.written > c.acked && c.ack_poll.is_none() {
                     c.ack_poll = Some((now + ACK_POLL_MIN, ACK_POLL_MIN));

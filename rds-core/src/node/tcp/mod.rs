@@ -88,6 +88,8 @@ const READ_BUDGET: usize = 4 << 20;
 const PARTIAL_SCAN: Duration = Duration::from_millis(10);
 /// How long a half-closed connection may take to deliver the peer's remaining data.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Unacknowledged bytes from which a write asks TCP for acknowledgements at once.
+const ACK_ASK_AFTER_WRITE: u64 = 64 << 10;
 /// First and last interval of the acknowledgement poll while bytes are unacknowledged.
 const ACK_POLL_MIN: Duration = Duration::from_micros(50);
 const ACK_POLL_MAX: Duration = Duration::from_millis(20);
