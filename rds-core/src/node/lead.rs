@@ -49,17 +49,25 @@ pub(crate) fn busy_poll_ns(t: &crate::tunables::Tunables) -> u64 {
 }
 
 /// Clears the leader flag when the leader returns (or unwinds).
-struct Leading<'a>(&'a Inner);
+struct Leading<'a> {
+    inner: &'a Inner,
+    /// A round of this leader handled more than one event or frame: more may have come in
+    /// meanwhile.
+    busy: bool,
+}
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        let inner = self.0;
+        let inner = self.inner;
         // Transport events already waiting (deep queues: more came in while this thread
         // handled the last ones): the I/O thread takes them on now, in parallel with this
-        // thread's work, instead of after the grace period.
+        // thread's work, instead of after the grace period. A leader whose rounds each
+        // handled one event and at most one frame (a request/response loop) does not ask:
+        // that question cost such a loop a system call per message.
         let pending = inner.crowded()
-            || sys::poll_for(&[(inner.epoll.raw_fd(), libc::POLLIN)], Duration::ZERO)
-                .is_ok_and(|r| r[0] != 0);
+            || (self.busy
+                && sys::poll_for(&[(inner.epoll.raw_fd(), libc::POLLIN)], Duration::ZERO)
+                    .is_ok_and(|r| r[0] != 0));
         let at = if pending { 0 } else { inner.stamp() };
         inner.led_at.store(at, Ordering::SeqCst);
         inner.leader.store(false, Ordering::SeqCst);
@@ -144,7 +152,10 @@ impl Inner {
             sys::poll_for(&asks[..3], timeout)?;
             return Ok(ready());
         }
-        let _leading = Leading(self);
+        let mut leading = Leading {
+            inner: self,
+            busy: false,
+        };
         // A timeout too long to add to the clock (Duration::MAX, say) waits without end.
         let deadline = std::time::Instant::now().checked_add(timeout);
         loop {
@@ -162,7 +173,7 @@ impl Inner {
                 self.busy_poll(&asks, left)?
             };
             if r[3] != 0 && self.is_running() {
-                self.lead_round();
+                leading.busy |= self.lead_round();
             }
             let now = ready();
             if now.0 || now.1 || r[2] != 0 || left.is_zero() || !self.is_running() {
@@ -196,7 +207,8 @@ impl Inner {
     /// The I/O thread's round, run by the leader: the events are collected with the
     /// transport lock held, so that no other round handles them first and a descriptor's
     /// slot is not reused in between.
-    fn lead_round(&self) {
+    /// Returns whether the round was busy: more than one event, or more than one frame read.
+    fn lead_round(&self) -> bool {
         let tcp = lock(&self.tcp);
         let mut bufs = lock(&self.lead_bufs);
         let evs = &mut *bufs;
@@ -204,10 +216,11 @@ impl Inner {
             evs.clear();
         }
         if evs.is_empty() {
-            return;
+            return false;
         }
         let before = self.frames_in.load(Ordering::Relaxed);
         let more = self.io_round_with(tcp, evs);
+        let events = evs.len();
         drop(bufs);
         let read = self.frames_in.load(Ordering::Relaxed).wrapping_sub(before);
         self.frames_led.fetch_add(read, Ordering::Relaxed);
@@ -215,6 +228,7 @@ impl Inner {
             // Partial writes: the I/O thread goes on with them.
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
         }
+        more || events > 1 || read > 1
     }
 
     /// Whether the I/O thread stays off the epoll set now (a thread leads or left less than
