@@ -280,6 +280,12 @@ counters! {
         IbAtomicCswp = "ib_atomic_cswp",
         /// Atomic fetch-and-add ops.
         IbAtomicFadd = "ib_atomic_fadd",
+        /// (This stack) Completion queues armed again (`ibv_req_notify_cq`) after their
+        /// event: once a batch, by a thread going to sleep whose poll found the queue empty.
+        IbCqArm = "ib_cq_arm",
+        /// (This stack) Polls of a completion queue before a thread slept that found
+        /// completions: taken without a completion event, a re-arm or a wake-up.
+        IbCqPolled = "ib_cq_polled",
     }
 }
 

@@ -4,6 +4,11 @@
 //! own context. A message for its own socket then costs one wake-up (the waiting thread's)
 //! instead of two (the I/O thread's, then the waiting thread's).
 //!
+//! Before it sleeps, the leader has the transports poll what they will not be woken for
+//! ([`Inner::poll_before_sleep`]: RDS/IB's completion queues left unarmed after their last
+//! event), so that a reply whose completion is already there is taken without an event, a
+//! re-arm and a wake-up; only when nothing is found are the queues armed and the thread sleeps.
+//!
 //! One thread leads at a time; others wait on their readiness descriptors as before and are
 //! woken by whoever delivers to them. While a thread leads, and for [`GRACE`] after the last
 //! one left, the I/O thread does not wait on the epoll set (which would wake it for every
@@ -54,6 +59,7 @@ struct Leading<'a>(&'a Inner);
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
         let inner = self.0;
+        inner.leave_armed();
         // Transport events already waiting (deep queues: more came in while this thread
         // handled the last ones): the I/O thread takes them on now, in parallel with this
         // thread's work, instead of after the grace period.
@@ -143,6 +149,15 @@ impl Inner {
             let left = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(std::time::Instant::now())
             });
+            // Run to completion: what the transports expect and will not be woken for (IB
+            // completions) is polled before sleeping; if something came, look again first.
+            if self.poll_before_sleep() {
+                let now = ready();
+                if now.0 || now.1 || left.is_zero() || !self.is_running() {
+                    return Ok(now);
+                }
+                continue;
+            }
             let r = self.busy_poll(&asks, left)?;
             if r[3] != 0 && self.is_running() {
                 self.lead_round();
@@ -196,6 +211,18 @@ impl Inner {
         self.frames_led.fetch_add(read, Ordering::Relaxed);
         if more {
             // Partial writes: the I/O thread goes on with them.
+            sys::eventfd_signal(self.wake_fd.as_raw_fd());
+        }
+    }
+
+    /// A leader leaving while the I/O thread sleeps on the epoll set: what the transports
+    /// left unwatched (IB completion queues this leader drained and did not arm, since it did
+    /// not sleep) is polled and armed now, or else no event would wake the I/O thread for
+    /// it. If the poll finds something (so it armed nothing), the I/O thread is woken to do
+    /// its own poll before it sleeps again. In led mode the I/O thread polls before it goes
+    /// back to the epoll set itself (`io_loop`).
+    fn leave_armed(&self) {
+        if self.io_epoll.load(Ordering::SeqCst) && self.poll_before_sleep() {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
         }
     }
