@@ -219,8 +219,8 @@ impl Inner {
     /// left unwatched (IB completion queues this leader drained and did not arm, since it did
     /// not sleep) is polled and armed now, or else no event would wake the I/O thread for
     /// it. If the poll finds something (so it armed nothing), the I/O thread is woken to do
-    /// its own poll before it sleeps again. In led mode the I/O thread polls before it goes
-    /// back to the epoll set itself (`io_loop`).
+    /// its own poll before it sleeps again. In led mode the I/O thread polls before each of
+    /// its short sleeps itself (`io_loop`).
     fn leave_armed(&self) {
         if self.io_epoll.load(Ordering::SeqCst) && self.poll_before_sleep() {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());

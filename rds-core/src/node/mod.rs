@@ -641,12 +641,16 @@ impl Inner {
                 )
             };
             let led = !busy && self.led();
-            if !busy && !led {
+            if !busy {
                 // What the transports will not be woken for (IB completion queues not armed)
-                // is polled before sleeping on the epoll set; if something came, no sleep.
-                // Marked first: a leader that leaves a queue unarmed after this poll sees
-                // the mark and arms it ([`Inner::leave_armed`]).
-                self.io_epoll.store(true, Ordering::SeqCst);
+                // is polled before sleeping, on the epoll set or in led mode (a queue this
+                // thread's round left unarmed while a leader sleeps would wake nobody); if
+                // something came, no sleep. Marked first when the sleep is on the epoll set:
+                // a leader that leaves a queue unarmed after this poll sees the mark and arms
+                // it ([`Inner::leave_armed`]).
+                if !led {
+                    self.io_epoll.store(true, Ordering::SeqCst);
+                }
                 if self.poll_before_sleep() {
                     self.io_epoll.store(false, Ordering::SeqCst);
                     busy = true;

@@ -244,7 +244,7 @@ mod tests {
 
     /// A node without RDS/IB answers each IB connect with a failure at once (the engine
     /// backs off and tries again), as it did before the contract; it owns no token, has
-    /// nothing to apply, and never lets a sender transmit itself.
+    /// nothing to apply or to poll before sleeping, and never lets a sender transmit itself.
     #[test]
     fn a_node_without_ib_fails_each_ib_connect_at_once() {
         let (mut stack, conn, epoch) = ib_connecting();
@@ -259,6 +259,9 @@ mod tests {
         assert_eq!(t.apply(&mut stack, Instant::ZERO), 0);
         assert!(t.flush(Instant::ZERO).is_empty());
         assert_eq!(t.next_timer(), None);
+        // Nothing to poll before sleeping (the contract's default, RDS/TCP's too).
+        assert!(!t.polls_before_sleep());
+        assert!(!t.poll_before_sleep(&mut stack, Instant::ZERO));
     }
 
     /// `connecting` is true only for the path's current attempt.
