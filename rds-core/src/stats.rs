@@ -460,10 +460,12 @@ mod tests {
                 "tcp_partial_timeouts"
             ]
         );
-        assert_eq!(IB_NAMES.len(), 39);
+        assert_eq!(IB_NAMES.len(), 41);
         assert_eq!(IB_NAMES[0], "ib_connect_raced");
         assert_eq!(IB_NAMES[22], "ib_ack_received");
         assert_eq!(IB_NAMES[38], "ib_atomic_fadd");
+        // This stack's own, after the kernel's.
+        assert_eq!(IB_NAMES[39..], ["ib_cq_arm", "ib_cq_polled"]);
     }
 
     #[test]
