@@ -280,6 +280,12 @@ counters! {
         IbAtomicCswp = "ib_atomic_cswp",
         /// Atomic fetch-and-add ops.
         IbAtomicFadd = "ib_atomic_fadd",
+        /// (This stack) Completion queues armed again (`ibv_req_notify_cq`) after their
+        /// event: once a batch, by a thread going to sleep whose poll found the queue empty.
+        IbCqArm = "ib_cq_arm",
+        /// (This stack) Polls of a completion queue before a thread slept that found
+        /// completions: taken without a completion event, a re-arm or a wake-up.
+        IbCqPolled = "ib_cq_polled",
     }
 }
 
@@ -454,10 +460,12 @@ mod tests {
                 "tcp_partial_timeouts"
             ]
         );
-        assert_eq!(IB_NAMES.len(), 39);
+        assert_eq!(IB_NAMES.len(), 41);
         assert_eq!(IB_NAMES[0], "ib_connect_raced");
         assert_eq!(IB_NAMES[22], "ib_ack_received");
         assert_eq!(IB_NAMES[38], "ib_atomic_fadd");
+        // This stack's own, after the kernel's.
+        assert_eq!(IB_NAMES[39..], ["ib_cq_arm", "ib_cq_polled"]);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! [`WorkCompletion`]s polled from it.
 //!
 //! A completion queue created with a channel owns that channel (one channel per queue); its fd
-//! is non-blocking, for epoll. Every event taken from it is acknowledged at once, so destroying
-//! the queue never waits for unacknowledged events. `poll_cq` and `req_notify_cq` call the
+//! is non-blocking, for epoll. The events taken from it are acknowledged in batches of
+//! [`ACK_BATCH`] (`ibv_ack_cq_events` takes a lock), and whatever is left unacknowledged when
+//! the queue is dropped is acknowledged before it is destroyed, so destroying it never waits. `poll_cq` and `req_notify_cq` call the
 //! provider through `context->ops`, as the inline functions of `verbs.h` do.
 #![allow(unsafe_code)]
 
@@ -12,6 +13,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::device::Context;
@@ -106,10 +108,27 @@ impl fmt::Display for WcStatus {
     }
 }
 
+/// Completion events taken before they are acknowledged together.
+pub const ACK_BATCH: u32 = 16;
+
 struct CqInner {
     ctx: Context,
     ptr: NonNull<ffi::ibv_cq>,
     channel: Option<NonNull<ffi::ibv_comp_channel>>,
+    /// Events taken from the channel and not yet acknowledged.
+    unacked: AtomicU32,
+}
+
+impl CqInner {
+    /// Acknowledges `n` events taken from the channel.
+    fn ack(&self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        // SAFETY: `n` events were taken for this CQ (counted in `unacked`) and not yet
+        // acknowledged; the caller took them out of the count, so each is acknowledged once.
+        unsafe { (self.ctx.lib().verbs.ibv_ack_cq_events)(self.ptr.as_ptr(), n) };
+    }
 }
 
 // SAFETY: verbs (poll, notify, events) are thread-safe; pointers only go to them.
@@ -119,9 +138,11 @@ unsafe impl Sync for CqInner {}
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        // `ibv_destroy_cq` waits until every event taken is acknowledged.
+        self.ack(self.unacked.swap(0, Ordering::SeqCst));
         let v = &self.ctx.lib().verbs;
         // SAFETY: created by ibv_create_cq, destroyed once; QPs using it hold this inner value,
-        // so none is left; every channel event was acknowledged when taken.
+        // so none is left; every channel event was acknowledged just above.
         unsafe { (v.ibv_destroy_cq)(self.ptr.as_ptr()) };
         if let Some(c) = self.channel {
             // SAFETY: the only CQ on this channel is gone; destroyed once.
@@ -235,6 +256,7 @@ impl Context {
                 ctx: self.clone(),
                 ptr,
                 channel: chan,
+                unacked: AtomicU32::new(0),
             }),
         })
     }
@@ -304,9 +326,10 @@ impl Cq {
         check("req_notify_cq", rc)
     }
 
-    /// Takes one event from the completion channel (`ibv_get_cq_event`) and acknowledges it.
-    /// Returns `false` when there is none (the fd is non-blocking). After an event, re-arm with
-    /// [`Cq::req_notify`] and poll until empty.
+    /// Takes one event from the completion channel (`ibv_get_cq_event`); events are
+    /// acknowledged [`ACK_BATCH`] at a time (and the rest when the queue is dropped). Returns
+    /// `false` when there is none (the fd is non-blocking). An event means the arming of
+    /// [`Cq::req_notify`] was used up: poll, and arm again before sleeping on the channel.
     ///
     /// # Errors
     /// The queue has no channel, or reading the channel failed.
@@ -331,8 +354,12 @@ impl Cq {
         }
         // The channel serves this queue only, so the event is ours.
         debug_assert_eq!(cq, self.as_ptr());
-        // SAFETY: one event was taken for this CQ; acknowledged once.
-        unsafe { (self.lib().verbs.ibv_ack_cq_events)(self.as_ptr(), 1) };
+        let n = self.inner.unacked.fetch_add(1, Ordering::SeqCst) + 1;
+        if n >= ACK_BATCH {
+            // Only the events this call takes out of the count are acknowledged here.
+            let taken = self.inner.unacked.swap(0, Ordering::SeqCst);
+            self.inner.ack(taken);
+        }
         Ok(true)
     }
 }

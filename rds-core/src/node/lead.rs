@@ -4,6 +4,11 @@
 //! own context. A message for its own socket then costs one wake-up (the waiting thread's)
 //! instead of two (the I/O thread's, then the waiting thread's).
 //!
+//! Before it sleeps, the leader has the transports poll what they will not be woken for
+//! ([`Inner::poll_before_sleep`]: RDS/IB's completion queues left unarmed after their last
+//! event), so that a reply whose completion is already there is taken without an event, a
+//! re-arm and a wake-up; only when nothing is found are the queues armed and the thread sleeps.
+//!
 //! One thread leads at a time; others wait on their readiness descriptors as before and are
 //! woken by whoever delivers to them. While a thread leads, and for [`GRACE`] after the last
 //! one left, the I/O thread does not wait on the epoll set (which would wake it for every
@@ -59,6 +64,7 @@ struct Leading<'a> {
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
         let inner = self.inner;
+        inner.leave_armed();
         // Transport events already waiting (deep queues: more came in while this thread
         // handled the last ones): the I/O thread takes them on now, in parallel with this
         // thread's work, instead of after the grace period. A leader whose rounds each
@@ -162,6 +168,15 @@ impl Inner {
             let left = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(std::time::Instant::now())
             });
+            // Run to completion: what the transports expect and will not be woken for (IB
+            // completions) is polled before sleeping; if something came, look again first.
+            if self.poll_before_sleep() {
+                let now = ready();
+                if now.0 || now.1 || left.is_zero() || !self.is_running() {
+                    return Ok(now);
+                }
+                continue;
+            }
             let r = {
                 // A message this thread delivers to its own socket in its round is seen
                 // by `ready()` below, with no eventfd written.
@@ -229,6 +244,18 @@ impl Inner {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
         }
         more || events > 1 || read > 1
+    }
+
+    /// A leader leaving while the I/O thread sleeps on the epoll set: what the transports
+    /// left unwatched (IB completion queues this leader drained and did not arm, since it did
+    /// not sleep) is polled and armed now, or else no event would wake the I/O thread for
+    /// it. If the poll finds something (so it armed nothing), the I/O thread is woken to do
+    /// its own poll before it sleeps again. In led mode the I/O thread polls before each of
+    /// its short sleeps itself (`io_loop`).
+    fn leave_armed(&self) {
+        if self.io_epoll.load(Ordering::SeqCst) && self.poll_before_sleep() {
+            sys::eventfd_signal(self.wake_fd.as_raw_fd());
+        }
     }
 
     /// Whether the I/O thread stays off the epoll set now (a thread leads or left less than

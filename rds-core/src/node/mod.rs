@@ -142,6 +142,10 @@ pub(crate) struct Inner {
     epoll: Arc<sys::Epoll>,
     wake_fd: OwnedFd,
     io_sleeping: AtomicBool,
+    /// The I/O thread polled before sleeping and sleeps on the epoll set (not in led mode,
+    /// `lead.rs`): a leader that leaves a completion queue unarmed must arm it (no event
+    /// would wake the I/O thread for it).
+    io_epoll: AtomicBool,
     /// An application thread does the transport I/O while it waits (`lead.rs`).
     leader: AtomicBool,
     /// When the last leader left (engine nanoseconds; 0: never).
@@ -263,6 +267,7 @@ impl Node {
             epoll,
             wake_fd,
             io_sleeping: AtomicBool::new(false),
+            io_epoll: AtomicBool::new(false),
             leader: AtomicBool::new(false),
             led_at: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
@@ -587,6 +592,23 @@ impl Inner {
                         .min(Duration::from_millis(500)),
                 )
             };
+            let led = !busy && self.led();
+            if !busy {
+                // What the transports will not be woken for (IB completion queues not armed)
+                // is polled before sleeping, on the epoll set or in led mode (a queue this
+                // thread's round left unarmed while a leader sleeps would wake nobody); if
+                // something came, no sleep. Marked first when the sleep is on the epoll set:
+                // a leader that leaves a queue unarmed after this poll sees the mark and arms
+                // it ([`Inner::leave_armed`]).
+                if !led {
+                    self.io_epoll.store(true, Ordering::SeqCst);
+                }
+                if self.poll_before_sleep() {
+                    self.io_epoll.store(false, Ordering::SeqCst);
+                    busy = true;
+                    continue;
+                }
+            }
             self.io_sleeping.store(true, Ordering::SeqCst);
             // Work queued between the last check and sleeping must not be missed.
             let queued = !lock(&self.core).io_work.is_empty();
@@ -595,7 +617,7 @@ impl Inner {
             } else {
                 timeout
             };
-            if !queued && !busy && self.led() {
+            if !queued && led {
                 // An application thread does the transport I/O (`lead.rs`): wait for work
                 // handed over and for timers only.
                 let t = timeout.map_or(lead::GRACE, |t| t.min(lead::GRACE));
@@ -608,6 +630,7 @@ impl Inner {
                 evs.clear();
             }
             self.io_sleeping.store(false, Ordering::SeqCst);
+            self.io_epoll.store(false, Ordering::SeqCst);
             if !self.running.load(Ordering::SeqCst) {
                 break;
             }

@@ -174,6 +174,41 @@ impl Inner {
         core
     }
 
+    /// Before a thread that runs the node's I/O sleeps (the I/O thread before `epoll_wait`, a
+    /// leader before `poll`): the transports poll what they will not be woken for
+    /// ([`Transport::poll_before_sleep`]); what they find is applied, sockets are woken, and
+    /// transport work is done as after an application call (the IB transport's transmits
+    /// here, anything else by the I/O thread). Returns whether anything was found: the thread
+    /// then looks at its work again instead of sleeping, and calls this again before it does.
+    ///
+    /// Only RDS/IB polls anything (RDS/TCP's sockets wake the epoll set themselves, and its
+    /// default polls nothing), so only its lock is taken, not the round's (TCP's), as for an
+    /// application call's transmit; and the engine lock only when it has something to poll.
+    pub(crate) fn poll_before_sleep(&self) -> bool {
+        let mut ib = lock(&self.ib);
+        let Some(t) = ib.as_mut() else {
+            return false;
+        };
+        let t: &mut dyn Transport = t;
+        if !t.polls_before_sleep() {
+            return false;
+        }
+        let now = self.now();
+        let mut core = lock(&self.core);
+        let found = t.poll_before_sleep(&mut core.stack, now);
+        if !self.drain_events(&mut core, true) {
+            return found;
+        }
+        core = self.transmit_here(t, core);
+        let left = !core.io_work.is_empty();
+        drop(core);
+        drop(ib);
+        if left {
+            self.wake_io();
+        }
+        found
+    }
+
     /// One round of the I/O thread: socket events, engine updates, writes. Returns whether
     /// more work is pending right away.
     pub(super) fn io_round(&self, evs: &[(u64, u32)]) -> bool {

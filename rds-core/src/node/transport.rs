@@ -20,6 +20,12 @@
 //! An application thread transmits itself (`Inner::after_app_call_inline`) on a lane the
 //! transport calls idle ([`Transport::lane_idle`]), with the same calls.
 //!
+//! Before a thread that runs rounds sleeps (the I/O thread, or an application thread leading
+//! the I/O while it waits, `lead.rs`), `Inner::poll_before_sleep` asks each transport to poll
+//! what it will not be woken for ([`Transport::poll_before_sleep`]: RDS/IB's completion queues
+//! not armed); what it finds is applied and its transport work done as after an application
+//! call, and the thread does not sleep yet.
+//!
 //! RDS/TCP reads and writes sockets in steps 1 and 3 and applies in step 2. RDS/IB needs the
 //! engine's answer as it handles a connection manager or completion event (an accept, a
 //! connection going up, a fragment refused), so step 1 only notes its events and step 2
@@ -102,6 +108,25 @@ pub(crate) trait Transport {
 
     /// Whether output or reads wait for the next round.
     fn has_pending(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Transport::poll_before_sleep`] has anything to poll (a cheap check, so
+    /// that a thread going to sleep takes the engine lock only when it does).
+    fn polls_before_sleep(&self) -> bool {
+        false
+    }
+
+    /// Before the thread that runs the node's I/O sleeps (the I/O thread in `epoll_wait`, an
+    /// application thread leading the I/O while it waits for its socket), with the engine
+    /// lock: polls what the transport expects but will not be woken for, and applies what it
+    /// finds as [`Transport::apply`] does. RDS/IB: its completion queues left unarmed after
+    /// their last event are polled first and armed only when empty (and polled once more).
+    /// Returns whether it found anything: then the thread looks at its work again and calls
+    /// this again before it sleeps. The default (RDS/TCP: its sockets wake the epoll set
+    /// themselves) polls nothing.
+    fn poll_before_sleep(&mut self, stack: &mut Stack, now: Instant) -> bool {
+        let _ = (stack, now);
         false
     }
 
@@ -219,7 +244,7 @@ mod tests {
 
     /// A node without RDS/IB answers each IB connect with a failure at once (the engine
     /// backs off and tries again), as it did before the contract; it owns no token, has
-    /// nothing to apply, and never lets a sender transmit itself.
+    /// nothing to apply or to poll before sleeping, and never lets a sender transmit itself.
     #[test]
     fn a_node_without_ib_fails_each_ib_connect_at_once() {
         let (mut stack, conn, epoch) = ib_connecting();
@@ -234,6 +259,9 @@ mod tests {
         assert_eq!(t.apply(&mut stack, Instant::ZERO), 0);
         assert!(t.flush(Instant::ZERO).is_empty());
         assert_eq!(t.next_timer(), None);
+        // Nothing to poll before sleeping (the contract's default, RDS/TCP's too).
+        assert!(!t.polls_before_sleep());
+        assert!(!t.poll_before_sleep(&mut stack, Instant::ZERO));
     }
 
     /// `connecting` is true only for the path's current attempt.

@@ -77,6 +77,10 @@ pub(super) struct Res {
     max_sge: usize,
     /// Payload bytes still expected of the message being received.
     rx_left: usize,
+    /// The queue is armed ([`Cq::req_notify`]) and its event not yet taken: a completion
+    /// wakes the node through the channel. Not armed, it must be polled (and armed) before
+    /// the node sleeps ([`Ib::poll_unarmed`]).
+    armed: bool,
 }
 
 impl Ib {
@@ -137,6 +141,7 @@ impl Ib {
             rdma_wrs: 0,
             max_sge,
             rx_left: 0,
+            armed: true,
         });
         Ok(rd)
     }
@@ -287,29 +292,91 @@ impl Ib {
         }
     }
 
-    /// Drains connection `i`'s completion channel and queue, applying each work
-    /// completion's report before the next.
-    pub(super) fn completions(&mut self, i: usize, stack: &mut Stack, now: Instant) {
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-            return;
-        };
-        let lane = c.lane();
-        let Some(r) = c.res.as_mut() else {
+    /// An event on connection `i`'s completion channel: takes it (the queue's arming is used
+    /// up) and drains the queue. The queue is not armed again here: whoever goes to sleep next
+    /// polls it first and arms it only when it finds nothing ([`Ib::poll_unarmed`]), so
+    /// completions that come while the node works cost no event.
+    pub(super) fn cq_event(&mut self, i: usize, stack: &mut Stack, now: Instant) {
+        let Some(r) = self.res_mut(i) else {
             return;
         };
         // One event per arming; a second one pending keeps the fd readable (epoll is
-        // level-triggered), so one read (no second read for EAGAIN) is enough.
-        let _ = r.cq.get_event();
-        self.stats.inc(IbCounter::IbTaskletCall);
-        let mut dead = r.cq.req_notify(false).is_err();
+        // level-triggered), so one read (no second read for EAGAIN) is enough. No event (a
+        // poll already took the completions of an event read earlier, or the slot was reused)
+        // leaves the arming as it was.
+        if r.cq.get_event().unwrap_or(false) {
+            r.armed = false;
+            self.stats.inc(IbCounter::IbTaskletCall);
+        }
+        self.drain(i, stack, now);
+    }
+
+    /// Before the thread running the node's I/O sleeps: polls every completion queue not armed,
+    /// and arms those that had nothing, polling each once more after arming (a completion that
+    /// came between the poll and the arming raised no event). Returns whether any completion
+    /// was found: the caller looks at its sockets again and calls this again before sleeping;
+    /// a queue that had completions stays unarmed until then. A queue that cannot be armed is
+    /// broken: its connection is closed and reported down.
+    pub(super) fn poll_unarmed(&mut self, stack: &mut Stack, now: Instant) -> bool {
+        let mut found = false;
+        for i in 0..self.conns.len() {
+            if self.res_mut(i).is_none_or(|r| r.armed) {
+                continue;
+            }
+            if self.drain(i, stack, now) {
+                self.stats.inc(IbCounter::IbCqPolled);
+                found = true;
+                continue;
+            }
+            let Some(r) = self.res_mut(i).filter(|r| !r.armed) else {
+                continue;
+            };
+            if let Err(e) = r.cq.req_notify(false) {
+                log(&format!("req_notify_cq: {e}"));
+                let lane = self.conns[i].as_ref().expect("live").lane();
+                self.close(i);
+                self.outs.push(IbOut::Down(lane));
+                self.apply_reports(stack, now);
+                continue;
+            }
+            r.armed = true;
+            self.stats.inc(IbCounter::IbCqArm);
+            if self.drain(i, stack, now) {
+                self.stats.inc(IbCounter::IbCqPolled);
+                found = true;
+            }
+        }
+        found
+    }
+
+    /// Whether a completion queue is not armed ([`Ib::poll_unarmed`] has work).
+    pub(super) fn any_unarmed(&self) -> bool {
+        self.conns
+            .iter()
+            .flatten()
+            .any(|c| c.res.as_ref().is_some_and(|r| !r.armed))
+    }
+
+    fn res_mut(&mut self, i: usize) -> Option<&mut Res> {
+        self.conns.get_mut(i)?.as_mut()?.res.as_mut()
+    }
+
+    /// Polls connection `i`'s completion queue until it is empty, applying each work
+    /// completion's report before the next. Returns whether it found any completion.
+    fn drain(&mut self, i: usize, stack: &mut Stack, now: Instant) -> bool {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return false;
+        };
+        let lane = c.lane();
+        if c.res.is_none() {
+            return false;
+        }
+        let mut dead = false;
         let mut engine_dropped = false;
         let mut seen = Seen::default();
         // Receive buffers consumed by a poll are reposted together after it.
         self.refill.clear();
-        'outer: while !dead {
-            let Some(r) = self.conns[i].as_mut().and_then(|c| c.res.as_mut()) else {
-                break;
-            };
+        'outer: while let Some(r) = self.conns[i].as_mut().and_then(|c| c.res.as_mut()) {
             if !self.refill.is_empty() {
                 if post_recvs(&r.qp, &r.recv, &self.refill).is_err() {
                     dead = true;
@@ -327,6 +394,7 @@ impl Ib {
                     break;
                 }
             };
+            seen.any = true;
             for k in 0..n {
                 let wc = self.wcs[k];
                 let alive = self.completion(i, wc, &mut seen);
@@ -348,18 +416,19 @@ impl Ib {
             self.stats.inc(IbCounter::IbRxCqEvent);
         }
         if engine_dropped {
-            return;
+            return seen.any;
         }
         if dead {
             self.close(i);
             self.outs.push(IbOut::Down(lane));
             self.apply_reports(stack, now);
-            return;
+            return seen.any;
         }
         let more = self.conns[i].as_ref().is_some_and(|c| c.more);
         if seen.pull && more {
             self.pull(stack, now, lane.conn, lane.path);
         }
+        seen.any
     }
 
     /// One work completion of connection `i`: frees what it completes and reports what the
@@ -437,6 +506,8 @@ impl Ib {
 /// What one completion poll saw, for the counters and the refill.
 #[derive(Default)]
 struct Seen {
+    /// Any completion.
+    any: bool,
     /// Send queue room was freed: the engine's frames may go.
     pull: bool,
     /// A SEND (or the ACK) completed.

@@ -12,8 +12,15 @@
 //! posted buffers rely on RNR retry 7 (infinite), which both sides request.
 //!
 //! Completions: one completion queue per connection with its own completion channel, whose fd
-//! is in the node's epoll set; the queue is re-armed and drained on each wakeup, so an idle
-//! connection costs no CPU. Runs on the node's I/O thread, like the TCP transport.
+//! is in the node's epoll set. An event on the channel is taken and the queue drained, but it
+//! is not re-armed then: the thread that runs the node's I/O (the I/O thread, or an application
+//! thread leading it while it waits for its socket, `node/lead.rs`) polls the queues that are
+//! not armed before it sleeps ([`Transport::poll_before_sleep`]), and arms a queue only when
+//! that poll finds nothing, then polls it once more (a completion between the two raised no
+//! event). So the completions that come while the node works are reaped without an event, a
+//! re-arm or a wake-up, and an idle connection still costs no CPU. An event still pending
+//! after such a poll is harmless: the channel fd stays readable (level-triggered), the next
+//! round takes it and finds the queue empty or with newer completions.
 //!
 //! This file holds the transport's state, its listeners, its connection table and its side
 //! of the node's transport contract ([`Transport`], `node/transport.rs`); `conn` runs the
@@ -303,7 +310,7 @@ impl Ib {
                 }
             }
         } else if token & !TOKEN_MASK == TOKEN_IB_CQ {
-            self.completions((token & TOKEN_MASK) as usize, stack, now);
+            self.cq_event((token & TOKEN_MASK) as usize, stack, now);
         }
     }
 }
@@ -353,6 +360,15 @@ impl Transport for Ib {
 
     fn lane_idle(&mut self, _conn: ConnId, _path: usize) -> bool {
         true
+    }
+
+    fn polls_before_sleep(&self) -> bool {
+        self.any_unarmed()
+    }
+
+    fn poll_before_sleep(&mut self, stack: &mut Stack, now: Instant) -> bool {
+        self.ops.sweep();
+        self.poll_unarmed(stack, now)
     }
 }
 
