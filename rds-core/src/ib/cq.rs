@@ -4,8 +4,9 @@
 //! A completion queue created with a channel owns that channel (one channel per queue); its fd
 //! is non-blocking, for epoll. The events taken from it are acknowledged in batches of
 //! [`ACK_BATCH`] (`ibv_ack_cq_events` takes a lock), and whatever is left unacknowledged when
-//! the queue is dropped is acknowledged before it is destroyed, so destroying it never waits. `poll_cq` and `req_notify_cq` call the
-//! provider through `context->ops`, as the inline functions of `verbs.h` do.
+//! the queue is dropped is acknowledged before it is destroyed, so destroying it never waits.
+//! `poll_cq` and `req_notify_cq` call the provider through `context->ops`, as the inline
+//! functions of `verbs.h` do.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_void};

@@ -23,13 +23,14 @@ pub(crate) struct Waiter {
     /// Threads blocked on `cv` (changed under the engine lock): a wakeup with nobody
     /// waiting costs no `futex` call.
     pub waiting: AtomicUsize,
-    /// Readable eventfd (POLLIN readiness), created on demand; whether it is signalled.
-    pub rx_fd: Mutex<Option<(OwnedFd, bool)>>,
-    /// Writable eventfd (POLLOUT readiness), created on demand; whether it is signalled.
-    pub tx_fd: Mutex<Option<(OwnedFd, bool)>>,
+    /// Readable eventfd (POLLIN readiness), created on demand.
+    pub rx_fd: Mutex<Option<OwnedFd>>,
+    /// Writable eventfd (POLLOUT readiness), created on demand.
+    pub tx_fd: Mutex<Option<OwnedFd>>,
     /// The readiness as last brought in line: [`READABLE`] and [`WRITABLE`] bits.
     ready: AtomicU8,
-    /// Which eventfds are signalled now (the same bits), read without their locks.
+    /// Which eventfds are signalled now (the same bits; a bit changes only under its
+    /// eventfd's lock, and is read without it).
     fds_on: AtomicU8,
     /// Threads of this library in `poll(2)` on the eventfds now ([`Waiter::polling`]).
     pollers: AtomicUsize,
@@ -64,7 +65,7 @@ impl Waiter {
     }
 
     /// The readable (`rx`) or the writable eventfd's slot.
-    pub(crate) fn slot(&self, rx: bool) -> &Mutex<Option<(OwnedFd, bool)>> {
+    pub(crate) fn slot(&self, rx: bool) -> &Mutex<Option<OwnedFd>> {
         if rx {
             &self.rx_fd
         } else {
@@ -101,15 +102,14 @@ impl Waiter {
         }
         for (bit, slot) in [(READABLE, &self.rx_fd), (WRITABLE, &self.tx_fd)] {
             let want = want & bit != 0;
-            let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((fd, signaled)) = g.as_mut() {
-                if want && !*signaled && polled {
+            let g = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(fd) = g.as_ref() {
+                let signaled = self.fds_on.load(Ordering::SeqCst) & bit != 0;
+                if want && !signaled && polled {
                     sys::eventfd_signal(fd.as_raw_fd());
-                    *signaled = true;
                     self.fds_on.fetch_or(bit, Ordering::SeqCst);
-                } else if !want && *signaled {
+                } else if !want && signaled {
                     sys::eventfd_clear(fd.as_raw_fd());
-                    *signaled = false;
                     self.fds_on.fetch_and(!bit, Ordering::SeqCst);
                 }
             }
@@ -130,7 +130,7 @@ mod tests {
 
     fn with_rx_fd() -> Waiter {
         let w = Waiter::default();
-        *w.rx_fd.lock().unwrap() = Some((sys::eventfd().expect("eventfd"), false));
+        *w.rx_fd.lock().unwrap() = Some(sys::eventfd().expect("eventfd"));
         w
     }
 
@@ -142,7 +142,7 @@ mod tests {
         w.update_fds(true, false);
         assert_eq!(w.signaled(), (true, false));
         let g = w.rx_fd.lock().unwrap();
-        assert!(!readable(&g.as_ref().unwrap().0), "nobody polls: no write");
+        assert!(!readable(g.as_ref().unwrap()), "nobody polls: no write");
         drop(g);
         w.update_fds(false, false);
         {
@@ -150,13 +150,13 @@ mod tests {
             w.update_fds(true, false);
         }
         let g = w.rx_fd.lock().unwrap();
-        assert!(readable(&g.as_ref().unwrap().0), "written for the poller");
+        assert!(readable(g.as_ref().unwrap()), "written for the poller");
         drop(g);
         // Drained with nobody polling: the signal is cleared all the same.
         w.update_fds(false, true);
         assert_eq!(w.signaled(), (false, true));
         let g = w.rx_fd.lock().unwrap();
-        assert!(!readable(&g.as_ref().unwrap().0), "cleared");
+        assert!(!readable(g.as_ref().unwrap()), "cleared");
     }
 
     /// Descriptors handed out of the library are written on every change.
@@ -166,11 +166,11 @@ mod tests {
         w.hand_out();
         w.update_fds(true, false);
         let g = w.rx_fd.lock().unwrap();
-        assert!(readable(&g.as_ref().unwrap().0));
+        assert!(readable(g.as_ref().unwrap()));
         drop(g);
         w.update_fds(false, false);
         let g = w.rx_fd.lock().unwrap();
-        assert!(!readable(&g.as_ref().unwrap().0));
+        assert!(!readable(g.as_ref().unwrap()));
     }
 
     /// A poller that registers and then finds the socket not ready is woken by a change made
@@ -182,7 +182,7 @@ mod tests {
             w.update_fds(false, false);
             let w2 = w.clone();
             let t = std::thread::spawn(move || w2.update_fds(true, false));
-            let fd = w.rx_fd.lock().unwrap().as_ref().unwrap().0.as_raw_fd();
+            let fd = w.rx_fd.lock().unwrap().as_ref().unwrap().as_raw_fd();
             let woke = {
                 let _p = w.polling();
                 w.signaled().0

@@ -348,9 +348,9 @@ impl Embedded {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
-            *g = Some((sys::eventfd()?, false));
+            *g = Some(sys::eventfd()?);
         }
-        let fd = g.as_ref().map(|(f, _)| f.as_raw_fd()).expect("just set");
+        let fd = g.as_ref().map(AsRawFd::as_raw_fd).expect("just set");
         drop(g);
         if self.node.inner.is_running() {
             self.update_fds(core);
@@ -370,7 +370,7 @@ impl Embedded {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map(|(f, _)| f.as_raw_fd());
+            .map(AsRawFd::as_raw_fd);
         match known {
             Some(fd) => Ok(fd),
             None => self.ready_fd_locked(&self.core(), rx),
