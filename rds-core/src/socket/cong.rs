@@ -9,8 +9,10 @@
 //!   on the node's congestion condition variable, which the engine notifies on every change
 //!   of a congestion map and every path that goes down, and holds the engine lock at all
 //!   other times; so every bell armed before a change is rung after it, whether or not the
-//!   watcher was waiting at the moment of the notification. It rings (and disarms) every
-//!   armed bell on each wake, and all of them when the node stops, then ends.
+//!   watcher was waiting at the moment of the notification. A change notified before the
+//!   watcher first held the lock reached nobody: the watcher rings the bells armed by then
+//!   as it starts. It rings (and disarms) every armed bell on each wake, and all of them
+//!   when the node stops, then ends.
 //! - **A bell** has a generation counter that each ring increments and a descriptor it makes
 //!   readable: an eventfd of this process for an embedded socket ([`LocalBell`]), or for a
 //!   daemon client's ring a pipe to the client and a word of the shared segment
@@ -95,6 +97,11 @@ fn watch(inner: &crate::node::Inner, armed: &Mutex<Armed>, key: usize) {
     pipe.add(nix::sys::signal::Signal::SIGPIPE);
     let _ = pipe.thread_block();
     let mut core = inner.lock_core();
+    // Bells armed before this thread first held the engine lock (the first `arm` starts the
+    // watcher and arms at once) may have missed a change notified meanwhile, when nobody
+    // waited on the condition variable: ring them now; a sender woken for nothing finds
+    // its destination still congested and arms again.
+    lock(armed).ring_all();
     while inner.is_running() {
         core = inner.cong_cv.wait(core).unwrap_or_else(|p| p.into_inner());
         lock(armed).ring_all();
@@ -389,6 +396,33 @@ mod tests {
             tx.send_bytes(vec![1u8; 10].into(), Some(to), true).unwrap(),
             10
         );
+        n.shutdown();
+    }
+
+    /// A change notified while the watcher was starting (not yet waiting on the condition
+    /// variable) still rings a bell armed before it: the first congestion of a node armed the
+    /// watcher's first bell and then raced it, and a preloaded `qperf rds_bw` sender slept
+    /// until its test's end (one run in three). Made deterministic by holding the engine
+    /// lock across the watcher's start, the arming and the notification.
+    #[test]
+    fn a_change_while_the_watcher_starts_rings_the_bell() {
+        let n = node("127.174.0.3");
+        let bell = Slot::default().get().unwrap();
+        let wake: Arc<dyn Wake> = bell.clone();
+        let seen = bell.gen();
+        {
+            let _core = n.inner.lock_core();
+            // The watcher starts and waits for the engine lock.
+            let reg = registry(&n).unwrap();
+            // Armed as `arm` does, under the engine lock...
+            let key = Arc::as_ptr(&wake).cast::<()>() as usize;
+            lock(&reg).bells.insert(key, Arc::downgrade(&wake));
+            // ...and the congestion map changes before the watcher ever waited.
+            n.inner.cong_cv.notify_all();
+        }
+        let soon = Instant::now() + Duration::from_secs(5);
+        let end = bell.sleeper.wait(&|| bell.gen(), seen, -1, Some(soon), false);
+        assert_eq!(end.unwrap(), WaitEnd::Changed);
         n.shutdown();
     }
 
