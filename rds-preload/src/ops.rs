@@ -302,10 +302,7 @@ fn send_inner(
             e.sent.store(true, Ordering::Relaxed);
         }
         match r {
-            Err(libc::EAGAIN) if !nonblock => {
-                let tx = e.ready_fds().map(|f| f[1]);
-                wait_ready(tx, end)?;
-            }
+            Err(libc::EAGAIN) if !nonblock => wait_sock(e, false, end)?,
             // A congested destination: wait, as the kernel's `rds_cong_wait`, until its
             // congestion map changes (no timer); not congested twice in a row around a
             // failed send, the ENOBUFS was the node's memory and is the answer.
@@ -381,8 +378,7 @@ pub fn recv(e: &Entry, buf: &mut [u8], flags: i32) -> Res<Recvd> {
     };
     let m = match once(buf) {
         Err(libc::EAGAIN) if !nonblock => e.wait_rx(|| loop {
-            let rx = e.ready_fds().map(|f| f[0]);
-            wait_ready(rx, end)?;
+            wait_sock(e, true, end)?;
             match once(buf) {
                 Err(libc::EAGAIN) => {}
                 r => break r,
@@ -700,6 +696,33 @@ pub fn get_tos(e: &Entry) -> u8 {
 /// `O_NONBLOCK` from `fcntl(F_SETFL)` or `ioctl(FIONBIO)`.
 pub fn set_nonblocking(e: &Entry, on: bool) {
     e.nonblock.store(on, Ordering::Relaxed);
+}
+
+/// Blocks until the socket is readable (`rx`) or writable (else), `deadline` passes
+/// (`ETIMEDOUT`), or a signal arrives (`EINTR`, as the kernel's RDS returns to a handler
+/// installed without `SA_RESTART`). On an embedded node the waiting thread reads its
+/// connections itself meanwhile (`Socket::wait_interruptible`): a reply wakes this thread
+/// only, not the node's I/O thread first. An unbound socket (no readiness yet) sleeps a
+/// little.
+fn wait_sock(e: &Entry, rx: bool, deadline: Option<Instant>) -> Res<()> {
+    if e.ready_fds().is_none() {
+        return wait_ready(None, deadline);
+    }
+    let left = match deadline {
+        None => Duration::MAX,
+        Some(d) => {
+            let now = Instant::now();
+            if now >= d {
+                return Err(libc::ETIMEDOUT);
+            }
+            d - now
+        }
+    };
+    match e.sock.wait_interruptible(rx, !rx, left) {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::Interrupted => Err(libc::EINTR),
+        Err(err) => Err(errno(err)),
+    }
 }
 
 /// Blocks until readiness eventfd `fd` is readable (the socket became readable or writable),

@@ -220,9 +220,15 @@ impl Entry {
         self.ev.get().copied()
     }
 
-    /// Runs `wait` (a blocking wait for the socket's POLLIN) with the readiness thread's watch
-    /// on POLLIN paused, then brings the pair in step.
+    /// Runs `wait` (a blocking wait for the socket's POLLIN) without waking the readiness
+    /// thread for what it receives: on an embedded node the readable eventfd is left
+    /// unwritten meanwhile (`Socket::quiet_rx_fd`, no system call), else the thread's watch
+    /// on it is paused (two `epoll_ctl`); either way the watch sees the socket's state again
+    /// afterwards.
     pub fn wait_rx<T>(&self, wait: impl FnOnce() -> T) -> T {
+        if let Some(_quiet) = self.sock.quiet_rx_fd() {
+            return wait();
+        }
         let pump = match (self.ev.get(), PUMP.get()) {
             (Some(&[rx, _]), Some(Ok(p))) => Some((rx, p.ep.as_raw_fd())),
             _ => None,
@@ -258,20 +264,29 @@ impl Entry {
         self.sync_dirs(rx, tx, true, [false; 2]);
     }
 
-    /// `ready`: POLLIN and POLLOUT known to hold whatever the descriptors show.
+    /// `ready`: POLLIN and POLLOUT known to hold whatever the socket says. The socket's
+    /// readiness is read from the socket (its flags, no system call), not from its eventfds,
+    /// which show the same a moment later.
     fn sync_dirs(&self, rx: bool, tx: bool, only_ready: bool, ready: [bool; 2]) {
-        let Some(&[rx_fd, tx_fd]) = self.ev.get() else {
+        if self.ev.get().is_none() {
             return;
-        };
+        }
         let mut m = self.mirror.lock().unwrap_or_else(|p| p.into_inner());
         let rx = rx && (m.readable || !only_ready);
         let tx = tx && (m.writable || !only_ready);
         if !rx && !tx {
             return;
         }
-        let [r, w] = sys::poll_in2([rx.then_some(rx_fd), tx.then_some(tx_fd)]);
-        let r = if rx { r || ready[0] } else { m.readable };
-        let w = if tx { w || ready[1] } else { m.writable };
+        let r = if rx {
+            ready[0] || self.sock.readable()
+        } else {
+            m.readable
+        };
+        let w = if tx {
+            ready[1] || self.sock.writable()
+        } else {
+            m.writable
+        };
         if r != m.readable {
             if r {
                 let _ = sys::send_nb(self.b.as_raw_fd(), &[1]);

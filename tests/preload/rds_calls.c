@@ -436,6 +436,15 @@ static int mode_calls(const char *A, const char *B, const char *N)
 	struct itimerval it = { { 0, 0 }, { 0, 100000 } };
 	setitimer(ITIMER_REAL, &it, NULL);
 	show("recv(empty, blocking, SIGALRM)", recv(t, buf, sizeof(buf), 0));
+	/* Also right after a send (the waiting thread then reads the transport itself); another
+	 * socket, since one that sent keeps its TOS. */
+	int w = rds_socket();
+	struct sockaddr_in wa = sin4(A, 4098), nobody = sin4(A, 4099);
+	bind(w, (struct sockaddr *)&wa, sizeof(wa));
+	show("sendto(unbound port)", sendto(w, "?", 1, 0, (struct sockaddr *)&nobody, sizeof(nobody)));
+	setitimer(ITIMER_REAL, &it, NULL);
+	show("recv(empty, after a send, blocking, SIGALRM)", recv(w, buf, sizeof(buf), 0));
+	close(w);
 	signal(SIGALRM, SIG_DFL);
 
 	v = 1;

@@ -1,7 +1,8 @@
 //! `Socket::wait` on an embedded node (issue 19, item 2): the thread that waits for its
 //! socket reads the transport itself, so a reply wakes that thread only; the I/O thread takes
 //! over when nobody waits, several waiting threads are served, and a node shut down under a
-//! waiting thread ends its wait (and makes the socket's descriptor readable).
+//! waiting thread ends its wait (and makes the socket's descriptor readable); a readable
+//! descriptor kept quiet while its owner receives itself shows what is left afterwards.
 //!
 //! Addresses: 127.3.11.0/24.
 
@@ -274,4 +275,43 @@ fn a_blocking_receive_leads_when_it_waits_for_an_answer_only() {
         after.1, before.1,
         "the sink's waits read nothing themselves"
     );
+}
+
+/// While the owner of the readable descriptor has a thread waiting to receive itself
+/// (`Socket::quiet_rx_fd`, the preload library's blocking `recvmsg`), messages that arrive
+/// do not write the descriptor; what is left when the guard drops does, and a socket
+/// drained shows nothing.
+#[test]
+fn a_quiet_descriptor_shows_what_is_left_when_the_wait_ends() {
+    let (na, nb) = (node("127.3.11.61"), node("127.3.11.62"));
+    let a = sock(&na, "127.3.11.61:4000");
+    let b = sock(&nb, "127.3.11.62:4000");
+    let ba = b.local_addr().unwrap();
+    let fd = b.fd().unwrap();
+    let polls = || rds_core::poll_readable(&[fd], Duration::ZERO).unwrap()[0];
+    let mut buf = [0u8; 16];
+    for round in 0..100u32 {
+        {
+            let _quiet = b.quiet_rx_fd().expect("an embedded socket");
+            a.send_to(&round.to_be_bytes(), ba).unwrap();
+            a.send_to(b"left over", ba).unwrap();
+            let (n, _) = b.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], round.to_be_bytes());
+            // The second message arrives (the socket's flags say so) with nobody of the
+            // library polling: the descriptor stays quiet.
+            let end = Instant::now() + T;
+            while !b.readable() {
+                assert!(
+                    Instant::now() < end,
+                    "round {round}: the second message is missing"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            assert!(!polls(), "round {round}: written while quiet");
+        }
+        assert!(polls(), "round {round}: the message left over is not shown");
+        let (n, _) = b.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"left over");
+        assert!(!polls(), "round {round}: drained but shown readable");
+    }
 }

@@ -123,16 +123,20 @@ impl Inner {
     /// as `(readable, writable)`) or `fds[2]` is readable, with `fds[0..2]` the readiness
     /// descriptors of the socket whose wait state is `waiter` (negative ones skipped), which
     /// signal a change of `ready()` while this thread polls them ([`Waiter::polling`]). If no
-    /// other thread leads, this one does the node's transport I/O while it waits (module
-    /// docs).
+    /// other thread leads and `may_lead`, this one does the node's transport I/O while it
+    /// waits (module docs).
+    ///
+    /// A signal that interrupts the wait ends it (the caller decides whether that is an
+    /// answer or a reason to wait again).
     ///
     /// # Errors
-    /// `poll(2)` errors other than EINTR.
+    /// `poll(2)` errors, EINTR (kind `Interrupted`) included.
     pub(crate) fn wait_leading(
         &self,
         fds: [RawFd; 3],
         waiter: &Waiter,
         timeout: Duration,
+        may_lead: bool,
         ready: impl Fn() -> (bool, bool),
     ) -> io::Result<(bool, bool)> {
         let now = ready();
@@ -140,7 +144,8 @@ impl Inner {
             return Ok(now);
         }
         let _waiting = Waiting::new(self);
-        let leads = self.is_running()
+        let leads = may_lead
+            && self.is_running()
             && !self.crowded()
             && self
                 .leader
@@ -155,7 +160,7 @@ impl Inner {
             if now.0 || now.1 {
                 return Ok(now);
             }
-            sys::poll_for(&asks[..3], timeout)?;
+            sys::poll_until_signal(&asks[..3], timeout)?;
             return Ok(ready());
         }
         let mut leading = Leading {
@@ -200,13 +205,13 @@ impl Inner {
     /// `poll(2)` on `asks` for up to `left`, first without sleeping for up to the node's
     /// busy-poll time (a thread that sleeps while the other CPU goes idle costs both a
     /// wake-up: on this project's two-vCPU VM, an `rds-stress -d 1` round trip spent most of
-    /// its CPU there).
+    /// its CPU there). A signal ends it (EINTR).
     fn busy_poll(&self, asks: &[(RawFd, i16)], left: Duration) -> io::Result<Vec<i16>> {
         let spin = Duration::from_nanos(self.busy_poll_ns.load(Ordering::Relaxed)).min(left);
         if !spin.is_zero() {
             let t0 = std::time::Instant::now();
             loop {
-                let r = sys::poll_for(asks, Duration::ZERO)?;
+                let r = sys::poll_until_signal(asks, Duration::ZERO)?;
                 if r.iter().any(|&x| x != 0) {
                     return Ok(r);
                 }
@@ -216,7 +221,7 @@ impl Inner {
                 std::hint::spin_loop();
             }
         }
-        sys::poll_for(asks, left.saturating_sub(spin))
+        sys::poll_until_signal(asks, left.saturating_sub(spin))
     }
 
     /// The I/O thread's round, run by the leader: the events are collected with the

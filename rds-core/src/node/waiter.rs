@@ -36,6 +36,10 @@ pub(crate) struct Waiter {
     pollers: AtomicUsize,
     /// The eventfds were handed out: every change is written to them.
     handed_out: AtomicBool,
+    /// Threads of the owner of handed-out descriptors that wait to receive on the socket
+    /// themselves ([`Waiter::quiet_rx`]): meanwhile POLLIN is written to the readable eventfd
+    /// only for the library's own pollers.
+    quiet_rx: AtomicUsize,
     /// The socket sent a message since its last blocking receive waited (that wait then
     /// reads the transport itself: `Embedded::wait_readable`).
     pub sent: AtomicBool,
@@ -79,6 +83,19 @@ impl Waiter {
         self.handed_out.store(true, Ordering::SeqCst);
     }
 
+    /// While `on` (counted: several threads may), the readable eventfd, though handed out,
+    /// is written only for the library's own pollers: its owner (the preload library, whose
+    /// readiness thread polls it) has a thread waiting to receive on the socket itself,
+    /// which sees the socket's flags, and would wake its poller for nothing. When the last
+    /// such thread is done, the caller brings the eventfd in line ([`Waiter::update_fds`]).
+    pub(crate) fn quiet_rx(&self, on: bool) {
+        if on {
+            self.quiet_rx.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.quiet_rx.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// A thread of this library is about to `poll(2)` the eventfds (until the guard drops):
     /// changes are written to them meanwhile, and those that came before are written now.
     /// The caller checks [`Waiter::signaled`] again before it polls (a change made between
@@ -93,14 +110,22 @@ impl Waiter {
     pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
         let want = (u8::from(readable) * READABLE) | (u8::from(writable) * WRITABLE);
         self.ready.store(want, Ordering::SeqCst);
-        let polled =
-            self.handed_out.load(Ordering::SeqCst) || self.pollers.load(Ordering::SeqCst) > 0;
+        let ours = self.pollers.load(Ordering::SeqCst) > 0;
+        let handed_out = self.handed_out.load(Ordering::SeqCst);
+        // Per eventfd (READABLE, WRITABLE): whether somebody may poll it now.
+        let polled = [
+            ours || (handed_out && self.quiet_rx.load(Ordering::SeqCst) == 0),
+            ours || handed_out,
+        ];
         let on = self.fds_on.load(Ordering::SeqCst);
         // Nobody polls and nothing to clear: the flags are all.
-        if !polled && on & !want == 0 {
+        if !polled[0] && !polled[1] && on & !want == 0 {
             return;
         }
-        for (bit, slot) in [(READABLE, &self.rx_fd), (WRITABLE, &self.tx_fd)] {
+        for ((bit, slot), polled) in [(READABLE, &self.rx_fd), (WRITABLE, &self.tx_fd)]
+            .into_iter()
+            .zip(polled)
+        {
             let want = want & bit != 0;
             let g = slot.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(fd) = g.as_ref() {
@@ -171,6 +196,34 @@ mod tests {
         w.update_fds(false, false);
         let g = w.rx_fd.lock().unwrap();
         assert!(!readable(g.as_ref().unwrap()));
+    }
+
+    /// While the owner of handed-out descriptors waits to receive itself, POLLIN is not
+    /// written (its poller is not woken for nothing), except for a poller of the library;
+    /// POLLOUT still is; bringing the eventfd in line afterwards writes what is true then.
+    #[test]
+    fn a_quiet_readable_eventfd_is_written_only_for_our_pollers() {
+        let w = with_rx_fd();
+        *w.tx_fd.lock().unwrap() = Some(sys::eventfd().expect("eventfd"));
+        w.hand_out();
+        w.quiet_rx(true);
+        w.update_fds(true, true);
+        let rx = |w: &Waiter| readable(w.rx_fd.lock().unwrap().as_ref().unwrap());
+        assert!(!rx(&w), "quiet: not written");
+        assert!(readable(w.tx_fd.lock().unwrap().as_ref().unwrap()));
+        w.update_fds(false, true);
+        {
+            let _p = w.polling();
+            w.update_fds(true, true);
+        }
+        assert!(rx(&w), "written for the library's poller");
+        w.update_fds(false, true);
+        assert!(!rx(&w), "cleared");
+        w.update_fds(true, true);
+        assert!(!rx(&w));
+        w.quiet_rx(false);
+        w.update_fds(true, true);
+        assert!(rx(&w), "in line again");
     }
 
     /// A poller that registers and then finds the socket not ready is woken by a change made

@@ -421,7 +421,9 @@ mod tests {
             n.inner.cong_cv.notify_all();
         }
         let soon = Instant::now() + Duration::from_secs(5);
-        let end = bell.sleeper.wait(&|| bell.gen(), seen, -1, Some(soon), false);
+        let end = bell
+            .sleeper
+            .wait(&|| bell.gen(), seen, -1, Some(soon), false);
         assert_eq!(end.unwrap(), WaitEnd::Changed);
         n.shutdown();
     }

@@ -199,10 +199,20 @@ impl Embedded {
         n
     }
 
-    /// Whether a receive would return something now (`rx`), or the send buffer has room.
+    /// [`Socket::quiet_rx_fd`] on the embedded backend.
+    pub(super) fn quiet_rx_fd(&self) -> QuietRx<'_> {
+        self.waiter.quiet_rx(true);
+        QuietRx(self)
+    }
+
+    /// Whether a receive would return something now (`rx`), or the send buffer has room; a
+    /// node gone counts as ready, as its readiness descriptors show (the next call says
+    /// ENETDOWN).
     pub(super) fn ready(&self, rx: bool) -> bool {
         let core = self.core();
-        if rx {
+        if !self.node.inner.is_running() {
+            true
+        } else if rx {
             core.stack.readable(self.id)
         } else {
             core.stack.writable(self.id)
@@ -311,21 +321,30 @@ impl Embedded {
     }
 
     /// `Socket::wait_or` on the embedded backend: the waiting thread does the node's
-    /// transport I/O itself while no other thread does; `other` is -1 for none.
+    /// transport I/O itself while no other thread does; `other` is -1 for none. A signal ends
+    /// the wait: with an error of kind `Interrupted` if `eintr`, else with the readiness then.
     pub(super) fn wait(
         &self,
-        rx: bool,
-        tx: bool,
+        (rx, tx): (bool, bool),
         other: RawFd,
         timeout: Duration,
+        eintr: bool,
     ) -> io::Result<(bool, bool)> {
         let rfd = if rx { self.fd(true)? } else { -1 };
         let tfd = if tx { self.fd(false)? } else { -1 };
         let inner = &self.node.inner;
-        let r = inner.wait_leading([rfd, tfd, other], &self.waiter, timeout, || {
+        let ready = || {
             let (r, w) = self.waiter.signaled();
             (rx && r, tx && w)
-        })?;
+        };
+        // As a blocking receive (`wait_readable`): a socket that waits to receive only and
+        // has not sent since its last wait is a sink, and leaves the transport to the I/O
+        // thread, which reads ahead while this thread consumes.
+        let lead = rx && self.waiter.sent.swap(false, Ordering::Relaxed);
+        let r = match inner.wait_leading([rfd, tfd, other], &self.waiter, timeout, lead, ready) {
+            Err(e) if !eintr && e.kind() == io::ErrorKind::Interrupted => ready(),
+            r => r?,
+        };
         // A node gone: ready, as a socket with an error (the next call says ENETDOWN).
         Ok(if inner.is_running() { r } else { (rx, tx) })
     }
@@ -409,9 +428,13 @@ impl Embedded {
         };
         drop(core);
         let inner = &self.node.inner;
-        inner.wait_leading([fd, -1, -1], &self.waiter, left, || {
+        match inner.wait_leading([fd, -1, -1], &self.waiter, left, true, || {
             (self.waiter.signaled().0, false)
-        })?;
+        }) {
+            // A signal: the receive goes on (its caller did not ask to be interrupted).
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(e),
+            _ => {}
+        }
         Ok(inner.lock_core())
     }
 
@@ -568,6 +591,25 @@ fn wait<'a, T>(
                 .wait_timeout(guard, d - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0)
+        }
+    }
+}
+
+/// The readable descriptor of a socket left unwritten while its owner's thread waits to
+/// receive ([`Socket::quiet_rx_fd`]); when dropped, the descriptor shows the socket's state
+/// again.
+#[must_use = "the descriptor is quiet only while the guard lives"]
+pub struct QuietRx<'a>(&'a Embedded);
+
+impl Drop for QuietRx<'_> {
+    fn drop(&mut self) {
+        let e = self.0;
+        let core = e.core();
+        e.waiter.quiet_rx(false);
+        if e.node.inner.is_running() {
+            e.update_fds(&core);
+        } else {
+            e.waiter.update_fds(true, true);
         }
     }
 }

@@ -135,16 +135,22 @@ pub(super) fn ready_fd(k: &KernelSocket, rx: bool) -> io::Result<RawFd> {
 }
 
 /// `Socket::wait_or` on the kernel backend: `poll(2)` on the socket for POLLIN and POLLOUT
-/// and on `other` (-1: none); an error or hang-up counts as ready.
+/// and on `other` (-1: none); an error or hang-up counts as ready. A signal ends the wait:
+/// with an error of kind `Interrupted` if `eintr`, else as a timeout.
 pub(super) fn wait(
     k: &KernelSocket,
-    rx: bool,
-    tx: bool,
+    (rx, tx): (bool, bool),
     other: RawFd,
     timeout: Duration,
+    eintr: bool,
 ) -> io::Result<(bool, bool)> {
     let events = if rx { libc::POLLIN } else { 0 } | if tx { libc::POLLOUT } else { 0 };
-    let r = sys::poll_for(&[(k.raw_fd(), events), (other, libc::POLLIN)], timeout)?[0];
+    let asks = [(k.raw_fd(), events), (other, libc::POLLIN)];
+    let r = if eintr {
+        sys::poll_until_signal(&asks, timeout)?[0]
+    } else {
+        sys::poll_for(&asks, timeout)?[0]
+    };
     let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
     Ok((
         rx && r & (libc::POLLIN | bad) != 0,

@@ -47,7 +47,7 @@ mod remote;
 pub mod ring;
 
 pub use backend::{kernel_preferred, set_stack, stack, StackChoice};
-pub use embedded::{default_node, shutdown_default_node};
+pub use embedded::{default_node, shutdown_default_node, QuietRx};
 
 use crate::ctl::SockOpt;
 use crate::errno::err;
@@ -659,10 +659,37 @@ impl Socket {
         other: Option<RawFd>,
         timeout: Duration,
     ) -> io::Result<(bool, bool)> {
-        let ofd = other.unwrap_or(-1);
+        self.wait_how((rx, tx), other.unwrap_or(-1), timeout, false)
+    }
+
+    /// [`Socket::wait`] for a caller that must return to the program's signal handlers, as a
+    /// blocking call of the kernel's RDS returns to a handler installed without `SA_RESTART`
+    /// (the preload library's `recvmsg` and `sendmsg`): a signal that interrupts the wait ends
+    /// it with an error of kind `Interrupted` (EINTR).
+    ///
+    /// # Errors
+    /// As [`Socket::wait`]; `Interrupted` for a signal.
+    pub fn wait_interruptible(
+        &self,
+        rx: bool,
+        tx: bool,
+        timeout: Duration,
+    ) -> io::Result<(bool, bool)> {
+        self.wait_how((rx, tx), -1, timeout, true)
+    }
+
+    /// [`Socket::wait_or`] (`other` -1 for none); `eintr`: a signal is an error, else it
+    /// ends the wait with the readiness then.
+    fn wait_how(
+        &self,
+        (rx, tx): (bool, bool),
+        ofd: RawFd,
+        timeout: Duration,
+        eintr: bool,
+    ) -> io::Result<(bool, bool)> {
         match self.backend.get() {
-            Some(Backend::Embedded(e)) => e.wait(rx, tx, ofd, timeout),
-            Some(Backend::Kernel(k)) => kernel::wait(k, rx, tx, ofd, timeout),
+            Some(Backend::Embedded(e)) => e.wait((rx, tx), ofd, timeout, eintr),
+            Some(Backend::Kernel(k)) => kernel::wait(k, (rx, tx), ofd, timeout, eintr),
             // The daemon's readiness descriptors (unbound: ENOTCONN if either is asked for).
             Some(Backend::Daemon(_)) | None => {
                 let rfd = if rx { self.fd()? } else { -1 };
@@ -672,13 +699,31 @@ impl Socket {
                     (tfd, libc::POLLIN),
                     (ofd, libc::POLLIN),
                 ];
-                let r = sys::poll_for(&asks, timeout)?;
+                let r = if eintr {
+                    sys::poll_until_signal(&asks, timeout)?
+                } else {
+                    sys::poll_for(&asks, timeout)?
+                };
                 Ok((r[0] != 0, r[1] != 0))
             }
         }
     }
 
-    /// Whether a receive would return something now (POLLIN).
+    /// Leaves the readable descriptor ([`Socket::fd`]) unwritten, but for the library's own
+    /// waits, until the guard drops; then it shows the socket's state again. For an owner of
+    /// the descriptor whose poller (a readiness thread) would otherwise be woken for nothing
+    /// by each message while one of its own threads waits to receive on the socket (and sees
+    /// the message itself): the preload library's blocking `recvmsg`. `None` where the
+    /// library does not write the descriptor itself (the daemon's and the kernel's sockets).
+    pub fn quiet_rx_fd(&self) -> Option<QuietRx<'_>> {
+        match self.backend.get() {
+            Some(Backend::Embedded(e)) => Some(e.quiet_rx_fd()),
+            _ => None,
+        }
+    }
+
+    /// Whether a receive would return something now (POLLIN; also when the socket's node is
+    /// gone, as `poll(2)` on [`Socket::fd`] shows).
     pub fn readable(&self) -> bool {
         match self.backend.get() {
             Some(Backend::Embedded(e)) => e.ready(true),
@@ -688,7 +733,7 @@ impl Socket {
         }
     }
 
-    /// Whether the send buffer has room (POLLOUT).
+    /// Whether the send buffer has room (POLLOUT; also when the socket's node is gone).
     pub fn writable(&self) -> bool {
         match self.backend.get() {
             Some(Backend::Embedded(e)) => e.ready(false),

@@ -21,7 +21,9 @@ pub use epoll::{
     EPOLLRDHUP,
 };
 pub use fdpass::{recv_with_fds, send_with_fd, send_with_fds};
-pub use poll::{poll_for, poll_readable, wait_readable, wait_readable_or_hangup};
+pub use poll::{
+    poll_for, poll_readable, poll_until_signal, wait_readable, wait_readable_or_hangup,
+};
 pub use shm::{memfd_sealed, Shm};
 pub use signal::default_stop_signals;
 pub use socket::{

@@ -22,6 +22,18 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> 
 /// # Errors
 /// `poll(2)` errors other than EINTR.
 pub fn poll_for(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>> {
+    match poll_until_signal(asks, timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![0; asks.len()]),
+        r => r,
+    }
+}
+
+/// [`poll_for`] that a signal ends with an error of kind `Interrupted` (EINTR), for a wait
+/// that must return to the program's signal handlers as a blocking system call does.
+///
+/// # Errors
+/// `poll(2)` errors, EINTR included.
+pub fn poll_until_signal(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>> {
     let mut pfds: Vec<libc::pollfd> = asks
         .iter()
         .map(|&(fd, events)| libc::pollfd {
@@ -35,12 +47,7 @@ pub fn poll_for(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>
     // poll only reports POLLNVAL for a descriptor that is not open.
     let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
     if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(vec![0; asks.len()])
-        } else {
-            Err(e)
-        };
+        return Err(io::Error::last_os_error());
     }
     Ok(pfds.iter().map(|p| p.revents).collect())
 }

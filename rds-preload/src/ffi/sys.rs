@@ -121,21 +121,6 @@ pub fn fill(fd: RawFd) {
     }
 }
 
-/// Whether each of `fds` is readable now (`None`: not asked, reported `false`), in one call.
-pub fn poll_in2(fds: [Option<RawFd>; 2]) -> [bool; 2] {
-    let mut p = fds.map(|fd| libc::pollfd {
-        fd: fd.unwrap_or(-1),
-        events: libc::POLLIN,
-        revents: 0,
-    });
-    // SAFETY: two valid pollfds (a negative fd is ignored), no waiting.
-    let n = unsafe { libc::poll(p.as_mut_ptr(), 2, 0) };
-    if n <= 0 {
-        return [false; 2];
-    }
-    p.map(|p| p.revents & libc::POLLIN != 0)
-}
-
 /// Waits up to `ms` milliseconds (-1: for ever) for `fd` to be readable, or only sleeps
 /// without one; `EINTR` when a signal handler ran, `ETIMEDOUT` when `ms` passed.
 pub fn wait_in(fd: Option<RawFd>, ms: c_int) -> Result<(), i32> {
