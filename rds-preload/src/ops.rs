@@ -312,7 +312,7 @@ fn send_inner(
                 Ok(false) => return Err(libc::ENOBUFS),
                 // A daemon socket without a shared ring: no bell to wait on, a short sleep.
                 Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                    wait_ready(None, end)?;
+                    nap(end)?;
                 }
                 Err(err) => return Err(errno(err)),
             },
@@ -706,7 +706,7 @@ pub fn set_nonblocking(e: &Entry, on: bool) {
 /// little.
 fn wait_sock(e: &Entry, rx: bool, deadline: Option<Instant>) -> Res<()> {
     if e.ready_fds().is_none() {
-        return wait_ready(None, deadline);
+        return nap(deadline);
     }
     let left = match deadline {
         None => Duration::MAX,
@@ -725,27 +725,21 @@ fn wait_sock(e: &Entry, rx: bool, deadline: Option<Instant>) -> Res<()> {
     }
 }
 
-/// Blocks until readiness eventfd `fd` is readable (the socket became readable or writable),
-/// `deadline` passes (`ETIMEDOUT`), or a signal arrives (`EINTR`, as the kernel's RDS returns
-/// to a handler installed without `SA_RESTART`); `fd` `None`: sleeps a little (a congested
-/// destination of a daemon socket without a shared ring has no descriptor to wait on).
-fn wait_ready(fd: Option<i32>, deadline: Option<Instant>) -> Res<()> {
+/// Sleeps up to 10 ms, or until `deadline` (`ETIMEDOUT` once past it) or a signal (`EINTR`)
+/// comes first, where there is nothing to wait on: an unbound socket's blocking call, and a
+/// congested destination of a daemon socket without a shared ring.
+fn nap(deadline: Option<Instant>) -> Res<()> {
     let ms = match deadline {
-        None => -1,
+        None => 10,
         Some(d) => {
             let now = Instant::now();
             if now >= d {
                 return Err(libc::ETIMEDOUT);
             }
-            i32::try_from((d - now).as_millis() + 1).unwrap_or(i32::MAX)
+            i32::try_from((d - now).as_millis() + 1).map_or(10, |ms| ms.min(10))
         }
     };
-    let ms = if fd.is_none() && !(0..=10).contains(&ms) {
-        10
-    } else {
-        ms
-    };
-    crate::ffi::sys::wait_in(fd, ms)
+    crate::ffi::sys::sleep_ms(ms)
 }
 
 /// The send or receive timeout's deadline from now.

@@ -142,6 +142,12 @@ pub(crate) struct Inner {
     epoll: Arc<sys::Epoll>,
     wake_fd: OwnedFd,
     io_sleeping: AtomicBool,
+    /// A send found no room in its socket's send buffer since the last one that did: the
+    /// room comes back with TCP's acknowledgements, which the I/O thread learns on a timer
+    /// (`SIOCOUTQ`), so meanwhile its sleeps keep that timer to the microsecond
+    /// ([`Inner::want_room`]); otherwise they are rounded up to whole milliseconds, which
+    /// spares the I/O thread a wake-up per message where nobody waits for room.
+    room_wanted: AtomicBool,
     /// The I/O thread polled before sleeping and sleeps on the epoll set (not in led mode,
     /// `lead.rs`): a leader that leaves a completion queue unarmed must arm it (no event
     /// would wake the I/O thread for it).
@@ -267,6 +273,7 @@ impl Node {
             epoll,
             wake_fd,
             io_sleeping: AtomicBool::new(false),
+            room_wanted: AtomicBool::new(false),
             io_epoll: AtomicBool::new(false),
             leader: AtomicBool::new(false),
             led_at: AtomicU64::new(0),
@@ -516,6 +523,18 @@ impl Inner {
         }
     }
 
+    /// A send found its socket's send buffer full (`room`), or found room again: while room
+    /// is wanted the I/O thread's timers (the acknowledgement poll) keep their microseconds;
+    /// a send that wants it wakes the I/O thread to look.
+    pub(crate) fn want_room(&self, room: bool) {
+        if room {
+            self.room_wanted.store(true, Ordering::SeqCst);
+            self.wake_io();
+        } else if self.room_wanted.load(Ordering::Relaxed) {
+            self.room_wanted.store(false, Ordering::SeqCst);
+        }
+    }
+
     pub(crate) fn wake_io(&self) {
         if self.io_sleeping.load(Ordering::SeqCst) {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
@@ -587,10 +606,15 @@ impl Inner {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                Some(
-                    next.map_or(Duration::from_millis(500), |t| t - now)
-                        .min(Duration::from_millis(500)),
-                )
+                let t = next
+                    .map_or(Duration::from_millis(500), |t| t - now)
+                    .min(Duration::from_millis(500));
+                // Whole milliseconds unless a sender waits for room (`room_wanted`).
+                Some(if self.room_wanted.load(Ordering::SeqCst) {
+                    t
+                } else {
+                    Duration::from_millis(t.as_micros().div_ceil(1000) as u64)
+                })
             };
             let led = !busy && self.led();
             if !busy {

@@ -3,9 +3,13 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::cvt;
+
+/// Whether the kernel has `epoll_pwait2` (until it answers ENOSYS once).
+static PWAIT2: AtomicBool = AtomicBool::new(true);
 
 /// A non-blocking, close-on-exec eventfd used to wake a thread or signal readiness.
 pub fn eventfd() -> io::Result<OwnedFd> {
@@ -91,20 +95,47 @@ impl Epoll {
     pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
         const MAX: usize = 256;
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
-        let ms = match timeout {
-            None => -1,
-            // Round up so that a deadline is not missed by less than a millisecond.
-            Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
-        };
-        // SAFETY: `evs` has room for MAX events and lives across the call.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.fd.as_raw_fd(),
-                evs.as_mut_ptr(),
-                MAX as libc::c_int,
-                ms,
-            )
-        };
+        // A timeout that is not whole milliseconds (a 50 us timer) waits to the nanosecond
+        // with epoll_pwait2 (Linux 5.11), where the kernel has it; epoll_wait's milliseconds
+        // would round it up to one.
+        let fine = timeout
+            .filter(|d| d.subsec_nanos() % 1_000_000 != 0 && PWAIT2.load(Ordering::Relaxed))
+            .and_then(super::poll::timespec);
+        let mut n = -1;
+        if let Some(ts) = fine {
+            // SAFETY: `evs` has room for MAX events and `ts` is a valid timespec, both living
+            // across the call; a null signal mask changes none.
+            n = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.fd.as_raw_fd(),
+                    evs.as_mut_ptr(),
+                    MAX as libc::c_int,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            } as libc::c_int;
+            if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                PWAIT2.store(false, Ordering::Relaxed);
+            }
+        }
+        if fine.is_none() || !PWAIT2.load(Ordering::Relaxed) {
+            let ms = match timeout {
+                None => -1,
+                // Round up so that a deadline is not missed by less than a millisecond.
+                Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+            };
+            // SAFETY: `evs` has room for MAX events and lives across the call.
+            n = unsafe {
+                libc::epoll_wait(
+                    self.fd.as_raw_fd(),
+                    evs.as_mut_ptr(),
+                    MAX as libc::c_int,
+                    ms,
+                )
+            };
+        }
         out.clear();
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -122,6 +153,21 @@ impl Epoll {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A timeout of a fraction of a millisecond (the `epoll_pwait2` path) reports the events
+    /// there are, and none when the time runs out.
+    #[test]
+    fn a_sub_millisecond_timeout_waits_and_reports() {
+        let ep = Epoll::new().unwrap();
+        let ev = eventfd().unwrap();
+        ep.add(ev.as_raw_fd(), 3, EPOLLIN).unwrap();
+        let mut out = Vec::new();
+        ep.wait(&mut out, Some(Duration::from_micros(300))).unwrap();
+        assert!(out.is_empty());
+        eventfd_signal(ev.as_raw_fd());
+        ep.wait(&mut out, Some(Duration::from_micros(300))).unwrap();
+        assert_eq!(out, vec![(3, EPOLLIN)]);
+    }
 
     #[test]
     fn eventfd_and_epoll() {

@@ -42,14 +42,46 @@ pub fn poll_until_signal(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result
             revents: 0,
         })
         .collect();
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `pfds` is a valid array of `len` pollfd structs for the duration of the call;
-    // poll only reports POLLNVAL for a descriptor that is not open.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    ppoll(&mut pfds, timeout)?;
+    Ok(pfds.iter().map(|p| p.revents).collect())
+}
+
+/// `ppoll(2)` of `pfds` for up to `timeout` to the nanosecond (`poll(2)` counts whole
+/// milliseconds: a 50 us timer would wait a millisecond), no signal mask; a timeout of more
+/// than about 68 years waits without end. Returns how many descriptors have events.
+///
+/// # Errors
+/// `ppoll(2)` errors, EINTR included.
+pub(super) fn ppoll(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ts = timespec(timeout);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `pfds` is a valid array of `len` pollfd structs and `tsp` null or a valid
+    // timespec, both for the duration of the call; a null signal mask changes none.
+    let r = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(pfds.iter().map(|p| p.revents).collect())
+    Ok(r as usize)
+}
+
+/// `timeout` as a `timespec`; `None` (wait without end) past `i32::MAX` seconds.
+pub(super) fn timespec(timeout: Duration) -> Option<libc::timespec> {
+    let secs = libc::time_t::try_from(timeout.as_secs())
+        .ok()
+        .filter(|&s| s <= libc::time_t::from(i32::MAX))?;
+    Some(libc::timespec {
+        tv_sec: secs,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    })
 }
 
 /// Waits until `fd` is readable, the stream socket `conn` is hung up (its peer closed or
@@ -75,17 +107,10 @@ pub fn wait_readable_or_hangup(
             revents: 0,
         },
     ];
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `pfds` is a valid array of two pollfd structs for the duration of the call.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok((false, false))
-        } else {
-            Err(e)
-        };
-    }
+    match ppoll(&mut pfds, timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false)),
+        r => r?,
+    };
     let hup = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
     Ok((pfds[0].revents != 0, pfds[1].revents & hup != 0))
 }
@@ -105,4 +130,39 @@ pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
 /// `poll(2)` errors other than EINTR.
 pub fn wait_any_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Option<usize>> {
     Ok(poll_readable(fds, timeout)?.iter().position(|&r| r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// Timeouts keep their nanoseconds; one too long for the kernel's `timespec` waits
+    /// without end.
+    #[test]
+    fn timeouts_become_timespecs() {
+        let t = timespec(Duration::new(1, 500_000_001)).unwrap();
+        assert_eq!((t.tv_sec, t.tv_nsec), (1, 500_000_001));
+        let t = timespec(Duration::from_micros(50)).unwrap();
+        assert_eq!((t.tv_sec, t.tv_nsec), (0, 50_000));
+        assert!(timespec(Duration::MAX).is_none());
+        assert!(timespec(Duration::from_secs(u64::from(u32::MAX))).is_none());
+    }
+
+    /// A sub-millisecond wait reports a readable descriptor, and nothing when the time runs
+    /// out.
+    #[test]
+    fn a_sub_millisecond_poll_reports() {
+        let ev = super::super::eventfd().unwrap();
+        let asks = [(ev.as_raw_fd(), libc::POLLIN)];
+        assert_eq!(
+            poll_for(&asks, Duration::from_micros(200)).unwrap(),
+            vec![0]
+        );
+        super::super::eventfd_signal(ev.as_raw_fd());
+        assert_eq!(
+            poll_for(&asks, Duration::from_micros(200)).unwrap(),
+            vec![libc::POLLIN]
+        );
+    }
 }

@@ -121,20 +121,14 @@ pub fn fill(fd: RawFd) {
     }
 }
 
-/// Waits up to `ms` milliseconds (-1: for ever) for `fd` to be readable, or only sleeps
-/// without one; `EINTR` when a signal handler ran, `ETIMEDOUT` when `ms` passed.
-pub fn wait_in(fd: Option<RawFd>, ms: c_int) -> Result<(), i32> {
-    let mut p = libc::pollfd {
-        fd: fd.unwrap_or(-1),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd (a negative fd is ignored by poll).
-    let n = unsafe { libc::poll(&mut p, 1, ms) };
-    match n {
-        n if n < 0 => Err(errno()),
-        0 if fd.is_some() => Err(libc::ETIMEDOUT),
-        _ => Ok(()),
+/// Sleeps `ms` milliseconds; `EINTR` when a signal handler ran meanwhile.
+pub fn sleep_ms(ms: c_int) -> Result<(), i32> {
+    // SAFETY: no descriptors (a null array of none), only the timeout.
+    let n = unsafe { libc::poll(std::ptr::null_mut(), 0, ms) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(())
     }
 }
 
