@@ -196,6 +196,9 @@ counters! {
         /// (This stack) A connection's message in progress got no byte for
         /// `net.rds.partial_timeout_ms`, and the connection was closed.
         TcpPartialTimeouts = "tcp_partial_timeouts",
+        /// (This stack) A thread waiting for its send buffer's room learnt TCP's
+        /// acknowledgements itself (rather than the I/O thread's poll), and some came.
+        TcpAcksByWaiter = "tcp_acks_by_waiter",
     }
 }
 
@@ -457,7 +460,8 @@ mod tests {
                 "tcp_wait_expired",
                 "tcp_connect_refused",
                 "tcp_drain_expired",
-                "tcp_partial_timeouts"
+                "tcp_partial_timeouts",
+                "tcp_acks_by_waiter"
             ]
         );
         assert_eq!(IB_NAMES.len(), 41);

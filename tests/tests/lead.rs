@@ -2,7 +2,8 @@
 //! socket reads the transport itself, so a reply wakes that thread only; the I/O thread takes
 //! over when nobody waits, several waiting threads are served, and a node shut down under a
 //! waiting thread ends its wait (and makes the socket's descriptor readable); a readable
-//! descriptor kept quiet while its owner receives itself shows what is left afterwards.
+//! descriptor kept quiet while its owner receives itself shows what is left afterwards; a
+//! sender blocked for room learns TCP's acknowledgements itself.
 //!
 //! Addresses: 127.3.11.0/24.
 
@@ -314,4 +315,60 @@ fn a_quiet_descriptor_shows_what_is_left_when_the_wait_ends() {
         assert_eq!(&buf[..n], b"left over");
         assert!(!polls(), "round {round}: drained but shown readable");
     }
+}
+
+/// A sender blocked for room in its send buffer (a blocking call's wait, as the preload
+/// library's `sendmsg`: it does not lead) learns TCP's acknowledgements itself at short
+/// intervals (`tcp_acks_by_waiter`) instead of waiting for the I/O thread's poll and the
+/// wake-up it sends; every message arrives, in order.
+#[test]
+fn a_sender_waiting_for_room_learns_acknowledgements_itself() {
+    let (na, nb) = (node("127.3.11.71"), node("127.3.11.72"));
+    let tx = sock(&na, "127.3.11.71:4000");
+    tx.set_send_buffer_size(16 << 10);
+    let rx = sock(&nb, "127.3.11.72:4000");
+    let to: SocketAddr = "127.3.11.72:4000".parse().unwrap();
+    const N: u32 = 3000;
+    let waits = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = [0u8; 2048];
+            for i in 0..N {
+                let (n, _) = rx.recv_from(&mut buf).unwrap();
+                assert_eq!(&buf[..4], i.to_be_bytes(), "message {i} of {n} bytes");
+            }
+        });
+        let mut waits = 0u32;
+        let mut msg = vec![0u8; 2048];
+        for i in 0..N {
+            msg[..4].copy_from_slice(&i.to_be_bytes());
+            loop {
+                match tx.send_bytes(msg.clone().into(), Some(to), true) {
+                    Ok(_) => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                        waits += 1;
+                        tx.wait_interruptible(false, true, Duration::from_secs(10))
+                            .unwrap();
+                    }
+                    // The receiver fell behind: its map wakes the sender.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        let soon = Instant::now() + Duration::from_secs(10);
+                        tx.wait_uncongested(Some(to), Some(soon)).unwrap();
+                    }
+                    Err(e) => panic!("send {i}: {e}"),
+                }
+            }
+        }
+        waits
+    });
+    let by_waiter = na
+        .stats()
+        .into_iter()
+        .find(|(k, _)| *k == "tcp_acks_by_waiter")
+        .expect("the counter")
+        .1;
+    assert!(waits > 0, "the send buffer never filled");
+    assert!(
+        by_waiter > 0,
+        "{waits} waits for room, none learnt an acknowledgement itself"
+    );
 }

@@ -209,6 +209,35 @@ impl Inner {
         found
     }
 
+    /// A thread waiting for its send buffer's room learns RDS/TCP's acknowledgements itself
+    /// (`SIOCOUTQ` of every connection with bytes unacknowledged), instead of waiting for
+    /// the I/O thread's poll and then for the wake-up it sends: what came is applied and the
+    /// sockets are woken, as in the I/O thread's round. Nothing when another thread holds the
+    /// TCP transport (it runs a round and applies what it learns itself). Returns whether
+    /// acknowledgements came.
+    pub(crate) fn acks_here(&self) -> bool {
+        let Some(mut tcp) = try_lock(&self.tcp) else {
+            return false;
+        };
+        if !tcp.acks_now() {
+            return false;
+        }
+        let now = self.now();
+        let mut core = lock(&self.core);
+        self.apply(&mut *tcp, &mut core, now);
+        if !self.drain_events(&mut core, true) {
+            return true;
+        }
+        core = self.transmit_here(&mut *tcp, core);
+        let left = !core.io_work.is_empty() || tcp.has_pending();
+        drop(core);
+        drop(tcp);
+        if left {
+            self.wake_io();
+        }
+        true
+    }
+
     /// One round of the I/O thread: socket events, engine updates, writes. Returns whether
     /// more work is pending right away.
     pub(super) fn io_round(&self, evs: &[(u64, u32)]) -> bool {

@@ -352,6 +352,22 @@ impl Tcp {
         }
     }
 
+    /// Asks TCP now (`SIOCOUTQ`) for the acknowledgements of every connection with bytes
+    /// unacknowledged, whatever their poll's schedule; returns whether any came (reported as
+    /// [`TcpOut::Acked`]). For a thread that waits for its send buffer's room.
+    pub(crate) fn poll_acks_now(&mut self, out: &mut Vec<TcpOut>) -> bool {
+        let before = out.len();
+        for idx in 0..self.conns.len() {
+            if self.conns[idx]
+                .as_ref()
+                .is_some_and(|c| c.state == State::Up && c.written > c.acked)
+            {
+                self.poll_ack(idx, out);
+            }
+        }
+        out.len() > before
+    }
+
     /// Runs due acknowledgement polls and drain deadlines.
     pub(crate) fn due_timers(&mut self, now: Instant, out: &mut Vec<TcpOut>) {
         self.resume_listeners(now);

@@ -582,6 +582,16 @@ impl Transport for Tcp {
 impl Tcp {
     /// Runs `f` with the kept reports (`outs`), keeping what it leaves and whatever was kept
     /// meanwhile, in order.
+    /// [`Tcp::poll_acks_now`](bytes) for every connection: whether acknowledgements came
+    /// (they wait for [`Transport::apply`]).
+    pub(crate) fn acks_now(&mut self) -> bool {
+        let came = self.with_outs(|t, outs| t.poll_acks_now(outs));
+        if came {
+            self.stats.inc(TcpCounter::TcpAcksByWaiter);
+        }
+        came
+    }
+
     fn with_outs<R>(&mut self, f: impl FnOnce(&mut Self, &mut Vec<TcpOut>) -> R) -> R {
         let mut outs = std::mem::take(&mut self.outs);
         let r = f(self, &mut outs);
