@@ -501,11 +501,15 @@ fn a_killed_daemon_gives_clear_errors_and_is_replaced() {
             env.sock().display()
         )
     );
+    // The receive first: it waits until the socket sees the daemon gone (a send only posts
+    // to the ring, and one made before that has no answer to fail with: it failed this test
+    // once on a fully loaded machine). From then on every call says so: a send after it
+    // used to post into the dead daemon's ring and succeed.
+    let e = s.recv_from(&mut buf).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
     let e = s
         .send_to(b"x", "127.31.8.1:7300".parse().unwrap())
         .unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
-    let e = s.recv_from(&mut buf).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
     drop(s);
     // The dead daemon's socket file is still there; a new daemon takes its place.

@@ -85,6 +85,9 @@ pub(crate) struct RingClient {
     cong_word: CongWord,
     path: std::path::PathBuf,
     spin: bool,
+    /// The daemon was seen gone: every call after says so (a posted send would otherwise
+    /// succeed into a ring nobody reads).
+    dead: std::sync::atomic::AtomicBool,
 }
 
 impl RingClient {
@@ -123,6 +126,7 @@ impl RingClient {
             ctl,
             path: client.path().to_path_buf(),
             spin: sys::may_spin(),
+            dead: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -158,7 +162,9 @@ impl RingClient {
             && !sys::poll_readable(&[self.rx.as_raw_fd()], Duration::ZERO).is_ok_and(|r| r[0])
     }
 
+    /// The error of a daemon gone, remembered for every later call.
     fn gone(&self) -> io::Error {
+        self.dead.store(true, std::sync::atomic::Ordering::Relaxed);
         io(CtlError::Gone {
             path: self.path.clone(),
         })
@@ -291,6 +297,9 @@ impl RingClient {
         // The destination was found not congested right after a send failed with ENOBUFS.
         let mut not_congested = false;
         loop {
+            if self.dead.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(self.gone());
+            }
             let mut g = self.lock();
             let st = &mut *g;
             if let Some(e) = st.end.take_post_error() {
@@ -432,6 +441,9 @@ impl RingClient {
         loop {
             if let Some((r, data)) = self.take_held(max, peek)? {
                 return received(r, data);
+            }
+            if self.dead.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(self.gone());
             }
             if self.surely_empty() {
                 if dontwait {
