@@ -708,17 +708,7 @@ fn wait_sock(e: &Entry, rx: bool, deadline: Option<Instant>) -> Res<()> {
     if e.ready_fds().is_none() {
         return nap(deadline);
     }
-    let left = match deadline {
-        None => Duration::MAX,
-        Some(d) => {
-            let now = Instant::now();
-            if now >= d {
-                return Err(libc::ETIMEDOUT);
-            }
-            d - now
-        }
-    };
-    match e.sock.wait_interruptible(rx, !rx, left) {
+    match e.sock.wait_interruptible(rx, !rx, time_left(deadline)?) {
         Ok(_) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::Interrupted => Err(libc::EINTR),
         Err(err) => Err(errno(err)),
@@ -729,17 +719,26 @@ fn wait_sock(e: &Entry, rx: bool, deadline: Option<Instant>) -> Res<()> {
 /// comes first, where there is nothing to wait on: an unbound socket's blocking call, and a
 /// congested destination of a daemon socket without a shared ring.
 fn nap(deadline: Option<Instant>) -> Res<()> {
-    let ms = match deadline {
-        None => 10,
+    let left = time_left(deadline)?;
+    let ms = i32::try_from(left.as_millis() + 1).map_or(10, |ms| ms.min(10));
+    crate::ffi::sys::sleep_ms(ms)
+}
+
+/// The time until `deadline` (without one: `Duration::MAX`).
+///
+/// # Errors
+/// `ETIMEDOUT` once it passed.
+fn time_left(deadline: Option<Instant>) -> Res<Duration> {
+    match deadline {
+        None => Ok(Duration::MAX),
         Some(d) => {
             let now = Instant::now();
             if now >= d {
                 return Err(libc::ETIMEDOUT);
             }
-            i32::try_from((d - now).as_millis() + 1).map_or(10, |ms| ms.min(10))
+            Ok(d - now)
         }
-    };
-    crate::ffi::sys::sleep_ms(ms)
+    }
 }
 
 /// The send or receive timeout's deadline from now.

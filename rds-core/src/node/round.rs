@@ -117,9 +117,7 @@ impl Inner {
         let tcp_first = leading_transmit(&core, TransportKind::Tcp).is_some();
         if inline && tcp_first {
             if let Some(mut tcp) = try_lock(&self.tcp) {
-                core = self.transmit_here(&mut *tcp, core);
-                let left = !core.io_work.is_empty() || tcp.has_pending();
-                drop(core);
+                let left = self.transmit_rest(&mut *tcp, core);
                 drop(tcp);
                 if left {
                     self.wake_io();
@@ -129,6 +127,14 @@ impl Inner {
         }
         drop(core);
         self.wake_io();
+    }
+
+    /// [`Inner::transmit_here`], then releases the engine lock and says whether work is
+    /// left for the I/O thread (transport work queued, or writes `t` still has pending); the
+    /// caller wakes it once it released `t`'s lock too, so that it finds the transport free.
+    fn transmit_rest(&self, t: &mut dyn Transport, core: MutexGuard<'_, Core>) -> bool {
+        let core = self.transmit_here(t, core);
+        !core.io_work.is_empty() || t.has_pending()
     }
 
     /// [`Inner::after_app_call`]'s transmit with the lock of `t` held: takes the leading
@@ -228,9 +234,7 @@ impl Inner {
         if !self.drain_events(&mut core, true) {
             return true;
         }
-        core = self.transmit_here(&mut *tcp, core);
-        let left = !core.io_work.is_empty() || tcp.has_pending();
-        drop(core);
+        let left = self.transmit_rest(&mut *tcp, core);
         drop(tcp);
         if left {
             self.wake_io();
