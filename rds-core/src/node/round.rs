@@ -19,7 +19,7 @@ use crate::time::Instant;
 use super::ib::Ib;
 use super::tcp::{Tcp, TOKEN_WAKE};
 use super::transport::{Absent, Transport};
-use super::{lock, Core, Inner};
+use super::{lock, Core, Inner, TxHere};
 
 /// The order in which a round calls the transports (IB's events were handled before TCP's
 /// reports were applied before the contract, and still are).
@@ -85,16 +85,15 @@ impl Inner {
     /// (a busy lane or transport, a partial write, connects) is left to the I/O thread, which
     /// batches it.
     pub(crate) fn after_app_call(&self, core: MutexGuard<'_, Core>) {
-        self.after_app_call_inline(core, true);
+        self.after_app_call_inline(core, TxHere::IdleLane);
     }
 
-    /// [`Inner::after_app_call`], transmitting on RDS/TCP in the caller's thread only if
-    /// `inline` (a sender passes whether its message is small: a large one is written by the
-    /// I/O thread while the sender goes on, and does not hold the transport from it).
+    /// [`Inner::after_app_call`], transmitting on RDS/TCP in the caller's thread as `here`
+    /// says (a sender passes the rule for its message's size, [`TxHere::for_len`]).
     pub(crate) fn after_app_call_inline<'a>(
         &'a self,
         mut core: MutexGuard<'a, Core>,
-        inline: bool,
+        here: TxHere,
     ) {
         if !self.drain_events(&mut core, true) {
             return;
@@ -104,7 +103,7 @@ impl Inner {
         if leading_transmit(&core, TransportKind::Ib).is_some() {
             if let Some(mut ib) = try_lock(&self.ib) {
                 if let Some(t) = ib.as_mut() {
-                    core = self.transmit_here(t, core);
+                    core = self.transmit_here(t, core, false);
                 }
                 drop(ib);
                 if core.io_work.is_empty() {
@@ -115,9 +114,9 @@ impl Inner {
         // A busy lane's work is the I/O thread's (it batches it); an idle lane's is sent
         // here (`transmit_here` stops at the first lane that is not idle).
         let tcp_first = leading_transmit(&core, TransportKind::Tcp).is_some();
-        if inline && tcp_first {
+        if here != TxHere::No && tcp_first {
             if let Some(mut tcp) = try_lock(&self.tcp) {
-                let left = self.transmit_rest(&mut *tcp, core);
+                let left = self.transmit_rest(&mut *tcp, core, here == TxHere::OpenLane);
                 drop(tcp);
                 if left {
                     self.wake_io();
@@ -132,8 +131,8 @@ impl Inner {
     /// [`Inner::transmit_here`], then releases the engine lock and says whether work is
     /// left for the I/O thread (transport work queued, or writes `t` still has pending); the
     /// caller wakes it once it released `t`'s lock too, so that it finds the transport free.
-    fn transmit_rest(&self, t: &mut dyn Transport, core: MutexGuard<'_, Core>) -> bool {
-        let core = self.transmit_here(t, core);
+    fn transmit_rest(&self, t: &mut dyn Transport, core: MutexGuard<'_, Core>, open: bool) -> bool {
+        let core = self.transmit_here(t, core, open);
         !core.io_work.is_empty() || t.has_pending()
     }
 
@@ -142,16 +141,19 @@ impl Inner {
     /// ([`Transport::flush`]: nothing for IB, whose posts went out with the transmit),
     /// applies what the writes reported (acknowledgements, closes) and repeats while lanes
     /// ask for more frames; those still asking after the fourth time go to the I/O thread.
+    /// `open`: any lane with nothing waiting to be written counts as idle
+    /// ([`TxHere::OpenLane`]).
     fn transmit_here<'a>(
         &'a self,
         t: &mut dyn Transport,
         mut core: MutexGuard<'a, Core>,
+        open: bool,
     ) -> MutexGuard<'a, Core> {
         let now = self.now();
         let kind = t.kind();
         for round in 0..4 {
             while let Some((conn, path)) = leading_transmit(&core, kind) {
-                if !t.lane_idle(conn, path) {
+                if !t.lane_idle(conn, path, open) {
                     break;
                 }
                 core.io_work.pop_front();
@@ -205,7 +207,7 @@ impl Inner {
         if !self.drain_events(&mut core, true) {
             return found;
         }
-        core = self.transmit_here(t, core);
+        core = self.transmit_here(t, core, false);
         let left = !core.io_work.is_empty();
         drop(core);
         drop(ib);
@@ -234,7 +236,7 @@ impl Inner {
         if !self.drain_events(&mut core, true) {
             return true;
         }
-        let left = self.transmit_rest(&mut *tcp, core);
+        let left = self.transmit_rest(&mut *tcp, core, false);
         drop(tcp);
         if left {
             self.wake_io();
@@ -497,7 +499,10 @@ mod tests {
         assert_eq!(set.of(TransportKind::Loopback).kind(), TransportKind::Tcp);
         let ib = set.of(TransportKind::Ib);
         assert_eq!(ib.kind(), TransportKind::Ib);
-        assert!(!ib.lane_idle(crate::proto::ConnId(0), 0), "the stand-in");
+        assert!(
+            !ib.lane_idle(crate::proto::ConnId(0), 0, true),
+            "the stand-in"
+        );
         assert!(set.owner(TOKEN_WAKE).is_none());
         assert!(set.owner(TOKEN_IB_CM).is_none());
         assert!(set.owner(TOKEN_IB_CM | 5).is_none());

@@ -96,8 +96,9 @@ pub(crate) trait Transport {
     fn transmit(&mut self, stack: &mut Stack, conn: ConnId, path: usize, now: Instant);
 
     /// Whether a sending application thread may transmit `(conn, path)` itself now: the lane
-    /// is up and nothing of it waits (TCP), or posting never blocks (IB).
-    fn lane_idle(&mut self, conn: ConnId, path: usize) -> bool;
+    /// is up and nothing of it waits to be written, and unless `open` no more than its last
+    /// write is unacknowledged (TCP); posting never blocks (IB).
+    fn lane_idle(&mut self, conn: ConnId, path: usize, open: bool) -> bool;
 
     /// Writes what waits to be written, outside the engine lock. Returns the lanes that ran
     /// low and take more frames; what the writes reported waits for [`Transport::apply`].
@@ -201,7 +202,7 @@ impl Transport for Absent {
 
     fn transmit(&mut self, _stack: &mut Stack, _conn: ConnId, _path: usize, _now: Instant) {}
 
-    fn lane_idle(&mut self, _conn: ConnId, _path: usize) -> bool {
+    fn lane_idle(&mut self, _conn: ConnId, _path: usize, _open: bool) -> bool {
         false
     }
 }
@@ -255,7 +256,7 @@ mod tests {
         assert_eq!(stack.path_state(conn, 0), (PathState::Down, epoch));
         assert!(!connecting(&stack, conn, 0, epoch));
         assert!(!t.owns_token(0) && !t.owns_token(3 << 32) && !t.owns_token(u64::MAX));
-        assert!(!t.has_reports() && !t.has_pending() && !t.lane_idle(conn, 0));
+        assert!(!t.has_reports() && !t.has_pending() && !t.lane_idle(conn, 0, true));
         assert_eq!(t.apply(&mut stack, Instant::ZERO), 0);
         assert!(t.flush(Instant::ZERO).is_empty());
         assert_eq!(t.next_timer(), None);

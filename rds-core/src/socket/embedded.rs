@@ -19,7 +19,7 @@ use super::preset::Preset;
 use crate::errno::err;
 use crate::info::{SockId, TransportKind};
 use crate::message::Received;
-use crate::node::{Core, Node, NodeConfig, Waiter};
+use crate::node::{Core, Node, NodeConfig, TxHere, Waiter};
 use crate::proto::{SendError, SendExtras};
 use crate::rdma::{cookie_rkey, MrFlags, RdmaBuffer, RdmaOp, SendCtl, Sent};
 use crate::sys;
@@ -245,7 +245,9 @@ impl Embedded {
                 Ok(n) => {
                     self.update_fds(&core);
                     inner.want_room(false);
-                    inner.after_app_call_inline(core, msg.len() <= crate::node::INLINE_MAX);
+                    let sndbuf = core.stack.bufs(self.id).map_or(0, |b| b.0);
+                    let here = TxHere::for_send(msg.len(), sndbuf);
+                    inner.after_app_call_inline(core, here);
                     self.waiter.sent.store(true, Ordering::Relaxed);
                     return Ok(n);
                 }

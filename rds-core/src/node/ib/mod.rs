@@ -358,7 +358,7 @@ impl Transport for Ib {
         self.pull(stack, now, conn, path);
     }
 
-    fn lane_idle(&mut self, _conn: ConnId, _path: usize) -> bool {
+    fn lane_idle(&mut self, _conn: ConnId, _path: usize, _open: bool) -> bool {
         true
     }
 

@@ -532,7 +532,7 @@ impl Transport for Tcp {
     /// message without that wakeup). A byte allowance instead (16 KiB) sent every message of
     /// a deep pipeline from its task thread, one `writev` each (`-t 2 -d 32`: nine times the
     /// system calls).
-    fn lane_idle(&mut self, conn: ConnId, path: usize) -> bool {
+    fn lane_idle(&mut self, conn: ConnId, path: usize, open: bool) -> bool {
         let Some(&idx) = self.by_path.get(&(conn, path)) else {
             return false;
         };
@@ -542,7 +542,7 @@ impl Transport for Tcp {
         if c.state != State::Up || !c.out.is_empty() {
             return false;
         }
-        if c.acked >= c.written_before {
+        if open || c.acked >= c.written_before {
             return true;
         }
         if c.acked < c.written_before2 {

@@ -367,7 +367,7 @@ mod race {
         let (written, _, last) = lane(&b);
         assert_eq!(written, last, "one write so far");
         assert!(
-            Transport::lane_idle(&mut b.tcp, conn, 0),
+            Transport::lane_idle(&mut b.tcp, conn, 0, false),
             "a lane whose only write ({written} bytes) may be unacknowledged is idle"
         );
 
@@ -387,10 +387,14 @@ mod race {
             b.round();
         }
         assert!(
-            !Transport::lane_idle(&mut b.tcp, conn, 0),
+            !Transport::lane_idle(&mut b.tcp, conn, 0, false),
             "{} bytes unacknowledged, the last write {}: streaming",
             unacked(),
             lane(&b).2
+        );
+        assert!(
+            Transport::lane_idle(&mut b.tcp, conn, 0, true),
+            "nothing waits to be written: open to a sender of a large message"
         );
 
         // The peer reads everything: the lane is idle again once our node learns it
@@ -406,7 +410,7 @@ mod race {
         }
         assert_eq!(got, written, "the peer read exactly what our lane wrote");
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !Transport::lane_idle(&mut b.tcp, conn, 0) {
+        while !Transport::lane_idle(&mut b.tcp, conn, 0, false) {
             assert!(std::time::Instant::now() < deadline, "never idle again");
             b.collect(Duration::from_millis(1));
         }
