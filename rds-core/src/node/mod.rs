@@ -680,8 +680,8 @@ pub(crate) enum TxHere {
     /// which holds a few such messages, so that its sender waits for room every few sends.
     /// Writing its stream itself, the sender learns TCP's acknowledgements right after its
     /// writes (the kernel's `sendmsg` frees acknowledged messages in the same way) and
-    /// neither waits for the I/O thread's wake-up nor wakes it: qperf `rds_bw` 1.2-1.9x the
-    /// rate. A large buffer keeps the I/O thread writing while the sender copies the next
+    /// neither waits for the I/O thread's wake-up nor wakes it: qperf `rds_bw -m 4096`
+    /// 1.2-1.4x the rate (docs/performance.md). A large buffer keeps the I/O thread writing while the sender copies the next
     /// messages, and small messages are better written together (see `IdleLane`).
     OpenLane,
 }
