@@ -89,7 +89,7 @@ impl Inner {
     }
 
     /// [`Inner::after_app_call`], transmitting on RDS/TCP in the caller's thread as `here`
-    /// says (a sender passes the rule for its message's size, [`TxHere::for_len`]).
+    /// says (a sender passes the rule for its message and socket, [`TxHere::for_send`]).
     pub(crate) fn after_app_call_inline<'a>(
         &'a self,
         mut core: MutexGuard<'a, Core>,

@@ -21,8 +21,9 @@ pub(crate) enum TxHere {
     /// Writing its stream itself, the sender learns TCP's acknowledgements right after its
     /// writes (the kernel's `sendmsg` frees acknowledged messages in the same way) and
     /// neither waits for the I/O thread's wake-up nor wakes it: qperf `rds_bw -m 4096`
-    /// 1.2-1.4x the rate (docs/performance.md). A large buffer keeps the I/O thread writing while the sender copies the next
-    /// messages, and small messages are better written together (see `IdleLane`).
+    /// 1.2-1.4x the rate (docs/performance.md). A large buffer keeps the I/O thread writing
+    /// while the sender copies the next messages, and small messages are better written
+    /// together (see `IdleLane`).
     OpenLane,
 }
 

@@ -580,8 +580,6 @@ impl Transport for Tcp {
 }
 
 impl Tcp {
-    /// Runs `f` with the kept reports (`outs`), keeping what it leaves and whatever was kept
-    /// meanwhile, in order.
     /// [`Tcp::poll_acks_now`](bytes) for every connection: whether acknowledgements came
     /// (they wait for [`Transport::apply`]).
     pub(crate) fn acks_now(&mut self) -> bool {
@@ -592,6 +590,8 @@ impl Tcp {
         came
     }
 
+    /// Runs `f` with the kept reports (`outs`), keeping what it leaves and whatever was kept
+    /// meanwhile, in order.
     fn with_outs<R>(&mut self, f: impl FnOnce(&mut Self, &mut Vec<TcpOut>) -> R) -> R {
         let mut outs = std::mem::take(&mut self.outs);
         let r = f(self, &mut outs);

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -87,7 +88,7 @@ pub(crate) struct RingClient {
     spin: bool,
     /// The daemon was seen gone: every call after says so (a posted send would otherwise
     /// succeed into a ring nobody reads).
-    dead: std::sync::atomic::AtomicBool,
+    dead: AtomicBool,
 }
 
 impl RingClient {
@@ -126,7 +127,7 @@ impl RingClient {
             ctl,
             path: client.path().to_path_buf(),
             spin: sys::may_spin(),
-            dead: std::sync::atomic::AtomicBool::new(false),
+            dead: AtomicBool::new(false),
         })
     }
 
@@ -164,7 +165,7 @@ impl RingClient {
 
     /// The error of a daemon gone, remembered for every later call.
     fn gone(&self) -> io::Error {
-        self.dead.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.dead.store(true, Ordering::Relaxed);
         io(CtlError::Gone {
             path: self.path.clone(),
         })
@@ -297,7 +298,7 @@ impl RingClient {
         // The destination was found not congested right after a send failed with ENOBUFS.
         let mut not_congested = false;
         loop {
-            if self.dead.load(std::sync::atomic::Ordering::Relaxed) {
+            if self.dead.load(Ordering::Relaxed) {
                 return Err(self.gone());
             }
             let mut g = self.lock();
@@ -442,7 +443,7 @@ impl RingClient {
             if let Some((r, data)) = self.take_held(max, peek)? {
                 return received(r, data);
             }
-            if self.dead.load(std::sync::atomic::Ordering::Relaxed) {
+            if self.dead.load(Ordering::Relaxed) {
                 return Err(self.gone());
             }
             if self.surely_empty() {
