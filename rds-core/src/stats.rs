@@ -151,6 +151,9 @@ counters! {
         /// (This stack) A socket's first message to a peer it had heard from was sent on the
         /// lane the peer's messages arrive on instead of its own; its later ones follow.
         ReplyLaneBound = "reply_lane_bound",
+        /// (This stack) A connection we opened ended before the peer answered on it, with
+        /// messages its TCP had acknowledged: they were resent on the next connection.
+        ConnResetUnadopted = "conn_reset_unadopted",
     }
 }
 

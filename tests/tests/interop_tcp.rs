@@ -21,7 +21,13 @@
 //! `rds_tcp_sndbuf` sysctl or by our `restart_conn` / `tcp_sndbuf` tunable), `selftest-netem-50k`
 //! (test.py's traffic, 50,000 messages, netem loss/corrupt/duplicate 1% in the guest, a reset
 //! by the leader at each of the 19 barriers, per-pair SHA-256 compared across both sides),
-//! `kernel-view` (RDS_INFO_CONNECTIONS: tcp, CONNECTED; no bad checksums; `conn_reset` grew).
+//! `kernel-view` (RDS_INFO_CONNECTIONS: tcp, CONNECTED; no bad checksums; `conn_reset` grew),
+//! `accept-reset` (ours<kernel only: for 3 s a host-side filter drops the kernel's SYNs to us,
+//! so its own attempt holds its path CONNECTING and its accept resets each of our
+//! connections after its TCP acknowledged what we wrote, with busy loops in the guest
+//! delaying the accept worker; 300 messages must all arrive once and in order; before our
+//! node kept such messages until the peer answered on the connection, the kernel received
+//! none of the 300).
 //!
 //! Kernel behaviour (Debian 6.1) the cases are built around:
 //! - It sends no lane identity (no SPORT_IDX extension; it logs "ignoring unknown exthdr
@@ -300,6 +306,165 @@ fn case_data_from_kernel(env: &Env, p: u16) -> Result<String> {
         "ours: {}; kernel: {}",
         check.summary(),
         l.trim_start_matches("send: ok ")
+    ))
+}
+
+/// Drops SYNs from the kernel to our RDS port while it lives, with a host-side filter on
+/// the guest's tap (ingress, before the bridge): `u32` matches an IPv4 TCP segment from
+/// `from` to `to`:16385 with only SYN set and `mirred` hands it to a veth whose peer is down
+/// (the host kernel has no drop action), which drops it.
+struct SynBlock<'a> {
+    lab: &'a Lab,
+}
+
+impl<'a> SynBlock<'a> {
+    const SINK: &'static str = "rdssynsink0";
+
+    fn install(lab: &'a Lab, from: Ipv4Addr, to: Ipv4Addr) -> Result<SynBlock<'a>> {
+        let block = SynBlock { lab };
+        let script = format!(
+            "set -e; ip link add {sink} type veth peer name {sink}p; ip link set {sink} up; \
+             tc qdisc add dev tap1 ingress; \
+             tc filter add dev tap1 parent ffff: protocol ip prio 1 u32 \
+               match ip src {from}/32 match ip dst {to}/32 match ip protocol 6 0xff \
+               match ip dport 16385 0xffff match u8 0x02 0x3f at 33 \
+               action mirred egress redirect dev {sink}",
+            sink = Self::SINK
+        );
+        let out = block
+            .lab
+            .ns_command("bash")
+            .args(["-c", &script])
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "installing the SYN filter: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(block)
+    }
+
+    /// Packets the filter took (from `tc -s filter`).
+    fn hits(&self) -> Result<u64> {
+        let out = self
+            .lab
+            .ns_command("tc")
+            .args(["-s", "filter", "show", "dev", "tap1", "parent", "ffff:"])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .skip_while(|w| *w != "Sent")
+            .nth(3)
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(|| anyhow!("no packet count in `tc -s filter`: {text}"))
+    }
+}
+
+impl Drop for SynBlock<'_> {
+    fn drop(&mut self) {
+        let script = format!("tc qdisc del dev tap1 ingress; ip link del {}", Self::SINK);
+        let _ = self.lab.ns_command("bash").args(["-c", &script]).output();
+    }
+}
+
+/// The kernel resets a connection it accepted, unread, when its path is busy
+/// (`rds_tcp_accept_one` finds it CONNECTING: the kernel's own attempt to reach us, whose
+/// SYNs a filter drops here), after its TCP acknowledged what we wrote on it. Our node keeps
+/// such messages until the kernel answers on a connection, and resends them: all of them
+/// arrive, once, in order. The case then checks that the race happened (our connections
+/// were reset while the kernel's SYNs were dropped) and reports how many resets came after
+/// acknowledged bytes (`conn_reset_unadopted`).
+fn case_accept_reset(env: &Env, p: u16) -> Result<String> {
+    let count = 300u64;
+    let sizes = [1024usize];
+    let (ours, kernel) = (IpAddr::V4(env.ours), IpAddr::V4(env.kernel));
+    let recv = env.kspawn(
+        &format!(
+            "rdstool recv -b {} -n {count} --sources 1 --extra-ms 500 --timeout 120",
+            env.kern(p)
+        ),
+        150,
+        Some("recv: bound"),
+    )?;
+    // Our connection goes down and stays down (an operator's kill: only new traffic brings it
+    // back); the kernel notices and its path is DOWN again.
+    env.node.kill_conn(ours, kernel);
+    std::thread::sleep(Duration::from_millis(1000));
+    let block = SynBlock::install(env.lab, env.kernel, env.ours)?;
+    // The kernel wants to send to us: it connects out (the larger address still tries path
+    // 0) and its path stays CONNECTING while the filter drops its SYNs.
+    let _sink = bound_socket(&env.node, env.ours(p + 2))?;
+    let ksend = env.kspawn(
+        &format!(
+            "rdstool send -b {} -d {} -n 1 -s 100 --timeout 120",
+            env.kern(p + 1),
+            env.ours(p + 2)
+        ),
+        150,
+        None,
+    )?;
+    let t_syn = Instant::now();
+    while block.hits()? == 0 {
+        ensure!(
+            t_syn.elapsed() < Duration::from_secs(20),
+            "the kernel sent no SYN to our node"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Busy loops in the guest for the race's 3 s: the kernel's accept worker (process
+    // context) then runs late, while its TCP (softirq) keeps acknowledging at once, so our
+    // node learns of acknowledged bytes before the reset, as on a loaded host.
+    let hogs = env.kspawn(
+        "for i in 1 2 3; do (end=$(($(date +%s)+4)); while [ $(date +%s) -lt $end ]; do :; done) & done; wait; echo hogs: ok",
+        30,
+        None,
+    )?;
+    let resets0 = env.node.counter(Counter::ConnReset);
+    let unadopted0 = env.node.counter(Counter::ConnResetUnadopted);
+    let s = bound_socket(&env.node, env.ours(p + 3))?;
+    s.set_send_buffer_size(4 << 20);
+    let plan = SendPlan {
+        dest: env.kern(p),
+        count,
+        sizes: sizes.to_vec(),
+        nonblock: false,
+        gap: Duration::ZERO,
+        pause: None,
+    };
+    let sent = std::thread::scope(|sc| -> Result<(SendReport, u64, u64)> {
+        let sender = sc.spawn(|| send_pattern(std::slice::from_ref(&s), &plan, deadline(120)));
+        // Our attempts meet the kernel's busy path for 3 s, then its SYNs pass again.
+        std::thread::sleep(Duration::from_secs(3));
+        let resets = env.node.counter(Counter::ConnReset) - resets0;
+        let syns = block.hits()?;
+        drop(block);
+        let r = sender
+            .join()
+            .map_err(|_| anyhow!("the sender panicked"))??;
+        Ok((r, resets, syns))
+    })?;
+    let (r, resets, syns) = sent;
+    let l = job_ok(recv, "recv")?;
+    let _ = job_ok(ksend, "send")?;
+    let _ = job_ok(hogs, "hogs")?;
+    let unadopted = env.node.counter(Counter::ConnResetUnadopted) - unadopted0;
+    ensure!(
+        field_u64(&l, "received")? == count
+            && field_u64(&l, "errors")? == 0
+            && field_u64(&l, "extra")? == 0,
+        "kernel receiver: {l} (our connections reset while its SYNs were dropped: {resets}, \
+         after acknowledged bytes: {unadopted})"
+    );
+    ensure!(
+        resets >= 1,
+        "the kernel reset none of our connections while its own attempt was pending \
+         ({syns} SYNs dropped): the race did not happen"
+    );
+    Ok(format!(
+        "{count} msgs ({} sends); {syns} kernel SYNs dropped; our connections reset in those \
+         3 s: {resets}; conn_reset_unadopted over the case: {unadopted}; kernel: {}",
+        r.sent,
+        l.trim_start_matches("recv: ok ")
     ))
 }
 
@@ -1051,6 +1216,7 @@ const CASES: &[(&str, Case)] = &[
     ("reconnect-ours-drops", case_reconnect_ours_drops),
     ("selftest-netem-50k", case_selftest),
     ("kernel-view", case_kernel_view),
+    ("accept-reset", case_accept_reset),
 ];
 
 /// Whether `name` passes the comma-separated filter in environment variable `var` (unset:
@@ -1219,6 +1385,11 @@ fn kernel_interop_tcp() {
             .unwrap_or(1);
         for (i, (name, f)) in (0..repeat).flat_map(|_| CASES.iter().enumerate()) {
             if !selected("INTEROP_CASES", name) {
+                continue;
+            }
+            if *name == "accept-reset" && ours != HOST_ADDR1 {
+                // Only the smaller address opens connections that the kernel's accept can
+                // reset; as the larger one the kernel initiates and we accept.
                 continue;
             }
             let tap = std::env::var_os("INTEROP_TAP")

@@ -218,11 +218,12 @@ fn diag(lab: &Lab, node: &Node) -> String {
         }
     }
     s += &format!(
-        "ours: sendq {} retransq {}; conn_reset {} recv_drop_old_seq {}\n",
+        "ours: sendq {} retransq {}; conn_reset {} recv_drop_old_seq {} conn_reset_unadopted {}\n",
         node.send_queue().len(),
         node.retrans_queue().len(),
         node.counter(Counter::ConnReset),
-        node.counter(Counter::RecvDropOldSeq)
+        node.counter(Counter::RecvDropOldSeq),
+        node.counter(Counter::ConnResetUnadopted)
     );
     match lab.exec(
         1,
@@ -311,6 +312,9 @@ struct Outcome {
     oreset: u64,
     kdrop_old: u64,
     odrop_old: u64,
+    /// Our connections the kernel reset before answering on them, with acknowledged messages
+    /// (resent): `conn_reset_unadopted`.
+    ounadopted: u64,
 }
 
 /// The traffic with the churn thread beside it.
@@ -327,6 +331,7 @@ fn run(lab: &Lab, node: &Node) -> Result<Outcome> {
     );
     let ours_reset0 = node.counter(Counter::ConnReset);
     let ours_drop0 = node.counter(Counter::RecvDropOldSeq);
+    let ours_unadopted0 = node.counter(Counter::ConnResetUnadopted);
     let sock = bound_socket(node, ep[me])?;
     let limit = LIMIT.as_secs();
     let job = lab.spawn(
@@ -386,6 +391,7 @@ fn run(lab: &Lab, node: &Node) -> Result<Outcome> {
         oreset: node.counter(Counter::ConnReset) - ours_reset0,
         kdrop_old: k1["recv_drop_old_seq"] - k0["recv_drop_old_seq"],
         odrop_old: node.counter(Counter::RecvDropOldSeq) - ours_drop0,
+        ounadopted: node.counter(Counter::ConnResetUnadopted) - ours_unadopted0,
     })
 }
 
@@ -558,7 +564,7 @@ fn check(node: &Node, o: &Outcome, lanes: u8, claim: Claim) -> Result<String> {
          in {:.1} s under churn: {} restarts, {} kernel drops, {} lane cuts, {} tunable \
          changes, {} all-lane cuts ({} TCP sockets destroyed, up to {} lanes established, {} \
          steps missed: {:?}); conn_reset kernel +{} ours +{}; recv_drop_old_seq kernel +{} \
-         ours +{}; ours->kernel {}…, kernel->ours {}…",
+         ours +{}; conn_reset_unadopted ours +{}; ours->kernel {}…, kernel->ours {}…",
         TOTAL / 3,
         TOTAL / 6,
         to_kernel[0],
@@ -577,6 +583,7 @@ fn check(node: &Node, o: &Outcome, lanes: u8, claim: Claim) -> Result<String> {
         o.oreset,
         o.kdrop_old,
         o.odrop_old,
+        o.ounadopted,
         &krecv.hex[..16],
         &ksend.hex[..16],
     ))

@@ -73,6 +73,10 @@ pub(crate) struct Path {
     pub tx_off: u64,
     /// TCP: bytes the transport reported acknowledged.
     pub acked_off: u64,
+    /// TCP, a connection we opened that the peer has not yet shown it reads (no frame from
+    /// it on this connection): until then (or this deadline, [`super::stack::ADOPT_GRACE`])
+    /// acknowledged messages stay in `retrans`, to be resent should the peer reset it.
+    pub adopt_by: Option<Instant>,
     pub unacked_packets: u32,
     pub unacked_bytes: u64,
     /// IB receive side: sequence of the last complete message (`i_ack_next`).
@@ -114,6 +118,7 @@ impl Path {
             retrans: VecDeque::new(),
             tx_off: 0,
             acked_off: 0,
+            adopt_by: None,
             unacked_packets: 0,
             unacked_bytes: 0,
             ack_next: 0,

@@ -14,12 +14,29 @@ use super::{Stack, MSG_COST};
 
 impl Stack {
     pub(super) fn queue_probe_ping(&mut self, cid: ConnId) {
+        self.conns[cid.0 as usize].ping_triggered = true;
+        self.queue_probe_on(cid, 0);
+    }
+
+    /// A TCP connection we opened on `path` carries a probe among its first frames, so that
+    /// the peer answers on it and shows it took the connection ([`super::ADOPT_GRACE`]): the
+    /// handshake's own probe on lane 0, this one on the others (and on lane 0 when its
+    /// probe is already answered). It carries the handshake's extensions, which a peer
+    /// processes the same way again; the handshake itself is lane 0's (see `recv_message`).
+    pub(super) fn queue_adopt_probe(&mut self, cid: ConnId, path: usize) {
+        let q = &self.conns[cid.0 as usize].paths[path].send_q;
+        // A probe resent from an earlier connection may be dropped as a duplicate, unanswered.
+        if !q.iter().any(|m| m.hdr.is_probe_ping() && !m.retransmitted) {
+            self.queue_probe_on(cid, path);
+        }
+    }
+
+    fn queue_probe_on(&mut self, cid: ConnId, path: usize) {
         let id = self.take_msg_id();
         let ci = cid.0 as usize;
         let mut hdr = HeaderRepr::data(0, PROBE_PORT, 0, 0);
         self.add_probe_exts(&mut hdr);
         let c = &mut self.conns[ci];
-        c.ping_triggered = true;
         let msg = OutMsg {
             id,
             hdr,
@@ -36,7 +53,7 @@ impl Stack {
         };
         // Ahead of fresh messages, behind the ones being retransmitted (they carry older
         // sequence numbers, which must reach the wire first).
-        let q = &mut c.paths[0].send_q;
+        let q = &mut c.paths[path].send_q;
         let at = q.iter().position(|m| m.seq == 0).unwrap_or(q.len());
         q.insert(at, msg);
         // The probe is part of the connection's own upkeep: charged, never refused.

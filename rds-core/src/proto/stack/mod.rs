@@ -36,6 +36,16 @@ pub use links::{HELD_MAX, HELD_PER_ADDR, HELD_RETRY};
 /// probe, for example with `ping_enable = 0`).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a TCP connection we opened may stay silent before the peer's acknowledgements
+/// free the messages written on it (see [`crate::proto::Stack::handle_tx_acked`]). The
+/// peer's TCP acknowledges what it receives before its RDS has taken the connection; an
+/// acceptor that then refuses it (the kernel's `rds_tcp_accept_one` finding no free path,
+/// a duel of connects, a peer that has not seen our previous connection end) resets it
+/// with those bytes unread, within milliseconds. The first frame from the peer on the
+/// connection (our lane-0 probe's pong, the kernel's congestion map) proves it was taken
+/// sooner.
+pub const ADOPT_GRACE: Duration = Duration::from_secs(1);
+
 /// Before the first handshake, a held connection whose source port does not say "lane 0" is
 /// taken as path 0 after this long (older kernels pick random source ports).
 pub const STASH_AS_PATH0_AFTER: Duration = Duration::from_millis(50);
@@ -377,6 +387,7 @@ impl Stack {
                 c.paths
                     .iter()
                     .filter_map(|p| p.reconnect_at)
+                    .chain(c.paths.iter().filter_map(|p| p.adopt_by))
                     .chain(c.hs_deadline)
                     .chain(Self::idle(c).then(|| c.last_active + CONN_IDLE_LIFETIME))
             })

@@ -16,7 +16,8 @@ use crate::proto::conn::{Conn, OutMsg, Path, SeqMemo};
 use crate::proto::{canonical, AcceptError, ConnId, DropReason, Event, TransportKind};
 
 use super::{
-    Stack, CONN_COST, CONN_IDLE_LIFETIME, HANDSHAKE_TIMEOUT, SEQ_MEMO_MAX, STASH_AS_PATH0_AFTER,
+    Stack, ADOPT_GRACE, CONN_COST, CONN_IDLE_LIFETIME, HANDSHAKE_TIMEOUT, SEQ_MEMO_MAX,
+    STASH_AS_PATH0_AFTER,
 };
 
 impl Stack {
@@ -49,6 +50,9 @@ impl Stack {
                 }
             }
             for pi in 0..self.conns[ci].paths.len() {
+                if self.conns[ci].paths[pi].adopt_by.is_some_and(|t| t <= now) {
+                    self.adopted(ci, pi);
+                }
                 let p = &mut self.conns[ci].paths[pi];
                 if p.reconnect_at.is_some_and(|t| t <= now) {
                     p.reconnect_at = None;
@@ -131,7 +135,18 @@ impl Stack {
         if p.epoch != epoch || p.state != PathState::Connecting {
             return false;
         }
+        let backoff = p.reconnect_delay;
         self.path_up(now, conn, path);
+        let c = &mut self.conns[conn.0 as usize];
+        if c.kind == TransportKind::Tcp {
+            // Until the peer answers on it, the connection has not succeeded yet: a peer
+            // whose accept resets every connection (its path busy) is retried with backoff,
+            // not at once each time (`Stack::adopted` ends the backoff).
+            let p = &mut c.paths[path];
+            p.adopt_by = Some(now + ADOPT_GRACE);
+            p.reconnect_delay = backoff;
+            self.queue_adopt_probe(conn, path);
+        }
         self.connect_next_lane(conn);
         true
     }
@@ -543,6 +558,7 @@ impl Stack {
         p.up_since = Some(now);
         p.tx_off = 0;
         p.acked_off = 0;
+        p.adopt_by = None;
         p.reconnect_delay = Duration::ZERO;
         p.reconnect_at = None;
         p.ack_next = 0;
@@ -630,6 +646,9 @@ impl Stack {
         }
         if was == PathState::Up {
             self.stats.inc(Counter::ConnReset);
+            if p.adopt_by.is_some() && p.retrans.front().is_some_and(|m| m.ack_off <= p.acked_off) {
+                self.stats.inc(Counter::ConnResetUnadopted);
+            }
             // Senders waiting for a congested port of this peer try again: the map can only
             // change through a new connection, which their next attempt starts.
             self.cong_changed = true;
@@ -675,6 +694,7 @@ impl Stack {
         let frag_charge = std::mem::take(&mut p.frag_charge);
         p.tx_off = 0;
         p.acked_off = 0;
+        p.adopt_by = None;
         p.unacked_packets = max_p;
         p.unacked_bytes = max_b;
         p.ack_next = 0;

@@ -181,6 +181,9 @@ impl Stack {
         if !draining && (p.epoch != epoch || !p.is_up()) {
             return Ok(());
         }
+        if !draining && p.adopt_by.is_some() {
+            self.adopted(conn.0 as usize, path);
+        }
         self.recv_message(now, conn, path, epoch, frame)
             .inspect_err(|&r| {
                 if draining {
@@ -363,7 +366,7 @@ impl Stack {
                 self.want_transmit(cid, path);
             }
         }
-        if kind.multipath() && hdr.is_hs_probe() {
+        if kind.multipath() && hdr.is_hs_probe() && path == 0 {
             // A probe from a restarted peer may come again as a retransmission whose sequence
             // number looks old to us. Learn the new generation first (which restarts our
             // `next_rx_seq`), or the probe and everything the new peer retransmits would be
@@ -404,13 +407,15 @@ impl Stack {
             }
             self.stats.inc(Counter::RecvPing);
             self.send_pong(now, cid, path, hdr.sport);
-            if hdr.is_probe_ping() && kind.multipath() {
+            // The handshake is lane 0's; a probe on another lane asks only for its pong
+            // (`queue_adopt_probe`).
+            if hdr.is_probe_ping() && kind.multipath() && path == 0 {
                 self.process_handshake(now, cid, path, &hdr, false);
             }
             return Ok(());
         }
         if hdr.is_probe_pong() {
-            if kind.multipath() {
+            if kind.multipath() && path == 0 {
                 self.process_handshake(now, cid, path, &hdr, true);
             }
             return Ok(());

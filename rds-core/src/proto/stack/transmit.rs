@@ -31,6 +31,14 @@ impl Stack {
 
     /// TCP: the peer acknowledged `acked` bytes of the path's current connection (counted from
     /// its first byte). Messages whose last byte is acknowledged leave the retransmit queue.
+    ///
+    /// Departure from the kernel: on a connection we opened, not before the peer has shown
+    /// that its RDS took the connection (a frame from it on the connection, or
+    /// [`super::ADOPT_GRACE`] without a reset). The kernel's sender frees a message as soon as
+    /// the peer's TCP acknowledged it, and loses it when the accepting kernel then resets the
+    /// connection unread (`rds_tcp_accept_one` finding its path not DOWN); here it is resent
+    /// on the next connection, where the peer's duplicate check (`h_sequence <
+    /// cp_next_rx_seq` and RETRANSMITTED) lets it through exactly once.
     pub fn handle_tx_acked(
         &mut self,
         _now: Instant,
@@ -48,6 +56,25 @@ impl Stack {
             return;
         }
         p.acked_off = acked.min(p.tx_off);
+        if p.adopt_by.is_none() {
+            self.release_acked(ci, path);
+        }
+    }
+
+    /// The peer took the connection we opened on `path` (it sent on it, or the grace time
+    /// passed): what it acknowledged so far leaves the retransmit queue, and the connect
+    /// succeeded (its reconnect backoff ends, as `rds_connect_path_complete` ends the
+    /// kernel's).
+    pub(super) fn adopted(&mut self, ci: usize, path: usize) {
+        let p = &mut self.conns[ci].paths[path];
+        if p.adopt_by.take().is_some() && p.is_up() {
+            p.reconnect_delay = core::time::Duration::ZERO;
+            self.release_acked(ci, path);
+        }
+    }
+
+    fn release_acked(&mut self, ci: usize, path: usize) {
+        let p = &mut self.conns[ci].paths[path];
         let acked = p.acked_off;
         let mut done = Vec::new();
         while p.retrans.front().is_some_and(|m| m.ack_off <= acked) {
