@@ -705,7 +705,7 @@ pub fn set_nonblocking(e: &Entry, on: bool) {
 /// only, not the node's I/O thread first. An unbound socket (no readiness yet) sleeps a
 /// little.
 fn wait_sock(e: &Entry, rx: bool, deadline: Option<Instant>) -> Res<()> {
-    if e.ready_fds().is_none() {
+    if !e.is_bound() {
         return nap(deadline);
     }
     match e.sock.wait_interruptible(rx, !rx, time_left(deadline)?) {

@@ -1,8 +1,9 @@
 //! One RDS descriptor and the table of them: an [`Entry`] is an `rds_core::Socket` with the
 //! socket pair whose first end the program holds, kept readable while a receive would return
 //! something and writable while the send buffer has room; the table maps the program's
-//! descriptors (several after `dup`) to their entry; the readiness thread follows the
-//! socket's readiness eventfds and brings each pair in step when the socket becomes ready,
+//! descriptors (several after `dup`) to their entry; once the program polls a descriptor
+//! ([`Entry::arm`]), the readiness thread follows the socket's readiness eventfds and brings
+//! its pair in step when the socket becomes ready,
 //! the program's own calls when it becomes not ready (a blocked receiver, which the message
 //! wakes anyway, also when it becomes readable).
 //!
@@ -11,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -29,6 +30,9 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// This process has created an RDS socket.
 static USED: AtomicBool = AtomicBool::new(false);
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+/// Entries alive that no poll, select or epoll of the program has named yet ([`Entry::arm`]):
+/// while there are none, the interposed polls pass through without looking at descriptors.
+static UNARMED: AtomicUsize = AtomicUsize::new(0);
 
 /// What a descriptor is to this library.
 pub enum Lookup {
@@ -43,6 +47,19 @@ pub enum Lookup {
 fn bit(fd: RawFd) -> Option<(usize, u64)> {
     let i = usize::try_from(fd).ok().filter(|&i| i < MAX_FD)?;
     Some((i / 64, 1u64 << (i % 64)))
+}
+
+/// Whether some RDS socket of this process has not been polled by the program yet.
+pub fn any_unarmed() -> bool {
+    UNARMED.load(Ordering::Relaxed) > 0
+}
+
+/// The program names `fd` in a poll, select or epoll: if it is an RDS descriptor of this
+/// process, its readiness is followed from now on ([`Entry::arm`]).
+pub fn polled(fd: RawFd) {
+    if let Lookup::Ours(e) = lookup(fd) {
+        e.arm();
+    }
 }
 
 /// Whether `fd` is an RDS descriptor (of this process or inherited).
@@ -129,8 +146,15 @@ pub struct Entry {
     b: OwnedFd,
     key: u64,
     mirror: Mutex<Mirror>,
-    /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
+    /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound and armed.
     ev: OnceLock<[RawFd; 2]>,
+    /// Bound: the socket has readiness to follow.
+    bound: AtomicBool,
+    /// The program has named the descriptor in a poll, select or epoll: the readiness thread
+    /// keeps the pair in step. Until then nothing does (the library's own blocking calls
+    /// wait on the socket itself), so a program that only sends and receives costs no
+    /// readiness descriptor writes and no wake-ups of that thread.
+    armed: AtomicBool,
     /// Threads blocked in [`Entry::wait_rx`]: while there are any, the readiness thread does
     /// not follow the socket's POLLIN (each receiver brings the pair in step when it
     /// returns), so that a message handed to a blocked receiver wakes one thread, not two.
@@ -165,6 +189,7 @@ impl Entry {
         sys::set_sndbuf(a.as_raw_fd(), 4096);
         let fd = sys::dup(a.as_raw_fd(), cloexec)?;
         USED.store(true, Ordering::Relaxed);
+        UNARMED.fetch_add(1, Ordering::Relaxed);
         let e = Arc::new(Entry {
             sock,
             a,
@@ -175,6 +200,8 @@ impl Entry {
                 writable: true,
             }),
             ev: OnceLock::new(),
+            bound: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
             rx_waiters: Mutex::new(0),
             tos: Mutex::new(None),
             timeouts: Mutex::new([None, None]),
@@ -185,11 +212,39 @@ impl Entry {
         Ok((e, fd))
     }
 
-    /// After bind: follows the socket's readiness from now on.
+    /// After bind: the socket's readiness is followed from now on if the program polls the
+    /// descriptor ([`Entry::arm`]).
     ///
     /// # Errors
     /// The errno of the readiness descriptors' creation.
     pub fn attach(self: &Arc<Self>) -> Result<(), i32> {
+        self.bound.store(true, Ordering::SeqCst);
+        if self.armed.load(Ordering::SeqCst) {
+            self.follow()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the socket is bound.
+    pub fn is_bound(&self) -> bool {
+        self.bound.load(Ordering::SeqCst)
+    }
+
+    /// The program polls the descriptor: the pair follows the socket's readiness from now on
+    /// (at once if bound, else from its bind). Errors creating the readiness descriptors
+    /// leave the pair as it is, as a poll before bind sees it.
+    pub fn arm(self: &Arc<Self>) {
+        if self.armed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        UNARMED.fetch_sub(1, Ordering::Relaxed);
+        if self.bound.load(Ordering::SeqCst) {
+            let _ = self.follow();
+        }
+    }
+
+    /// Starts following the socket's readiness (once; `attach` and `arm` may both get here).
+    fn follow(self: &Arc<Self>) -> Result<(), i32> {
         let rx = self.sock.fd().map_err(errno)?;
         let tx = self.sock.send_fd().map_err(errno)?;
         if self.ev.set([rx, tx]).is_err() {
@@ -213,11 +268,6 @@ impl Entry {
             [self.sock.readable(), self.sock.writable()],
         );
         Ok(())
-    }
-
-    /// The socket's readiness eventfds (POLLIN, POLLOUT), once bound.
-    pub fn ready_fds(&self) -> Option<[RawFd; 2]> {
-        self.ev.get().copied()
     }
 
     /// Runs `wait` (a blocking wait for the socket's POLLIN) without waking the readiness
@@ -308,6 +358,9 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
+        if !self.armed.load(Ordering::Relaxed) {
+            UNARMED.fetch_sub(1, Ordering::Relaxed);
+        }
         if let (Some(&[rx, tx]), Some(Ok(p))) = (self.ev.get(), PUMP.get()) {
             sys::epoll_del(p.ep.as_raw_fd(), rx);
             sys::epoll_del(p.ep.as_raw_fd(), tx);

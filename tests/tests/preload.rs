@@ -211,6 +211,32 @@ fn epoll_and_poll_mix_rds_and_udp_descriptors() {
     );
 }
 
+/// The library keeps a descriptor in step from the first poll it sees: before it, a raw
+/// `ppoll` system call (which the library does not see) finds a queued message not readable
+/// (nothing was written for a program that did not poll); from it on, readable, then not
+/// after the receive, and readable again when the next message arrives, with no call of the
+/// program in between (the readiness thread follows the socket).
+#[test]
+fn a_descriptor_is_kept_in_step_from_the_first_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = preloaded(program(), dir.path(), false);
+    c.args(["lazy", "127.21.2.5", "127.21.2.6"]);
+    let out = run_ok(c, Duration::from_secs(60));
+    assert_eq!(
+        out,
+        "send(first): ok 5\n\
+         peek: queued 1\n\
+         raw poll before any poll: readable 0\n\
+         poll: 1 ready, POLLIN 1\n\
+         raw poll after it: readable 1\n\
+         recv: 5\n\
+         raw poll after recv: readable 0\n\
+         send(second): ok 6\n\
+         raw poll after the second send: readable 1\n\
+         done: ok\n"
+    );
+}
+
 #[test]
 fn fork_exec_works_and_an_inherited_socket_fails_clearly_in_the_child() {
     let dir = tempfile::tempdir().unwrap();

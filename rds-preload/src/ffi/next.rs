@@ -3,7 +3,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use libc::{c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{
+    c_int, c_ulong, c_void, epoll_event, fd_set, iovec, msghdr, nfds_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec, timeval,
+};
 
 /// Defines `$f()`: the next definition of C symbol `$name` after this library's.
 macro_rules! next_sym {
@@ -84,6 +87,32 @@ next_sym!(next_close, "close", FnClose);
 next_sym!(next_dup, "dup", FnDup);
 next_sym!(next_dup2, "dup2", FnDup2);
 next_sym!(next_dup3, "dup3", FnDup3);
+
+pub(super) type FnPoll = unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int;
+pub(super) type FnPollChk = unsafe extern "C" fn(*mut pollfd, nfds_t, c_int, size_t) -> c_int;
+pub(super) type FnPpoll =
+    unsafe extern "C" fn(*mut pollfd, nfds_t, *const timespec, *const sigset_t) -> c_int;
+pub(super) type FnPpollChk =
+    unsafe extern "C" fn(*mut pollfd, nfds_t, *const timespec, *const sigset_t, size_t) -> c_int;
+pub(super) type FnSelect =
+    unsafe extern "C" fn(c_int, *mut fd_set, *mut fd_set, *mut fd_set, *mut timeval) -> c_int;
+pub(super) type FnPselect = unsafe extern "C" fn(
+    c_int,
+    *mut fd_set,
+    *mut fd_set,
+    *mut fd_set,
+    *const timespec,
+    *const sigset_t,
+) -> c_int;
+pub(super) type FnEpollCtl = unsafe extern "C" fn(c_int, c_int, c_int, *mut epoll_event) -> c_int;
+
+next_sym!(next_poll, "poll", FnPoll);
+next_sym!(next_poll_chk, "__poll_chk", FnPollChk);
+next_sym!(next_ppoll, "ppoll", FnPpoll);
+next_sym!(next_ppoll_chk, "__ppoll_chk", FnPpollChk);
+next_sym!(next_select, "select", FnSelect);
+next_sym!(next_pselect, "pselect", FnPselect);
+next_sym!(next_epoll_ctl, "epoll_ctl", FnEpollCtl);
 
 pub(super) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno slot.
