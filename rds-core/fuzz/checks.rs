@@ -758,14 +758,18 @@ impl Engine {
             .into_iter()
             .chain(self.st.queued_msgs(true))
             .collect();
+        let held = self.st.held_msgs();
         let rxq = self.st.recv_queued_msgs();
         for s in &infos {
             let Some(b) = s.bound else { continue };
-            let snd: usize = queued
-                .iter()
-                .filter(|m| m.lport == b.port())
-                .map(|m| m.len as usize)
-                .sum();
+            let bytes = |q: &[rds_core::info::QueuedMsgInfo]| -> usize {
+                q.iter()
+                    .filter(|m| m.lport == b.port())
+                    .map(|m| m.len as usize)
+                    .sum()
+            };
+            // Messages kept only for a resend no longer count in their socket's buffer.
+            let snd = bytes(&queued) - bytes(&held);
             assert_eq!(s.snd_bytes, snd, "send accounting of port {}", b.port());
             let rcv: usize = rxq
                 .iter()

@@ -43,8 +43,7 @@ fn peer_restart_resets_rx_seq_and_flushes_the_retransmit_queue() {
     assert_eq!(p.recv_all(A, ra).len(), 9);
     let rx_before = p.path_info(A, 0).next_rx_seq;
     assert!(rx_before > 5, "{rx_before}");
-    // B's four messages on lane 3 follow its pong to the probe A's lane 3 opened with.
-    assert_eq!(p.path_info(A, 3).next_rx_seq, 6);
+    assert_eq!(p.path_info(A, 3).next_rx_seq, 5);
     // A sends 3 messages that B receives but never acknowledges.
     p.auto_ack = false;
     let port = port_on_lane(SEED_A, 0, 4100);
@@ -193,8 +192,8 @@ fn resend_pending_on_lane_3(
     (rb, seqs, port, (c[0].0, c[0].2))
 }
 
-/// The frames A sends on its reconnected lane 3: the 4 messages again, RETRANSMITTED, the
-/// probe that asks B to answer on the new connection, and the fifth.
+/// The frames A sends on its reconnected lane 3: the 4 messages again, RETRANSMITTED, and
+/// the fifth.
 fn resent(p: &mut Pair, seqs: &[u64], port: u16) -> Vec<Frame> {
     let got = frames_of(&p.tx(A, 3));
     let data: Vec<(u64, u8, u8)> = got
@@ -203,13 +202,7 @@ fn resent(p: &mut Pair, seqs: &[u64], port: u16) -> Vec<Frame> {
         .map(|f| (f.hdr.seq, f.hdr.flags, f.payload[0]))
         .collect();
     let r = flags::RETRANSMITTED;
-    let fifth = seqs[3] + 2;
-    let probes: Vec<u64> = got
-        .iter()
-        .filter(|f| f.hdr.is_probe_ping())
-        .map(|f| f.hdr.seq)
-        .collect();
-    assert_eq!(probes, [seqs[3] + 1]);
+    let fifth = seqs[3] + 1;
     assert_eq!(
         data,
         [
@@ -245,7 +238,7 @@ fn feed_late_on_lane_3(
         .iter()
         .map(|m| (m.seq, m.payload[0]))
         .collect();
-    assert_eq!(got, [(seqs[3] + 2, 4)]);
+    assert_eq!(got, [(seqs[3] + 1, 4)]);
 }
 
 /// Simulator seed 7052, scripted. A's resends on its reconnected lane 3 are still on their
@@ -606,7 +599,8 @@ fn reconnect_backoff_doubles_with_jitter_and_resets_after_success() {
             let (conn, _, epoch) = connects(&evs)[0];
             p.connect(A, conn, 0, epoch);
             assert_eq!(p.path_info(A, 0).state, PathState::Up);
-            // (Over TCP the connect has succeeded once the peer answered on it: its pong.)
+            // (Before the handshake, a TCP connect has succeeded once the peer answered on
+            // it: its pong.)
             p.run();
             p.cut(0);
             let at = p.st(A).poll_timeout().unwrap();

@@ -6,8 +6,6 @@
 //!
 //! Addresses: 127.66.x.y, one block per test; namespaces `rdspm-*-PID`, 10.203.x.y.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::process::{Command as StdCommand, Stdio};
@@ -17,8 +15,6 @@ use assert_cmd::Command;
 use rds_core::stats::Counter;
 use rds_core::{CtlMode, Node, NodeConfig};
 use regex::Regex;
-
-use common::pings_counted;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -225,9 +221,9 @@ fn several_nodes_on_loopback() {
         "rds-ping: connection to 127.66.1.9:16385 refused: no RDS node there\n\
          rds-ping: no reply from 127.66.1.4: 3 pings unanswered after 0.500 s each, giving up\n"
     );
-    // The answering peers' stacks counted the pings (besides the probes opening the lanes).
-    assert_eq!(pings_counted(&a), 3);
-    assert_eq!(pings_counted(&b), 3);
+    // The answering peers' stacks counted the pings (plus the probe opening the connection).
+    assert_eq!(a.counter(Counter::RecvPing), 3 + 1);
+    assert_eq!(b.counter(Counter::RecvPing), 3 + 1);
     assert_eq!(quiet.counter(Counter::RecvPing), 0);
     // In parallel: 3 pings 0.1 s apart and a 0.5 s timeout, not four runs one after another.
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
@@ -440,7 +436,7 @@ fn ctrl_c_and_deadline_print_the_lines_so_far() {
         .unwrap();
     // Nothing is printed while the pings run: wait until the answering node saw three.
     let end = Instant::now() + Duration::from_secs(20);
-    while pings_counted(&a) < 3 {
+    while a.counter(Counter::RecvPing) < 4 {
         assert!(Instant::now() < end, "no pings reached 127.66.3.2");
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -37,6 +37,10 @@ pub(crate) struct OutMsg {
     pub pong: bool,
     /// Whose share of the node budget it is charged to ([`super::budget`]).
     pub owner: u32,
+    /// Its bytes left the sending socket's send buffer already: the peer's TCP acknowledged
+    /// it on a connection the peer has not answered on yet, and it stays queued (charged to
+    /// the node) only to be resent should the peer reset that connection unread.
+    pub sock_freed: bool,
 }
 
 /// A lane's receive sequence in the peer's previous incarnation, kept when its generation

@@ -41,10 +41,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// peer's TCP acknowledges what it receives before its RDS has taken the connection; an
 /// acceptor that then refuses it (the kernel's `rds_tcp_accept_one` finding no free path,
 /// a duel of connects, a peer that has not seen our previous connection end) resets it
-/// with those bytes unread, within milliseconds. The first frame from the peer on the
-/// connection (our lane-0 probe's pong, the kernel's congestion map) proves it was taken
-/// sooner.
-pub const ADOPT_GRACE: Duration = Duration::from_secs(1);
+/// with those bytes unread, within milliseconds; a node of ours holds such a connection unread
+/// for up to [`STASH_MAX`] before it resets it, so the grace is longer than that. The first
+/// frame from the peer on the connection (the pong to the probe every lane we open carries,
+/// the congestion map a peer sends on a new connection) proves it was taken sooner.
+pub const ADOPT_GRACE: Duration = Duration::from_secs(6);
 
 /// Before the first handshake, a held connection whose source port does not say "lane 0" is
 /// taken as path 0 after this long (older kernels pick random source ports).
@@ -52,6 +53,9 @@ pub const STASH_AS_PATH0_AFTER: Duration = Duration::from_millis(50);
 
 /// How long a transport holds an accepted connection waiting for a lane before it resets it.
 pub const STASH_MAX: Duration = Duration::from_secs(5);
+
+// A connection our own acceptor holds and then resets must still be within its opener's grace.
+const _: () = assert!(ADOPT_GRACE.as_millis() > STASH_MAX.as_millis());
 
 /// How long a connection is kept after its last activity (created, a path up or down, a
 /// message queued or received) once no path is up or connecting, nothing of a socket is

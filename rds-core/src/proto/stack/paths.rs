@@ -138,7 +138,11 @@ impl Stack {
         let backoff = p.reconnect_delay;
         self.path_up(now, conn, path);
         let c = &mut self.conns[conn.0 as usize];
-        if c.kind == TransportKind::Tcp {
+        // A peer that sends SPORT_IDX (this stack, or a kernel that stashes a connection it
+        // cannot take yet instead of resetting it) never resets one unread once its TCP
+        // accepted it; the rule is for the others (base kernels), and for every peer until
+        // its handshake told.
+        if c.kind == TransportKind::Tcp && !c.with_sport_idx {
             // Until the peer answers on it, the connection has not succeeded yet: a peer
             // whose accept resets every connection (its path busy) is retried with backoff,
             // not at once each time (`Stack::adopted` ends the backoff).

@@ -532,6 +532,7 @@ impl Stack {
             rdma: None,
             pong: true,
             owner: NODE,
+            sock_freed: false,
         };
         self.stats.inc(Counter::SendPong);
         self.queue_msg(now, cid, path, msg);

@@ -191,6 +191,7 @@ impl Stack {
             rdma: extras.rdma.clone(),
             pong: false,
             owner,
+            sock_freed: false,
         };
         if dport != 0 {
             // Pings (to port 0) are not application traffic.
@@ -357,10 +358,18 @@ impl Stack {
                 c.pongs = c.pongs.saturating_sub(1);
             }
         }
-        let Some(sid) = m.sock else { return };
+        if !m.sock_freed {
+            self.release_sock(m.sock, m.payload.len());
+        }
+    }
+
+    /// Returns `len` bytes of a message to its socket's send buffer (waking a writer it
+    /// unblocks).
+    pub(super) fn release_sock(&mut self, sock: Option<SockId>, len: usize) {
+        let Some(sid) = sock else { return };
         if let Some(s) = self.socks.get_mut(&sid) {
             let was_writable = s.writable();
-            s.snd_bytes = s.snd_bytes.saturating_sub(m.payload.len());
+            s.snd_bytes = s.snd_bytes.saturating_sub(len);
             if !was_writable && s.writable() {
                 self.wakes.insert(sid);
             }

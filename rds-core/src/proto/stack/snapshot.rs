@@ -1,6 +1,7 @@
 //! Snapshots of the stack for `rds-info`: connections, sockets and queued messages.
 
 use crate::info::{ConnInfo, PathInfo, QueuedMsgInfo, SockInfo};
+use crate::proto::conn::OutMsg;
 use crate::proto::reply_lane::ReplyLane;
 use crate::proto::{ConnId, SockId};
 
@@ -59,11 +60,24 @@ impl Stack {
 
     /// Messages in send queues (`retrans = false`) or retransmit queues (`true`).
     pub fn queued_msgs(&self, retrans: bool) -> Vec<QueuedMsgInfo> {
+        self.msgs_where(retrans, |_| true)
+    }
+
+    /// Messages kept only to be resent (in either queue): the peer's TCP acknowledged them on
+    /// a connection the peer had not answered on yet ([`Stack::handle_tx_acked`]); their
+    /// sockets' send buffers no longer count them.
+    pub fn held_msgs(&self) -> Vec<QueuedMsgInfo> {
+        let mut v = self.msgs_where(false, |m| m.sock_freed);
+        v.extend(self.msgs_where(true, |m| m.sock_freed));
+        v
+    }
+
+    fn msgs_where(&self, retrans: bool, keep: impl Fn(&OutMsg) -> bool) -> Vec<QueuedMsgInfo> {
         let mut v = Vec::new();
         for c in self.conns.values() {
             for (pi, p) in c.paths.iter().enumerate() {
                 let q = if retrans { &p.retrans } else { &p.send_q };
-                v.extend(q.iter().map(|m| QueuedMsgInfo {
+                v.extend(q.iter().filter(|m| keep(m)).map(|m| QueuedMsgInfo {
                     seq: m.seq,
                     len: m.hdr.len,
                     laddr: c.laddr,

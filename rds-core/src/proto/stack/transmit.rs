@@ -32,9 +32,11 @@ impl Stack {
     /// TCP: the peer acknowledged `acked` bytes of the path's current connection (counted from
     /// its first byte). Messages whose last byte is acknowledged leave the retransmit queue.
     ///
-    /// Departure from the kernel: on a connection we opened, not before the peer has shown
-    /// that its RDS took the connection (a frame from it on the connection, or
-    /// [`super::ADOPT_GRACE`] without a reset). The kernel's sender frees a message as soon as
+    /// Departure from the kernel: on a connection we opened to a peer that has not shown
+    /// SPORT_IDX (a base kernel, or any peer before its handshake), not before the peer has
+    /// shown that its RDS took the connection (a frame from it on the connection, or
+    /// [`super::ADOPT_GRACE`] without a reset); the socket gets its send-buffer space back at
+    /// the acknowledgement all the same. The kernel's sender frees a message as soon as
     /// the peer's TCP acknowledged it, and loses it when the accepting kernel then resets the
     /// connection unread (`rds_tcp_accept_one` finding its path not DOWN); here it is resent
     /// on the next connection, where the peer's duplicate check (`h_sequence <
@@ -58,6 +60,29 @@ impl Stack {
         p.acked_off = acked.min(p.tx_off);
         if p.adopt_by.is_none() {
             self.release_acked(ci, path);
+        } else {
+            self.free_acked_sock_bytes(ci, path);
+        }
+    }
+
+    /// On a connection the peer has not answered on yet: what its TCP acknowledged stays
+    /// queued for a resend, but leaves its socket's send buffer, as it would on the kernel (a
+    /// sender is held back by TCP's window, not by messages the peer's TCP holds).
+    fn free_acked_sock_bytes(&mut self, ci: usize, path: usize) {
+        let acked = self.conns[ci].paths[path].acked_off;
+        let mut i = 0;
+        loop {
+            let p = &mut self.conns[ci].paths[path];
+            let Some(m) = p.retrans.get_mut(i) else { break };
+            if m.ack_off > acked {
+                break;
+            }
+            i += 1;
+            if std::mem::replace(&mut m.sock_freed, true) {
+                continue;
+            }
+            let (sock, len) = (m.sock, m.payload.len());
+            self.release_sock(sock, len);
         }
     }
 
