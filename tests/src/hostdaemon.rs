@@ -395,15 +395,24 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// Starts `c` and reads its first line (within 30 s).
+    /// Starts `c` and reads its first line (within 30 s). A copy of the program that a child
+    /// forked meanwhile by a parallel test still holds open for writing (`ETXTBSY`, until that
+    /// child execs) is tried again for up to 2 s.
     pub fn start(mut c: Command, what: &str) -> Holder {
         use std::io::BufRead;
-        let mut child = c
-            .stdin(Stdio::piped())
+        c.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {what}: {e}"));
+            .stderr(Stdio::piped());
+        let mut tries = 0;
+        let mut child = loop {
+            match c.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r => break r.unwrap_or_else(|e| panic!("spawning {what}: {e}")),
+            }
+        };
         let stdin = child.stdin.take();
         let out = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
