@@ -3,9 +3,9 @@
 //! something and writable while the send buffer has room; the table maps the program's
 //! descriptors (several after `dup`) to their entry; once the program polls a descriptor
 //! ([`Entry::arm`]), the readiness thread follows the socket's readiness eventfds and brings
-//! its pair in step when the socket becomes ready,
-//! the program's own calls when it becomes not ready (a blocked receiver, which the message
-//! wakes anyway, also when it becomes readable).
+//! its pair in step when the socket becomes ready, the program's own calls when it becomes
+//! not ready (a blocked receiver, which the message wakes anyway, also when it becomes
+//! readable).
 //!
 //! The table answers "is this descriptor ours" with one atomic load, so that the
 //! interposed `read`, `write` and `close` of every other descriptor cost nothing more.
@@ -55,7 +55,8 @@ pub fn any_unarmed() -> bool {
 }
 
 /// The program names `fd` in a poll, select or epoll: if it is an RDS descriptor of this
-/// process, its readiness is followed from now on ([`Entry::arm`]).
+/// process, its readiness is followed from now on ([`Entry::arm`]). Any other descriptor
+/// costs one atomic load ([`lookup`]).
 pub fn polled(fd: RawFd) {
     if let Lookup::Ours(e) = lookup(fd) {
         e.arm();

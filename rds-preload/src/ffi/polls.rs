@@ -23,9 +23,7 @@ unsafe fn arm_pollfds(fds: *const pollfd, n: nfds_t) {
     // SAFETY: the caller passes `n` pollfds at `fds`, as poll(2) reads them.
     let fds = unsafe { std::slice::from_raw_parts(fds, n as usize) };
     for p in fds {
-        if sock::is_ours(p.fd) {
-            sock::polled(p.fd);
-        }
+        sock::polled(p.fd);
     }
 }
 
@@ -130,7 +128,7 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     ev: *mut epoll_event,
 ) -> c_int {
-    if (op == libc::EPOLL_CTL_ADD || op == libc::EPOLL_CTL_MOD) && sock::is_ours(fd) {
+    if op == libc::EPOLL_CTL_ADD || op == libc::EPOLL_CTL_MOD {
         sock::polled(fd);
     }
     forward!(next_epoll_ctl(epfd, op, fd, ev))

@@ -21,8 +21,9 @@ impl Stack {
     /// A TCP connection we opened on `path` to a peer without SPORT_IDX carries a probe among
     /// its first frames, so that the peer answers on it and shows it took the connection
     /// ([`super::ADOPT_GRACE`]): the handshake's own probe on lane 0, this one on the others
-    /// (and on lane 0 when its probe is already answered). It carries the handshake's extensions, which a peer
-    /// processes the same way again; the handshake itself is lane 0's (see `recv_message`).
+    /// (and on lane 0 when its probe is already answered). It carries the handshake's
+    /// extensions, which a peer processes the same way again; the handshake itself is lane
+    /// 0's (see `recv_message`).
     pub(super) fn queue_adopt_probe(&mut self, cid: ConnId, path: usize) {
         let q = &self.conns[cid.0 as usize].paths[path].send_q;
         // A probe resent from an earlier connection may be dropped as a duplicate, unanswered.
