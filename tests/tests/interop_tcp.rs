@@ -468,15 +468,17 @@ fn case_accept_reset(env: &Env, p: u16) -> Result<String> {
     ))
 }
 
-/// Waits until the connection to the kernel runs `n` lanes, all up.
+/// Waits until the connection to the kernel runs `n` lanes, all up with nothing left to write.
 fn wait_lanes(env: &Env, n: usize, secs: u64) -> Result<rds_core::proto::ConnInfo> {
     let dl = deadline(secs);
     loop {
         if let Some(c) = env.conn() {
             if c.npaths == n
-                && c.paths[..n]
-                    .iter()
-                    .all(|p| p.state == rds_core::proto::PathState::Up)
+                && c.paths[..n].iter().all(|p| {
+                    // Up, with each lane's probe written (it takes its sequence number
+                    // then, which the cases' exact counts include).
+                    p.state == rds_core::proto::PathState::Up && p.send_queued == 0 && !p.sending
+                })
             {
                 return Ok(c);
             }

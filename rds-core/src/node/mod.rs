@@ -50,7 +50,7 @@ use ib::Ib;
 use tcp::{Tcp, TOKEN_WAKE};
 use transport::Transport;
 pub(crate) use tx_here::TxHere;
-pub(crate) use waiter::Waiter;
+pub(crate) use waiter::{ReadyHook, Waiter};
 
 /// Whether and under which name a node serves a control socket.
 #[derive(Debug, Clone, PartialEq, Eq)]

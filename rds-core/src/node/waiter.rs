@@ -4,9 +4,15 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::sys;
+
+/// Told, in the thread that made the change and under the engine lock, each time the socket
+/// becomes readable (`true`) or writable (`false`): the daemon's ring host, which then pushes
+/// the socket's messages to its client without an eventfd and an epoll round
+/// ([`Waiter::set_hook`]). It must be quick and take no lock but its own.
+pub(crate) type ReadyHook = Arc<dyn Fn(bool) + Send + Sync>;
 
 /// Per-socket wait state (lives under the engine lock).
 ///
@@ -43,6 +49,20 @@ pub(crate) struct Waiter {
     /// The socket sent a message since its last blocking receive waited (that wait then
     /// reads the transport itself: `Embedded::wait_readable`).
     pub sent: AtomicBool,
+    /// Whether `hook` is set (read without its lock on every change).
+    hooked: AtomicBool,
+    /// Called on each change towards ready ([`ReadyHook`]).
+    hook: HookSlot,
+}
+
+/// [`Waiter`]'s hook slot (a closure has no `Debug`).
+#[derive(Default)]
+struct HookSlot(Mutex<Option<ReadyHook>>);
+
+impl std::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookSlot")
+    }
 }
 
 /// [`Waiter`]'s readiness bit for POLLIN.
@@ -105,11 +125,35 @@ impl Waiter {
         Polling(self)
     }
 
+    /// Sets (or with `None` removes) the hook told of every change towards ready from now
+    /// on. The caller then looks at the socket's readiness itself: a change made before
+    /// this call is not told.
+    pub(crate) fn set_hook(&self, hook: Option<ReadyHook>) {
+        let mut g = self.hook.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.hooked.store(hook.is_some(), Ordering::SeqCst);
+        *g = hook;
+    }
+
     /// Brings the readiness flags, and the eventfds if somebody may poll them, in line with
-    /// the socket's state.
+    /// the socket's state; tells the hook of a change towards ready.
     pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
         let want = (u8::from(readable) * READABLE) | (u8::from(writable) * WRITABLE);
-        self.ready.store(want, Ordering::SeqCst);
+        let was = self.ready.swap(want, Ordering::SeqCst);
+        if want & !was != 0 && self.hooked.load(Ordering::SeqCst) {
+            let hook = self
+                .hook
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(h) = hook {
+                for (bit, rx) in [(READABLE, true), (WRITABLE, false)] {
+                    if want & !was & bit != 0 {
+                        h(rx);
+                    }
+                }
+            }
+        }
         let ours = self.pollers.load(Ordering::SeqCst) > 0;
         let handed_out = self.handed_out.load(Ordering::SeqCst);
         // Per eventfd (READABLE, WRITABLE): whether somebody may poll it now.
@@ -246,5 +290,26 @@ mod tests {
             t.join().unwrap();
             assert!(woke, "the change was neither seen nor written");
         }
+    }
+
+    /// The hook hears each change towards ready once, in the thread that made it, and
+    /// nothing after it is removed; it costs no eventfd.
+    #[test]
+    fn the_hook_is_told_of_each_change_towards_ready() {
+        let w = with_rx_fd();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let t = told.clone();
+        w.set_hook(Some(Arc::new(move |rx| t.lock().unwrap().push(rx))));
+        w.update_fds(true, false);
+        w.update_fds(true, false);
+        w.update_fds(true, true);
+        w.update_fds(false, true);
+        w.update_fds(true, false);
+        w.set_hook(None);
+        w.update_fds(false, false);
+        w.update_fds(true, true);
+        assert_eq!(*told.lock().unwrap(), vec![true, false, true]);
+        let fd = w.rx_fd.lock().unwrap();
+        assert!(!readable(fd.as_ref().unwrap()), "nobody polled the eventfd");
     }
 }

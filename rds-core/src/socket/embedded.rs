@@ -367,6 +367,22 @@ impl Embedded {
         self.ready_fd_locked(&core, rx)
     }
 
+    /// `(readable, writable)`, the readiness flags brought in line under the same lock.
+    pub(super) fn ready_synced(&self) -> (bool, bool) {
+        let core = self.core();
+        if !self.node.inner.is_running() {
+            return (true, true);
+        }
+        let (r, w) = (core.stack.readable(self.id), core.stack.writable(self.id));
+        self.waiter.update_fds(r, w);
+        (r, w)
+    }
+
+    /// Sets or removes the socket's readiness hook ([`crate::node::Waiter::set_hook`]).
+    pub(super) fn set_ready_hook(&self, hook: Option<crate::node::ReadyHook>) {
+        self.waiter.set_hook(hook);
+    }
+
     /// [`Embedded::ready_fd`] with the engine, `core`, locked, not handed out: written only
     /// while a thread of this library polls it ([`crate::node::Waiter::polling`]).
     fn ready_fd_locked(&self, core: &Core, rx: bool) -> io::Result<RawFd> {

@@ -760,6 +760,30 @@ impl Socket {
         self.ready_fd(false)
     }
 
+    /// Has `hook` told, in the thread that makes the change, each time the socket becomes
+    /// readable (`true`) or writable (`false`), from now on (`None` removes it): the daemon's
+    /// ring host follows its sockets this way instead of polling their descriptors. `false`:
+    /// not on this backend (only a socket of an embedded node has one).
+    pub(crate) fn set_ready_hook(&self, hook: Option<crate::node::ReadyHook>) -> bool {
+        match self.backend.get() {
+            Some(Backend::Embedded(e)) => {
+                e.set_ready_hook(hook);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `(readable, writable)` now, with the readiness the socket's hook follows brought in
+    /// line in the same look (under one lock on an embedded node): a change after it is
+    /// told to the hook ([`Socket::set_ready_hook`]).
+    pub(crate) fn ready_synced(&self) -> (bool, bool) {
+        match self.backend.get() {
+            Some(Backend::Embedded(e)) => e.ready_synced(),
+            _ => (self.readable(), self.writable()),
+        }
+    }
+
     fn ready_fd(&self, rx: bool) -> io::Result<RawFd> {
         match self.bound()? {
             Backend::Embedded(e) => e.ready_fd(rx),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::admission::{Admission, LISTENER};
 use super::framing::{read_some, refuse, send_nowait, take_frame, READ_CHUNK};
 use super::parking::{Parking, FD_TOKEN};
-use super::ring_serving::{Rings, RING_TOKEN, WATCH_TOKEN};
+use super::ring_serving::{on_loop_thread, Rings, RING_TOKEN, WATCH_TOKEN};
 use super::workers::{Done, Job, Pool, Work};
 use super::{no_client_sockets, send, Action, Conn, Ctx, Park, RingServe, REQUEST_TIMEOUT};
 use crate::ctl::{Reply, Request};
@@ -62,13 +62,13 @@ impl EventLoop {
         ep.add(wake.as_raw_fd(), WAKE, sys::EPOLLIN)?;
         Ok(EventLoop {
             pool: Pool::new(ctx.clone(), wake.clone()),
+            rings: Rings::new(wake.clone()),
             ctx,
             ep,
             wake,
             admission,
             idle: HashMap::new(),
             parking: Parking::default(),
-            rings: Rings::new(),
             doomed: HashSet::new(),
             scratch: vec![0u8; READ_CHUNK],
         })
@@ -81,6 +81,7 @@ impl EventLoop {
         let mut pipe = nix::sys::signal::SigSet::empty();
         pipe.add(nix::sys::signal::Signal::SIGPIPE);
         let _ = pipe.thread_block();
+        on_loop_thread();
         let mut events = Vec::new();
         while !self.ctx.stop.load(Ordering::SeqCst) {
             let timeout = if self.rings.busy() {
@@ -109,6 +110,7 @@ impl EventLoop {
             for id in self.rings.take_again() {
                 self.serve_ring(id);
             }
+            self.rings.serve_told(&self.ep);
             self.rings.finish_closing();
             while let Some(d) = self.pool.next_done() {
                 self.done(d);

@@ -143,9 +143,14 @@ pub trait RingServe: Send + fmt::Debug {
     /// connection is closed and counted).
     fn serve(&mut self) -> Result<Served, String>;
 
-    /// A descriptor from [`Served::watch`] fired (`rx`: the receive side); what to watch
-    /// next.
+    /// A descriptor from [`Served::watch`] fired, or the socket became ready as the hook
+    /// given to [`RingServe::follow`] told (`rx`: the receive side); what to watch next.
     fn fired(&mut self, rx: bool) -> Vec<Watch>;
+
+    /// Has `ready` called (with `true` for the receive side) each time the ring's socket
+    /// becomes ready, instead of asking for descriptors to watch. `false`: the socket
+    /// cannot (the ring keeps asking for [`Served::watch`]).
+    fn follow(&mut self, ready: Arc<dyn Fn(bool) + Send + Sync>) -> bool;
 
     /// The client's connection ended: sends it posted (already reported sent) go out, a
     /// bounded number per call; nothing else is answered. Returns whether it is done (else

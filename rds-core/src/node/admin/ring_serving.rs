@@ -1,12 +1,15 @@
 //! Ring serving: the shared-memory rings of client sockets ([`RingServe`]) the event loop
-//! serves when their client rings the doorbell, when a socket readiness descriptor a ring
-//! watches fires, and in turns while work is left; rings of closed connections finish the
-//! sends their clients posted.
+//! serves when their client rings the doorbell, when their socket becomes ready (told by the
+//! socket's hook, [`Told`], or for a socket without one by a readiness descriptor the ring
+//! watches), and in turns while work is left; rings of closed connections finish the sends
+//! their clients posted.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
 
 use super::{RingServe, Watch};
 use crate::sys;
@@ -31,6 +34,54 @@ struct Watched {
     _hold: Box<dyn Any + Send>,
 }
 
+thread_local! {
+    /// Set in the event loop's thread: a hook called there needs no wake-up.
+    static IN_LOOP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as the event loop's.
+pub(super) fn on_loop_thread() {
+    IN_LOOP.with(|f| f.set(true));
+}
+
+/// Rings whose socket became ready, told by the sockets' hooks from whichever thread made the
+/// change (the event loop itself for a message one client sent another through the node's
+/// loopback, which then costs no system call; the node's I/O thread for a message from the
+/// network, which wakes the loop once for all it tells before the loop looks).
+pub(super) struct Told {
+    /// `(ring id, receive side)`, in the order told. Bounded by the loop: a socket is told
+    /// again only after it was not ready, and only the loop's own receives and sends on it
+    /// make it so.
+    list: Mutex<Vec<(u64, bool)>>,
+    /// The event loop's wake-up eventfd.
+    wake: Arc<OwnedFd>,
+}
+
+impl Told {
+    fn tell(&self, ring: u64, rx: bool) {
+        let mut l = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let first = l.is_empty();
+        l.push((ring, rx));
+        drop(l);
+        // Whoever made the list non-empty wakes the loop, unless it is the loop, which
+        // looks at the list before it sleeps.
+        if first && !IN_LOOP.with(Cell::get) {
+            sys::eventfd_signal(self.wake.as_raw_fd());
+        }
+    }
+
+    fn take(&self) -> Vec<(u64, bool)> {
+        std::mem::take(&mut *self.list.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+}
+
 /// The rings being served.
 pub(super) struct Rings {
     /// By ring id.
@@ -42,22 +93,45 @@ pub(super) struct Rings {
     again: Vec<u64>,
     /// Rings of closed connections still running the sends their clients posted.
     closing: Vec<Box<dyn RingServe>>,
+    /// Rings whose followed socket became ready.
+    told: Arc<Told>,
 }
 
 impl Rings {
-    pub(super) fn new() -> Self {
+    /// No rings yet; hooks wake the event loop through `wake`.
+    pub(super) fn new(wake: Arc<OwnedFd>) -> Self {
         Rings {
             rings: HashMap::new(),
             watched: HashMap::new(),
             next_ring: 1,
             again: Vec::new(),
             closing: Vec::new(),
+            told: Arc::new(Told {
+                list: Mutex::new(Vec::new()),
+                wake,
+            }),
         }
     }
 
     /// Whether a ring has work left (the loop must not sleep).
     pub(super) fn busy(&self) -> bool {
-        !self.again.is_empty() || !self.closing.is_empty()
+        !self.again.is_empty() || !self.closing.is_empty() || !self.told.is_empty()
+    }
+
+    /// Tells the rings whose socket became ready ([`RingServe::fired`]), until none is left.
+    pub(super) fn serve_told(&mut self, ep: &sys::Epoll) {
+        loop {
+            let told = self.told.take();
+            if told.is_empty() {
+                return;
+            }
+            for (id, rx) in told {
+                if let Some(r) = self.rings.get_mut(&id) {
+                    let again = r.ring.fired(rx);
+                    self.add_watches(ep, id, again);
+                }
+            }
+        }
     }
 
     /// Starts serving `ring` of connection `owner`: its doorbell joins `ep`, edge-triggered.
@@ -74,6 +148,13 @@ impl Rings {
             RING_TOKEN | id,
             sys::EPOLLIN | sys::EPOLLET,
         )?;
+        let mut ring = ring;
+        let told = Arc::downgrade(&self.told);
+        ring.follow(Arc::new(move |rx| {
+            if let Some(t) = told.upgrade() {
+                t.tell(id, rx);
+            }
+        }));
         self.rings.insert(id, RingEntry { owner, ring });
         Ok(())
     }
@@ -177,5 +258,102 @@ impl Rings {
                 self.add_watches(ep, w.ring, again);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::admin::Served;
+
+    type Hook = Arc<dyn Fn(bool) + Send + Sync>;
+
+    /// A ring that records what it was told.
+    struct Fake {
+        bell: OwnedFd,
+        hook: Arc<Mutex<Option<Hook>>>,
+        fired: Arc<Mutex<Vec<bool>>>,
+    }
+
+    impl std::fmt::Debug for Fake {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Fake")
+        }
+    }
+
+    impl RingServe for Fake {
+        fn doorbell(&self) -> RawFd {
+            self.bell.as_raw_fd()
+        }
+        fn serve(&mut self) -> Result<Served, String> {
+            Ok(Served::default())
+        }
+        fn fired(&mut self, rx: bool) -> Vec<super::super::Watch> {
+            self.fired.lock().unwrap().push(rx);
+            Vec::new()
+        }
+        fn follow(&mut self, ready: Hook) -> bool {
+            *self.hook.lock().unwrap() = Some(ready);
+            true
+        }
+        fn finish(&mut self) -> bool {
+            true
+        }
+    }
+
+    fn woken(fd: &OwnedFd) -> bool {
+        sys::poll_for(&[(fd.as_raw_fd(), libc::POLLIN)], std::time::Duration::ZERO).expect("poll")
+            [0]
+            != 0
+    }
+
+    /// A followed socket's changes reach its ring through [`Rings::serve_told`]: told from
+    /// another thread they wake the event loop once; told in the loop's own thread they
+    /// cost no wake-up; told for a ring that is gone, nothing.
+    #[test]
+    fn a_told_ring_is_served_and_only_another_thread_wakes_the_loop() {
+        let wake = Arc::new(sys::eventfd().expect("eventfd"));
+        let ep = sys::Epoll::new().expect("epoll");
+        let mut rings = Rings::new(wake.clone());
+        let hook = Arc::new(Mutex::new(None));
+        let fired = Arc::new(Mutex::new(Vec::new()));
+        let fake = Fake {
+            bell: sys::eventfd().expect("eventfd"),
+            hook: hook.clone(),
+            fired: fired.clone(),
+        };
+        rings.add(&ep, 7, Box::new(fake)).expect("add");
+        let h = hook
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the ring follows its socket");
+        let h2 = h.clone();
+        std::thread::spawn(move || {
+            h2(true);
+            h2(false);
+        })
+        .join()
+        .unwrap();
+        assert!(woken(&wake), "another thread's change wakes the loop");
+        assert!(rings.busy());
+        rings.serve_told(&ep);
+        assert_eq!(*fired.lock().unwrap(), vec![true, false]);
+        assert!(!rings.busy());
+        sys::eventfd_clear(wake.as_raw_fd());
+        std::thread::spawn(move || {
+            on_loop_thread();
+            h(true);
+        })
+        .join()
+        .unwrap();
+        assert!(!woken(&wake), "the loop's own change needs no wake-up");
+        rings.end_owner(&ep, 7);
+        rings.serve_told(&ep);
+        assert_eq!(
+            *fired.lock().unwrap(),
+            vec![true, false],
+            "the ring is gone"
+        );
     }
 }

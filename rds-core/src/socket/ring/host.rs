@@ -138,6 +138,19 @@ pub(crate) struct RingHost {
     keep: Option<Arc<Socket>>,
     /// Armed by [`OP_CONG`]; the watcher holds it weakly (it goes with the ring).
     cong: Arc<RingBell>,
+    /// The socket tells the event loop when it becomes ready ([`RingServe::follow`]): no
+    /// descriptor to watch.
+    followed: bool,
+}
+
+impl Drop for RingHost {
+    fn drop(&mut self) {
+        if self.followed {
+            if let Some(s) = self.sock.upgrade() {
+                s.set_ready_hook(None);
+            }
+        }
+    }
 }
 
 /// Sets up a ring for `sock`: the reply, the descriptors to pass (in the order of [`super`]'s
@@ -166,6 +179,7 @@ pub(crate) fn start(sock: &Arc<Socket>) -> Result<Action, Failed> {
         finish_left: None,
         keep: None,
         cong,
+        followed: false,
     };
     // The client's ends: this side keeps none of them open (an end the client closed is
     // seen as closed, and the pipes' other ends stay this side's alone).
@@ -201,20 +215,39 @@ impl RingHost {
     /// loop to watch the socket for the directions that are not ready.
     fn refresh(&mut self, s: &Arc<Socket>, served: &mut Served) {
         let want = self.end.take_want();
+        if want & (WANT_RX | WANT_TX) == 0 {
+            return;
+        }
+        // A followed socket's readiness is read with its hook's flags brought in line, so
+        // that the hook tells the next change.
+        let synced = self.followed.then(|| s.ready_synced());
         for (bit, rx) in [(WANT_RX, true), (WANT_TX, false)] {
             if want & bit == 0 {
                 continue;
             }
             // Messages handed to the client and not yet taken keep it readable; the socket
             // is watched whenever it is not (new messages are pushed).
-            let sock_ready = if rx { s.readable() } else { s.writable() };
+            let sock_ready = match synced {
+                Some((r, w)) => {
+                    if rx {
+                        r
+                    } else {
+                        w
+                    }
+                }
+                None if rx => s.readable(),
+                None => s.writable(),
+            };
             if rx {
                 self.end.set_sock_readable(sock_ready);
             }
             let ready = sock_ready || (rx && self.end.client_holds());
             let r = if rx { &mut self.rx } else { &mut self.tx };
             r.set(ready);
-            if !sock_ready && !r.watching {
+            if !sock_ready && !r.watching && self.followed {
+                // The socket's hook tells the event loop (`fired` then comes).
+                r.watching = true;
+            } else if !sock_ready && !r.watching {
                 let fd = if rx { s.fd() } else { s.send_fd() };
                 if let Ok(fd) = fd {
                     r.watching = true;
@@ -516,6 +549,13 @@ impl RingServe for RingHost {
         self.serve_turn().map_err(|f| f.0.to_string())
     }
 
+    fn follow(&mut self, ready: Arc<dyn Fn(bool) + Send + Sync>) -> bool {
+        if let Some(s) = self.sock.upgrade() {
+            self.followed = s.set_ready_hook(Some(ready));
+        }
+        self.followed
+    }
+
     fn finish(&mut self) -> bool {
         if self.finish_left.is_none() {
             self.keep = self.sock.upgrade();
@@ -542,6 +582,10 @@ impl RingServe for RingHost {
 
     fn fired(&mut self, rx: bool) -> Vec<Watch> {
         let r = if rx { &mut self.rx } else { &mut self.tx };
+        if !r.watching {
+            // A followed socket tells every change; this side did not ask for this one.
+            return Vec::new();
+        }
         r.watching = false;
         let mut served = Served::default();
         if let (true, Some(s)) = (rx, self.sock.upgrade()) {
