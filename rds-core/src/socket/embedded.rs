@@ -373,9 +373,8 @@ impl Embedded {
         if !self.node.inner.is_running() {
             return (true, true);
         }
-        let (r, w) = (core.stack.readable(self.id), core.stack.writable(self.id));
-        self.waiter.update_fds(r, w);
-        (r, w)
+        self.update_fds(&core);
+        self.waiter.signaled()
     }
 
     /// Sets or removes the socket's readiness hook ([`crate::node::Waiter::set_hook`]).

@@ -139,7 +139,7 @@ impl Rings {
         &mut self,
         ep: &sys::Epoll,
         owner: u64,
-        ring: Box<dyn RingServe>,
+        mut ring: Box<dyn RingServe>,
     ) -> io::Result<()> {
         let id = self.next_ring;
         self.next_ring += 1;
@@ -148,7 +148,6 @@ impl Rings {
             RING_TOKEN | id,
             sys::EPOLLIN | sys::EPOLLET,
         )?;
-        let mut ring = ring;
         let told = Arc::downgrade(&self.told);
         ring.follow(Arc::new(move |rx| {
             if let Some(t) = told.upgrade() {

@@ -43,9 +43,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// `rds_tcp_accept_one` finding no free path, a duel of connects, a peer that has not seen
 /// our previous connection end) resets it with those bytes unread, within milliseconds; a
 /// node of ours holds such a connection unread for up to [`STASH_MAX`] before it resets it,
-/// so the grace is longer than that. The first
-/// frame from the peer on the connection (the pong to the probe every such lane carries, the
-/// congestion map a peer sends on a new connection) proves it was taken sooner.
+/// so the grace is longer than that. The first frame from the peer on the connection (the
+/// pong to the probe every such lane carries, the congestion map a peer sends on a new
+/// connection) proves it was taken sooner.
 pub const ADOPT_GRACE: Duration = Duration::from_secs(6);
 
 /// Before the first handshake, a held connection whose source port does not say "lane 0" is

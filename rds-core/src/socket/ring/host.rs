@@ -218,36 +218,29 @@ impl RingHost {
         if want & (WANT_RX | WANT_TX) == 0 {
             return;
         }
-        // A followed socket's readiness is read with its hook's flags brought in line, so
-        // that the hook tells the next change.
-        let synced = self.followed.then(|| s.ready_synced());
+        // One look at both directions; on a followed socket it also brings the hook's flags
+        // in line, so that the hook tells the next change.
+        let (readable, writable) = s.ready_synced();
         for (bit, rx) in [(WANT_RX, true), (WANT_TX, false)] {
             if want & bit == 0 {
                 continue;
             }
             // Messages handed to the client and not yet taken keep it readable; the socket
             // is watched whenever it is not (new messages are pushed).
-            let sock_ready = match synced {
-                Some((r, w)) => {
-                    if rx {
-                        r
-                    } else {
-                        w
-                    }
-                }
-                None if rx => s.readable(),
-                None => s.writable(),
-            };
+            let sock_ready = if rx { readable } else { writable };
             if rx {
                 self.end.set_sock_readable(sock_ready);
             }
             let ready = sock_ready || (rx && self.end.client_holds());
             let r = if rx { &mut self.rx } else { &mut self.tx };
             r.set(ready);
-            if !sock_ready && !r.watching && self.followed {
+            if sock_ready || r.watching {
+                continue;
+            }
+            if self.followed {
                 // The socket's hook tells the event loop (`fired` then comes).
                 r.watching = true;
-            } else if !sock_ready && !r.watching {
+            } else {
                 let fd = if rx { s.fd() } else { s.send_fd() };
                 if let Ok(fd) = fd {
                     r.watching = true;
