@@ -61,6 +61,7 @@ pub fn route_source(dst: IpAddr) -> Result<IpAddr, Fatal> {
 
 struct Slot {
     sock: Socket,
+    /// Its descriptor to poll, once asked for (-1 before): only with several sockets.
     fd: RawFd,
     pending: bool,
     sent_id: u64,
@@ -104,6 +105,20 @@ impl Slot {
 /// # Errors
 /// The original's messages; an address held by another program or node is named.
 pub fn open_socket(src: IpAddr) -> Result<(Socket, RawFd), Fatal> {
+    let sock = bound_socket(src)?;
+    let fd = poll_fd(&sock)?;
+    Ok((sock, fd))
+}
+
+/// The descriptor to poll for `sock`'s replies. Asked for only where several sockets are
+/// polled together: once handed out, the node keeps it in step with every change.
+fn poll_fd(sock: &Socket) -> Result<RawFd, Fatal> {
+    sock.fd()
+        .map_err(|e| die_errno("cannot poll the RDS socket", &e))
+}
+
+/// An RDS socket bound to `src` with a random port.
+fn bound_socket(src: IpAddr) -> Result<Socket, Fatal> {
     let sock = Socket::new().map_err(|e| die_errno("socket(PF_RDS) failed", &e))?;
     sock.bind(SocketAddr::new(src, 0)).map_err(|e| {
         let mut f = die_errno(&format!("bind() to {src} failed"), &e);
@@ -113,10 +128,7 @@ pub fn open_socket(src: IpAddr) -> Result<(Socket, RawFd), Fatal> {
         }
         f
     })?;
-    let fd = sock
-        .fd()
-        .map_err(|e| die_errno("cannot poll the RDS socket", &e))?;
-    Ok((sock, fd))
+    Ok(sock)
 }
 
 /// Outgoing RDS/TCP connections the peers refused so far, on an embedded node (0 without
@@ -162,10 +174,9 @@ pub fn give_up_message(dest: IpAddr, lost: u64, timeout: Duration) -> String {
 }
 
 fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
-    let (sock, fd) = open_socket(src)?;
     Ok(Slot {
-        sock,
-        fd,
+        sock: bound_socket(src)?,
+        fd: -1,
         pending: false,
         sent_id: 0,
         sent_at: Instant::now(),
@@ -311,9 +322,17 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                 .map_err(|e| die_errno("poll() failed", &e))?;
             vec![r]
         } else {
-            let mut fds: Vec<RawFd> = slots.iter().map(|s| s.fd).collect();
+            let mut fds = Vec::with_capacity(slots.len() + 1);
+            for s in slots.iter_mut() {
+                if s.fd < 0 {
+                    s.fd = poll_fd(&s.sock)?;
+                }
+                fds.push(s.fd);
+            }
             fds.extend(io.stop_fd);
-            rds_core::poll_readable(&fds, wait).map_err(|e| die_errno("poll() failed", &e))?
+            rds_core::poll_readable(&fds, wait)
+                .map_err(|e| die_errno("poll() failed", &e))?
+                .to_vec()
         };
         for (i, s) in slots.iter_mut().enumerate() {
             if !ready[i] {

@@ -254,7 +254,7 @@ impl Inner {
     /// busy-poll time (a thread that sleeps while the other CPU goes idle costs both a
     /// wake-up: on this project's two-vCPU VM, an `rds-stress -d 1` round trip spent most of
     /// its CPU there). A signal ends it (EINTR).
-    fn busy_poll(&self, asks: &[(RawFd, i16)], left: Duration) -> io::Result<Vec<i16>> {
+    fn busy_poll(&self, asks: &[(RawFd, i16)], left: Duration) -> io::Result<sys::Polled<i16>> {
         let spin = Duration::from_nanos(self.busy_poll_ns.load(Ordering::Relaxed)).min(left);
         if !spin.is_zero() {
             let t0 = std::time::Instant::now();

@@ -222,17 +222,14 @@ impl Sleeper {
                 None => Duration::MAX,
                 Some(d) => d.saturating_duration_since(Instant::now()),
             };
-            let r = if deadline.is_some() && left.is_zero() {
-                Ok(vec![0, 0])
-            } else {
-                sys::poll_for(
-                    &[
-                        (self.fd.as_raw_fd(), libc::POLLIN),
-                        (hangup, libc::POLLRDHUP),
-                    ],
-                    left,
-                )
-            };
+            // A deadline that passed looks once more without waiting.
+            let r = sys::poll_for(
+                &[
+                    (self.fd.as_raw_fd(), libc::POLLIN),
+                    (hangup, libc::POLLRDHUP),
+                ],
+                left,
+            );
             *lock(&self.polling) -= 1;
             let r = r?;
             let hup = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;

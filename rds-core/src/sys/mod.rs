@@ -22,7 +22,7 @@ pub use epoll::{
 };
 pub use fdpass::{recv_with_fds, send_with_fd, send_with_fds};
 pub use poll::{
-    poll_for, poll_readable, poll_until_signal, wait_readable, wait_readable_or_hangup,
+    poll_for, poll_readable, poll_until_signal, wait_readable, wait_readable_or_hangup, Polled,
 };
 pub use shm::{memfd_sealed, Shm};
 pub use signal::default_stop_signals;

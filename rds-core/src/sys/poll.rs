@@ -5,14 +5,97 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// How many descriptors a poll keeps on the stack (more go to the heap).
+const INLINE: usize = 8;
+
+/// A `pollfd` that asks nothing (a negative descriptor, which `poll(2)` skips).
+const NO_FD: libc::pollfd = libc::pollfd {
+    fd: -1,
+    events: 0,
+    revents: 0,
+};
+
+/// One answer per descriptor of a poll, in the order asked: on the stack for up to [`INLINE`]
+/// descriptors (a thread that waits for its socket polls three or four on every wait, which
+/// must not cost an allocation), on the heap beyond. Reads as a slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Polled<T: Copy> {
+    inline: [T; INLINE],
+    len: usize,
+    heap: Vec<T>,
+}
+
+impl<T: Copy> Polled<T> {
+    /// `len` answers of `zero`.
+    fn new(len: usize, zero: T) -> Self {
+        Polled {
+            inline: [zero; INLINE],
+            len,
+            heap: if len > INLINE {
+                vec![zero; len]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The answers, to fill.
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        if self.len > INLINE {
+            &mut self.heap
+        } else {
+            &mut self.inline[..self.len]
+        }
+    }
+}
+
+impl<T: Copy> std::ops::Deref for Polled<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        if self.len > INLINE {
+            &self.heap
+        } else {
+            &self.inline[..self.len]
+        }
+    }
+}
+
+impl<T: Copy + PartialEq, const N: usize> PartialEq<[T; N]> for Polled<T> {
+    fn eq(&self, other: &[T; N]) -> bool {
+        **self == *other
+    }
+}
+
+impl<'a, T: Copy> IntoIterator for &'a Polled<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// Waits until one of `fds` is readable (or has an error or hangup) or `timeout` passes;
 /// returns, for each descriptor, whether it is ready. An interrupted wait returns all false.
 ///
 /// # Errors
 /// `poll(2)` errors other than EINTR.
-pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
-    let asks: Vec<(RawFd, i16)> = fds.iter().map(|&fd| (fd, libc::POLLIN)).collect();
-    Ok(poll_for(&asks, timeout)?.iter().map(|&r| r != 0).collect())
+pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Polled<bool>> {
+    let mut pfds = Polled::new(fds.len(), NO_FD);
+    for (p, &fd) in pfds.as_mut_slice().iter_mut().zip(fds) {
+        p.fd = fd;
+        p.events = libc::POLLIN;
+    }
+    let mut ready = Polled::new(fds.len(), false);
+    match ppoll(pfds.as_mut_slice(), timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(ready),
+        r => r?,
+    };
+    for (r, p) in ready.as_mut_slice().iter_mut().zip(pfds.iter()) {
+        *r = p.revents != 0;
+    }
+    Ok(ready)
 }
 
 /// Waits until one of `asks` (a descriptor and the `poll(2)` events wanted of it; negative
@@ -21,9 +104,9 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> 
 ///
 /// # Errors
 /// `poll(2)` errors other than EINTR.
-pub fn poll_for(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>> {
+pub fn poll_for(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Polled<i16>> {
     match poll_until_signal(asks, timeout) {
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![0; asks.len()]),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Polled::new(asks.len(), 0)),
         r => r,
     }
 }
@@ -33,17 +116,18 @@ pub fn poll_for(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>
 ///
 /// # Errors
 /// `poll(2)` errors, EINTR included.
-pub fn poll_until_signal(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Vec<i16>> {
-    let mut pfds: Vec<libc::pollfd> = asks
-        .iter()
-        .map(|&(fd, events)| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        })
-        .collect();
-    ppoll(&mut pfds, timeout)?;
-    Ok(pfds.iter().map(|p| p.revents).collect())
+pub fn poll_until_signal(asks: &[(RawFd, i16)], timeout: Duration) -> io::Result<Polled<i16>> {
+    let mut pfds = Polled::new(asks.len(), NO_FD);
+    for (p, &(fd, events)) in pfds.as_mut_slice().iter_mut().zip(asks) {
+        p.fd = fd;
+        p.events = events;
+    }
+    ppoll(pfds.as_mut_slice(), timeout)?;
+    let mut revents = Polled::new(asks.len(), 0);
+    for (r, p) in revents.as_mut_slice().iter_mut().zip(pfds.iter()) {
+        *r = p.revents;
+    }
+    Ok(revents)
 }
 
 /// `ppoll(2)` of `pfds` for up to `timeout` to the nanosecond (`poll(2)` counts whole
@@ -155,14 +239,27 @@ mod tests {
     fn a_sub_millisecond_poll_reports() {
         let ev = super::super::eventfd().unwrap();
         let asks = [(ev.as_raw_fd(), libc::POLLIN)];
-        assert_eq!(
-            poll_for(&asks, Duration::from_micros(200)).unwrap(),
-            vec![0]
-        );
+        assert_eq!(*poll_for(&asks, Duration::from_micros(200)).unwrap(), [0]);
         super::super::eventfd_signal(ev.as_raw_fd());
         assert_eq!(
-            poll_for(&asks, Duration::from_micros(200)).unwrap(),
-            vec![libc::POLLIN]
+            *poll_for(&asks, Duration::from_micros(200)).unwrap(),
+            [libc::POLLIN]
         );
+    }
+
+    /// More descriptors than fit on the stack: every answer in its place.
+    #[test]
+    fn a_poll_of_many_descriptors_answers_each() {
+        let evs: Vec<_> = (0..INLINE + 3)
+            .map(|_| super::super::eventfd().unwrap())
+            .collect();
+        let fds: Vec<RawFd> = evs.iter().map(|e| e.as_raw_fd()).collect();
+        super::super::eventfd_signal(fds[1]);
+        super::super::eventfd_signal(fds[INLINE + 1]);
+        let r = poll_readable(&fds, Duration::from_millis(50)).unwrap();
+        let want: Vec<bool> = (0..fds.len()).map(|i| i == 1 || i == INLINE + 1).collect();
+        assert_eq!(*r, *want);
+        let few = poll_readable(&fds[..3], Duration::from_millis(50)).unwrap();
+        assert_eq!(*few, [false, true, false]);
     }
 }

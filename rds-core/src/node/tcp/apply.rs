@@ -54,7 +54,7 @@ impl Tcp {
                     conn,
                     path,
                     epoch,
-                    frames,
+                    mut frames,
                 } => {
                     self.tap_rx(stack, conn, path, &frames);
                     frames_in += frames.len() as u64;
@@ -64,9 +64,10 @@ impl Tcp {
                         conn,
                         path,
                         epoch,
-                        frames,
+                        frames.drain(..),
                         Ok(()),
                     );
+                    self.spare(frames);
                 }
                 TcpOut::StreamError {
                     conn,

@@ -28,7 +28,7 @@ impl Tcp {
         }
         let serial = c.serial;
         let fd = c.stream.as_raw_fd();
-        let mut frames = Vec::new();
+        let mut frames = std::mem::take(&mut self.spare_frames);
         let mut total = 0;
         let mut closed = false;
         let mut stream_err = None;
@@ -162,7 +162,9 @@ impl Tcp {
         } else if total > 0 || c.partial_since.is_none() {
             c.partial_since = Some(now);
         }
-        if !frames.is_empty() {
+        if frames.is_empty() {
+            self.spare(frames);
+        } else {
             out.push(TcpOut::Frames {
                 conn,
                 path,
@@ -185,6 +187,15 @@ impl Tcp {
         }
         // Incoming data may carry acknowledgements of ours.
         self.poll_ack(idx, out);
+    }
+
+    /// Takes back a read's frame list, emptied, for the next read (a short one only).
+    pub(super) fn spare(&mut self, frames: Vec<Frame>) {
+        debug_assert!(frames.is_empty());
+        if frames.capacity() <= SPARE_FRAMES_MAX && frames.capacity() > self.spare_frames.capacity()
+        {
+            self.spare_frames = frames;
+        }
     }
 
     /// Pulls frames of `(conn, path)` from the engine into the connection's output queue.
@@ -241,10 +252,12 @@ impl Tcp {
         out: &mut Vec<TcpOut>,
     ) -> Vec<(ConnId, usize)> {
         let mut refill = Vec::new();
+        // The list is handed back emptied (its room kept: a list per write was an allocation
+        // per message); reads below may queue connections anew meanwhile.
         let mut list = std::mem::take(&mut self.pending_flush);
         list.sort_unstable();
         list.dedup();
-        for idx in list {
+        for &idx in &list {
             let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
                 continue;
             };
@@ -256,9 +269,21 @@ impl Tcp {
             }
             let mut err = false;
             while !c.out.is_empty() {
-                let iov: Vec<IoSlice<'_>> =
-                    c.out.iter().take(512).map(|b| IoSlice::new(b)).collect();
-                match c.stream.write_vectored(&iov) {
+                // A few buffers (requests and answers) are described on the stack, a
+                // stream's many in a list of their own.
+                let k = c.out.len().min(IOV_BATCH);
+                let r = if k <= IOV_STACK {
+                    let mut iov = [IoSlice::new(&[]); IOV_STACK];
+                    for (slot, b) in iov.iter_mut().zip(c.out.iter()) {
+                        *slot = IoSlice::new(b);
+                    }
+                    c.stream.write_vectored(&iov[..k])
+                } else {
+                    let iov: Vec<IoSlice<'_>> =
+                        c.out.iter().take(k).map(|b| IoSlice::new(b)).collect();
+                    c.stream.write_vectored(&iov)
+                };
+                match r {
                     Ok(0) => {
                         err = true;
                         break;
@@ -323,6 +348,9 @@ impl Tcp {
                 }
             }
         }
+        list.clear();
+        list.append(&mut self.pending_flush);
+        self.pending_flush = list;
         refill
     }
 

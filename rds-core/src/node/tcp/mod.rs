@@ -82,6 +82,12 @@ const DIRECT_MIN: usize = 64 << 10;
 const SHORT_READ_STOP: usize = 16 << 10;
 /// Most bytes read from one connection per readiness event before others get a turn.
 const READ_BUDGET: usize = 4 << 20;
+/// The longest frame list a read's next read reuses ([`Tcp::spare_frames`]).
+const SPARE_FRAMES_MAX: usize = 1024;
+/// Buffers (headers and payloads) one `writev` takes at most.
+const IOV_BATCH: usize = 512;
+/// Up to this many, their `iovec`s are on the stack (no allocation per write).
+const IOV_STACK: usize = 32;
 /// How often the connections are looked at for a message in progress that stalled
 /// (`net.rds.partial_timeout_ms`, 30 s by default): such a connection is closed at most this
 /// late.
@@ -284,6 +290,10 @@ pub(crate) struct Tcp {
     /// The read buffer (`bytes.rs`): reused while no payload slices it, so that a read of
     /// small messages costs no buffer of its own.
     rbuf: Vec<u8>,
+    /// The list a read gathers its frames in, handed back empty by [`Tcp::apply_reports`]
+    /// (a list per read, grown frame by frame, was several allocations per batch); kept only
+    /// while it is at most [`SPARE_FRAMES_MAX`] long.
+    spare_frames: Vec<Frame>,
     /// When [`Tcp::expire_partials`] last looked at the connections.
     partials_scanned: Option<Instant>,
 }
@@ -348,6 +358,7 @@ impl Tcp {
             outs: Vec::new(),
             tap,
             rbuf: Vec::new(),
+            spare_frames: Vec::new(),
             partials_scanned: None,
         })
     }
