@@ -39,6 +39,10 @@ pub(crate) type Bufs = Vec<(u64, u32)>;
 /// How long after the last leader left the I/O thread still stays off the epoll set.
 pub(crate) const GRACE: Duration = Duration::from_millis(1);
 
+/// The longest sleep of the I/O thread while one lead lasts past [`GRACE`] (a thread idle in
+/// its wait): timers that a leader's round set meanwhile run at most this late.
+pub(crate) const DEEP_MAX: Duration = Duration::from_millis(50);
+
 /// How long a thread waiting for its send buffer's room first sleeps before it asks TCP for
 /// acknowledgements itself ([`Inner::poll_or_acks`]): on loopback TCP acknowledges a burst
 /// about 20 us after it.
@@ -85,7 +89,9 @@ impl Drop for Leading<'_> {
         let at = if pending { 0 } else { inner.stamp() };
         inner.led_at.store(at, Ordering::SeqCst);
         inner.leader.store(false, Ordering::SeqCst);
-        if pending {
+        // An I/O thread that sleeps past GRACE while this lead lasted learns that it ended.
+        let deep = inner.io_deep.swap(false, Ordering::SeqCst);
+        if pending || deep {
             sys::eventfd_signal(inner.wake_fd.as_raw_fd());
         }
     }
@@ -159,6 +165,9 @@ impl Inner {
                 .leader
                 .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
+        if leads {
+            self.leads.fetch_add(1, Ordering::SeqCst);
+        }
         // The socket's descriptors, the other one, and (for the leader) the node's epoll set.
         let [a, b, c] = fds.map(|fd| (fd, libc::POLLIN));
         let asks = [a, b, c, (self.epoll.raw_fd(), libc::POLLIN)];
@@ -292,8 +301,9 @@ impl Inner {
         drop(bufs);
         let read = self.frames_in.load(Ordering::Relaxed).wrapping_sub(before);
         self.frames_led.fetch_add(read, Ordering::Relaxed);
-        if more {
-            // Partial writes: the I/O thread goes on with them.
+        // Partial writes: the I/O thread goes on with them. One that sleeps past GRACE
+        // looks again at the timers this round may have set.
+        if self.io_deep.swap(false, Ordering::SeqCst) || more {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
         }
         more || events > 1 || read > 1
@@ -309,6 +319,24 @@ impl Inner {
         if self.io_epoll.load(Ordering::SeqCst) && self.poll_before_sleep() {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
         }
+    }
+
+    /// Whether the I/O thread, about to sleep in led mode, may sleep past [`GRACE`]: the
+    /// lead it saw at its last such sleep (`last`, updated) still lasts. Marks the sleep
+    /// first ([`Inner::io_deep`]), then looks at the lead again: a leader that leaves after
+    /// that look sees the mark and wakes it.
+    pub(crate) fn sleep_deep(&self, last: &mut u64) -> bool {
+        let lead = self.leads.load(Ordering::SeqCst);
+        let seen = std::mem::replace(last, lead);
+        if !self.leader.load(Ordering::SeqCst) || lead != seen {
+            return false;
+        }
+        self.io_deep.store(true, Ordering::SeqCst);
+        if self.leader.load(Ordering::SeqCst) && self.leads.load(Ordering::SeqCst) == lead {
+            return true;
+        }
+        self.io_deep.store(false, Ordering::SeqCst);
+        false
     }
 
     /// Whether the I/O thread stays off the epoll set now (a thread leads or left less than

@@ -156,6 +156,11 @@ pub(crate) struct Inner {
     io_epoll: AtomicBool,
     /// An application thread does the transport I/O while it waits (`lead.rs`).
     leader: AtomicBool,
+    /// Leads taken so far: the I/O thread tells one long lead from a run of short ones.
+    leads: AtomicU64,
+    /// The I/O thread sleeps past [`lead::GRACE`] while a long lead lasts: the leader leaving
+    /// must wake it (`lead.rs`).
+    io_deep: AtomicBool,
     /// When the last leader left (engine nanoseconds; 0: never).
     led_at: AtomicU64,
     /// Threads in `wait_leading`, leader or not.
@@ -278,6 +283,8 @@ impl Node {
             room_wanted: AtomicBool::new(false),
             io_epoll: AtomicBool::new(false),
             leader: AtomicBool::new(false),
+            leads: AtomicU64::new(0),
+            io_deep: AtomicBool::new(false),
             led_at: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             crowded_at: AtomicU64::new(0),
@@ -593,6 +600,8 @@ impl Inner {
         let mut evs = Vec::new();
         let mut busy = true;
         let mut trim = HeapTrim::default();
+        // The lead seen at the last sleep in led mode (`u64::MAX`: none).
+        let mut last_lead = u64::MAX;
         while self.running.load(Ordering::SeqCst) {
             let timeout = if busy {
                 Some(Duration::ZERO)
@@ -645,15 +654,23 @@ impl Inner {
             };
             if !queued && led {
                 // An application thread does the transport I/O (`lead.rs`): wait for work
-                // handed over and for timers only.
-                let t = timeout.map_or(lead::GRACE, |t| t.min(lead::GRACE));
+                // handed over and for timers only, looking again after GRACE (a leader that
+                // left is not seen otherwise); past GRACE while one lead lasts longer (a
+                // thread idle in its wait), which the leader's leaving ends.
+                let deep = self.sleep_deep(&mut last_lead);
+                let cap = if deep { lead::DEEP_MAX } else { lead::GRACE };
+                let t = timeout.map_or(cap, |t| t.min(cap));
                 let woke = sys::wait_readable(self.wake_fd.as_raw_fd(), t).unwrap_or(false);
+                self.io_deep.store(false, Ordering::SeqCst);
                 evs.clear();
                 if woke {
                     evs.push((TOKEN_WAKE, sys::EPOLLIN));
                 }
-            } else if self.epoll.wait(&mut evs, timeout).is_err() {
-                evs.clear();
+            } else {
+                last_lead = u64::MAX;
+                if self.epoll.wait(&mut evs, timeout).is_err() {
+                    evs.clear();
+                }
             }
             self.io_sleeping.store(false, Ordering::SeqCst);
             self.io_epoll.store(false, Ordering::SeqCst);
