@@ -238,8 +238,11 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
         }
         sum.replies.push(r);
     };
+    // Whether a stop may have been asked for since the last look (asking costs a system
+    // call: it is skipped after a wait that a reply or its own timeout ended).
+    let mut maybe_stop = true;
     'run: loop {
-        if (io.stop)() {
+        if maybe_stop && (io.stop)() {
             sum.stopped = Some("interrupted".into());
             break;
         }
@@ -314,6 +317,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
             until = until.min(s.sent_at + opts.timeout);
         }
         let wait = until.saturating_duration_since(now).min(MAX_WAIT);
+        let waited = Instant::now();
         let ready = if let [one] = &slots[..] {
             // One socket: its own wait, which on an embedded node reads the reply itself.
             let (r, _) = one
@@ -334,6 +338,14 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
                 .map_err(|e| die_errno("poll() failed", &e))?
                 .to_vec()
         };
+        // A signal ends a wait early with no reply; a signal that came as a reply did is seen
+        // by the next wait, which it ends at once.
+        // (With several sockets the stop descriptor's own answer follows theirs.)
+        let n = slots.len();
+        maybe_stop = io.stop_fd.is_none()
+            || wait.is_zero()
+            || ready.get(n).copied().unwrap_or(false)
+            || (!ready[..n].iter().any(|&r| r) && waited.elapsed() < wait);
         for (i, s) in slots.iter_mut().enumerate() {
             if !ready[i] {
                 continue;
