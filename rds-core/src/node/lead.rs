@@ -16,6 +16,9 @@
 //! the next timer, and runs timers and queued transport work. So a leader that goes back to
 //! waiting within [`GRACE`] (a request/response loop) finds the I/O thread out of its way, and
 //! transport events that come while nobody leads wait at most [`GRACE`] for the I/O thread.
+//! Once one lead has lasted through such a sleep (a thread idle in its wait), the I/O thread
+//! sleeps up to [`DEEP_MAX`] instead, and that leader's leaving (or its round, which may set
+//! timers) wakes it: an idle waiting process does not wake every millisecond.
 //!
 //! Two rules keep a dedicated I/O thread where it is faster (measured with rds-stress
 //! `--loopback`; docs/performance.md has the figures):

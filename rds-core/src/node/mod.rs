@@ -149,7 +149,7 @@ pub(crate) struct Inner {
     /// (`SIOCOUTQ`), so meanwhile its sleeps keep that timer to the microsecond
     /// ([`Inner::want_room`]); otherwise they are rounded up to whole milliseconds, which
     /// spares the I/O thread a wake-up per message where nobody waits for room.
-    room_wanted: Arc<AtomicBool>,
+    room_wanted: AtomicBool,
     /// The I/O thread polled before sleeping and sleeps on the epoll set (not in led mode,
     /// `lead.rs`): a leader that leaves a completion queue unarmed must arm it (no event
     /// would wake the I/O thread for it).
@@ -241,8 +241,6 @@ impl Node {
             tap.clone(),
             seed.rotate_left(17),
         )?;
-        let room_wanted = Arc::new(AtomicBool::new(false));
-        tcp.share_room_wanted(room_wanted.clone());
         let (mut ib, ib_unavailable) = if cfg.transports.ib {
             match Ib::new(epoll.clone(), ib_stats.clone(), tap.clone()) {
                 Ok(t) => (Some(t), None),
@@ -282,7 +280,7 @@ impl Node {
             epoll,
             wake_fd,
             io_sleeping: AtomicBool::new(false),
-            room_wanted,
+            room_wanted: AtomicBool::new(false),
             io_epoll: AtomicBool::new(false),
             leader: AtomicBool::new(false),
             leads: AtomicU64::new(0),

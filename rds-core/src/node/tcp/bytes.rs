@@ -185,16 +185,8 @@ impl Tcp {
             // More to read: come back without waiting for a new edge.
             self.pending_flush.push(idx);
         }
-        // Incoming data may carry acknowledgements of ours: asked for at once where a sender
-        // waits for room or much is unacknowledged, else left to the acknowledgement poll's
-        // timer (set when the bytes were written): asking on every read cost a request and
-        // its answer a system call each.
-        let bulk = self.conns[idx]
-            .as_ref()
-            .is_some_and(|c| c.written - c.acked >= ACK_ASK_AFTER_WRITE);
-        if bulk || self.room_wanted.load(std::sync::atomic::Ordering::SeqCst) {
-            self.poll_ack(idx, out);
-        }
+        // Incoming data may carry acknowledgements of ours.
+        self.poll_ack(idx, out);
     }
 
     /// Takes back a read's frame list, emptied, for the next read (a short one only).
@@ -344,22 +336,15 @@ impl Tcp {
             if c.more && c.out_bytes < OUT_HIGH / 2 {
                 refill.push((c.conn, c.path));
             }
-            // After a write only a lane with much unacknowledged asks TCP for
-            // acknowledgements now (bulk senders wait for the room); the others at the
-            // acknowledgement poll, first after ACK_POLL_FIRST unless a sender waits for room
-            // (a poll per message cost each request and each answer a system call: those are
-            // acknowledged with the next message the other way, or TCP's delayed ACK).
+            // Acknowledgements come with the peer's data, whose read asks for them; after a
+            // write only a lane with much unacknowledged asks now (bulk senders wait for the
+            // room), the others at the acknowledgement poll.
             if c.written - c.acked >= ACK_ASK_AFTER_WRITE {
                 self.poll_ack(idx, out);
             }
-            let first = if self.room_wanted.load(std::sync::atomic::Ordering::SeqCst) {
-                ACK_POLL_MIN
-            } else {
-                ACK_POLL_FIRST
-            };
             if let Some(c) = self.conns[idx].as_mut() {
                 if c.written > c.acked && c.ack_poll.is_none() {
-                    c.ack_poll = Some((now + first, ACK_POLL_MIN));
+                    c.ack_poll = Some((now + ACK_POLL_MIN, ACK_POLL_MIN));
                 }
             }
         }

@@ -98,9 +98,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ACK_ASK_AFTER_WRITE: u64 = 64 << 10;
 /// First and last interval of the acknowledgement poll while bytes are unacknowledged.
 const ACK_POLL_MIN: Duration = Duration::from_micros(50);
-/// When the acknowledgement poll first asks after a write that left bytes unacknowledged,
-/// unless a sender waits for room (then [`ACK_POLL_MIN`]).
-const ACK_POLL_FIRST: Duration = Duration::from_millis(1);
 const ACK_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// Most TCP connections with one remote address (accepted, outgoing, draining and waiting): an
@@ -297,9 +294,6 @@ pub(crate) struct Tcp {
     /// (a list per read, grown frame by frame, was several allocations per batch); kept only
     /// while it is at most [`SPARE_FRAMES_MAX`] long.
     spare_frames: Vec<Frame>,
-    /// A sender waits for room in its send buffer (the node's flag): a read then asks TCP for
-    /// the acknowledgements the incoming data brought.
-    room_wanted: Arc<std::sync::atomic::AtomicBool>,
     /// When [`Tcp::expire_partials`] last looked at the connections.
     partials_scanned: Option<Instant>,
 }
@@ -365,14 +359,8 @@ impl Tcp {
             tap,
             rbuf: Vec::new(),
             spare_frames: Vec::new(),
-            room_wanted: Arc::default(),
             partials_scanned: None,
         })
-    }
-
-    /// Follows the node's flag of a sender waiting for room.
-    pub(crate) fn share_room_wanted(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
-        self.room_wanted = flag;
     }
 
     /// Sends outgoing connections to `faddr` to `via` instead (`None`: back to `faddr:16385`).
