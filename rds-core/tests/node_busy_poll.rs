@@ -4,11 +4,14 @@
 //! comes 80 ms after the wait began; with a 100 ms busy poll the thread was on a CPU for most
 //! of that time, with none (or on one CPU) it slept.
 
-use std::net::{IpAddr, SocketAddr};
+mod two_nodes;
+
+use std::net::IpAddr;
 use std::time::Duration;
 
 use rds_core::tunables::Tunables;
-use rds_core::{Node, NodeConfig, Socket};
+use rds_core::{Node, NodeConfig};
+use two_nodes::TwoNodes;
 
 /// User plus system CPU time of the calling thread, in ticks of 10 ms.
 fn thread_ticks() -> u64 {
@@ -35,31 +38,9 @@ fn ticks_of_a_wait(net: u8, busy_poll: Duration) -> u64 {
         Node::start(cfg).expect("node on a loopback address")
     };
     let (a, b) = (start(1), start(2));
-    let sa = Socket::with_node(&a);
-    let sb = Socket::with_node(&b);
-    let to_a = sa.bind(SocketAddr::new(ip(1), 4000)).expect("bind");
-    let to_b = sb.bind(SocketAddr::new(ip(2), 5000)).expect("bind");
-    sa.set_read_timeout(Some(Duration::from_secs(10)));
-    sb.set_read_timeout(Some(Duration::from_secs(10)));
-    // The connection is up before the measured wait.
-    let mut buf = [0u8; 64];
-    sa.send_to(b"first", to_b).expect("send");
-    assert_eq!(sb.recv_from(&mut buf).expect("first message").0, 5);
-    std::thread::scope(|s| {
-        let asks = s.spawn(|| {
-            let mut buf = [0u8; 64];
-            let before = thread_ticks();
-            sa.send_to(b"request", to_b).expect("send");
-            let (n, from) = sa.recv_from(&mut buf).expect("the answer");
-            assert_eq!((&buf[..n], from), (&b"answer"[..], to_b));
-            thread_ticks() - before
-        });
-        let (n, from) = sb.recv_from(&mut buf).expect("the request");
-        assert_eq!((&buf[..n], from), (&b"request"[..], to_a));
-        std::thread::sleep(Duration::from_millis(80));
-        sb.send_to(b"answer", to_a).expect("send");
-        asks.join().expect("asking thread")
-    })
+    let t = TwoNodes::connect(&a, ip(1), &b, ip(2));
+    let (before, after) = t.late_answer(Duration::from_millis(80), thread_ticks);
+    after - before
 }
 
 #[test]

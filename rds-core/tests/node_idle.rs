@@ -8,10 +8,13 @@
 //!
 //! Addresses: 127.94.9.0/24.
 
-use std::net::{IpAddr, SocketAddr};
+mod two_nodes;
+
+use std::net::IpAddr;
 use std::time::Duration;
 
-use rds_core::{CtlMode, Node, NodeConfig, Socket};
+use rds_core::{CtlMode, Node, NodeConfig};
+use two_nodes::TwoNodes;
 
 /// The thread ids of this process's threads named `rds-io`.
 fn io_threads() -> Vec<u32> {
@@ -65,32 +68,9 @@ fn the_io_thread_sleeps_while_a_thread_waits_long_for_its_answer() {
     assert_eq!(io_a.len(), 1, "node a's I/O thread: {io_a:?}");
     let io_a = io_a[0];
     let b = node(ip(2));
-    let sa = Socket::with_node(&a);
-    let sb = Socket::with_node(&b);
-    let to_a = sa.bind(SocketAddr::new(ip(1), 4000)).expect("bind");
-    let to_b = sb.bind(SocketAddr::new(ip(2), 5000)).expect("bind");
-    sa.set_read_timeout(Some(Duration::from_secs(10)));
-    sb.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut buf = [0u8; 64];
-    sa.send_to(b"first", to_b).expect("send");
-    assert_eq!(sb.recv_from(&mut buf).expect("first message").0, 5);
+    let t = TwoNodes::connect(&a, ip(1), &b, ip(2));
     const WAIT: Duration = Duration::from_millis(400);
-    let (asked, woke) = std::thread::scope(|s| {
-        let asks = s.spawn(|| {
-            let mut buf = [0u8; 64];
-            // A socket that sent waits for an answer: a blocking receive leads.
-            sa.send_to(b"request", to_b).expect("send");
-            let before = sleeps_of(io_a);
-            let (n, from) = sa.recv_from(&mut buf).expect("the answer");
-            assert_eq!((&buf[..n], from), (&b"answer"[..], to_b));
-            (before, sleeps_of(io_a))
-        });
-        let (n, from) = sb.recv_from(&mut buf).expect("the request");
-        assert_eq!((&buf[..n], from), (&b"request"[..], to_a));
-        std::thread::sleep(WAIT);
-        sb.send_to(b"answer", to_a).expect("send");
-        asks.join().expect("asking thread")
-    });
+    let (asked, woke) = t.late_answer(WAIT, || sleeps_of(io_a));
     // Waking every millisecond would be about 400; a sleep of at most 50 ms between looks
     // at its timers, about 10.
     let sleeps = woke - asked;
@@ -100,9 +80,10 @@ fn the_io_thread_sleeps_while_a_thread_waits_long_for_its_answer() {
     );
     // The I/O thread reads the next messages itself (a receive by a socket that did not send
     // since its last wait does not lead).
+    let mut buf = [0u8; 64];
     for i in 0..20u32 {
-        sb.send_to(&i.to_be_bytes(), to_a).expect("send");
-        let (n, from) = sa.recv_from(&mut buf).expect("a message");
-        assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], to_b));
+        t.sb.send_to(&i.to_be_bytes(), t.to_a).expect("send");
+        let (n, from) = t.sa.recv_from(&mut buf).expect("a message");
+        assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], t.to_b));
     }
 }

@@ -231,6 +231,9 @@ impl Embedded {
     ) -> io::Result<usize> {
         let deadline = tmo.map(|t| Instant::now() + t);
         let inner = &self.node.inner;
+        // The first clone of a payload made from a vector allocates its shared count: done
+        // here, before the engine lock; the engine's clones of it only count.
+        let mut first = Some(msg.clone());
         let mut core = inner.lock_core();
         let mut retry = false;
         loop {
@@ -238,9 +241,10 @@ impl Embedded {
                 return Err(node_down());
             }
             let now = inner.now();
+            let payload = first.take().unwrap_or_else(|| msg.clone());
             match core
                 .stack
-                .send_full(now, self.id, dest, msg.clone(), nonblock, retry, extras)
+                .send_full(now, self.id, dest, payload, nonblock, retry, extras)
             {
                 Ok(n) => {
                     self.update_fds(&core);

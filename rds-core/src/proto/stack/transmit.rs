@@ -99,13 +99,12 @@ impl Stack {
     }
 
     fn release_acked(&mut self, ci: usize, path: usize) {
-        let p = &mut self.conns[ci].paths[path];
-        let acked = p.acked_off;
-        let mut done = Vec::new();
-        while p.retrans.front().is_some_and(|m| m.ack_off <= acked) {
-            done.push(p.retrans.pop_front().expect("front"));
-        }
-        for m in done {
+        loop {
+            let p = &mut self.conns[ci].paths[path];
+            if p.retrans.front().is_none_or(|m| m.ack_off > p.acked_off) {
+                break;
+            }
+            let m = p.retrans.pop_front().expect("front");
             self.stats.inc(Counter::SendDropAcked);
             self.release(ci, &m);
         }
