@@ -5,7 +5,7 @@
 
 use std::io;
 
-/// Sets the calling thread's nice value (best effort; the original's `nice()` in each child).
+/// Sets the calling thread's nice value (best effort).
 pub fn set_thread_nice(nice: i32) {
     let tid = nix::unistd::gettid().as_raw();
     // SAFETY: setpriority takes plain integers and has no memory effects; on Linux
