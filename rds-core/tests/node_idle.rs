@@ -3,6 +3,9 @@
 //! millisecond to look whether the leader left, and the answer still comes, read by the
 //! waiting thread, and the I/O thread takes over again after it.
 //!
+//! Also: the I/O thread runs under `SCHED_BATCH`, so that the thread that wakes it is not
+//! preempted by it.
+//!
 //! Counted from the I/O thread's voluntary context switches (`/proc/self/task/TID/status`).
 //! One test in this file: the process has these two nodes only.
 //!
@@ -40,6 +43,19 @@ fn sleeps_of(tid: u32) -> u64 {
         .trim()
         .parse()
         .expect("a count")
+}
+
+/// The scheduling policy of thread `tid` (field 41 of its `stat`).
+fn policy_of(tid: u32) -> u32 {
+    let stat =
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("the thread's stat");
+    // Fields after the command name (which may hold spaces): state is field 3.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace()
+        .nth(41 - 3)
+        .expect("policy field")
+        .parse()
+        .expect("a number")
 }
 
 fn node(ip: IpAddr) -> Node {
@@ -86,4 +102,11 @@ fn the_io_thread_sleeps_while_a_thread_waits_long_for_its_answer() {
         let (n, from) = t.sa.recv_from(&mut buf).expect("a message");
         assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], t.to_b));
     }
+    // (Looked at once it ran: it names itself before it sets its policy.)
+    // Woken, the I/O thread does not preempt the thread that woke it (SCHED_BATCH, 3).
+    assert_eq!(
+        policy_of(io_a),
+        3,
+        "node a's I/O thread's scheduling policy"
+    );
 }

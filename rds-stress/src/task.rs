@@ -377,6 +377,7 @@ impl Task {
         // a task below it was preempted by it at every hand-over (on one CPU, a context
         // switch each way per message: `--loopback -d 32` ran at two thirds of its rate at
         // 1.75x the CPU per request). Tasks keep the process's priority.
+
         // The socket's own wait serves every backend; the kernel's has no writability to
         // wait for (no send descriptor). The descriptors themselves are not asked for: a
         // socket whose descriptors were handed out has every readiness change written to them.

@@ -320,7 +320,8 @@ fn a_quiet_descriptor_shows_what_is_left_when_the_wait_ends() {
 /// A sender blocked for room in its send buffer (a blocking call's wait, as the preload
 /// library's `sendmsg`: it does not lead) learns TCP's acknowledgements itself at short
 /// intervals (`tcp_acks_by_waiter`) instead of waiting for the I/O thread's poll and the
-/// wake-up it sends; every message arrives, in order.
+/// wake-up it sends (the I/O thread leaves its timed polls to it meanwhile); every message
+/// arrives, in order.
 #[test]
 fn a_sender_waiting_for_room_learns_acknowledgements_itself() {
     let (na, nb) = (node("127.3.11.71"), node("127.3.11.72"));
@@ -367,8 +368,10 @@ fn a_sender_waiting_for_room_learns_acknowledgements_itself() {
         .expect("the counter")
         .1;
     assert!(waits > 0, "the send buffer never filled");
+    // The I/O thread leaves its timed polls to a waiter: most waits end by its own ask
+    // (racing the I/O thread's polls, a handful of 375 did, some runs none).
     assert!(
-        by_waiter > 0,
-        "{waits} waits for room, none learnt an acknowledgement itself"
+        by_waiter * 2 >= u64::from(waits),
+        "{waits} waits for room, only {by_waiter} learnt an acknowledgement themselves"
     );
 }

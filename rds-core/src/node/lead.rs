@@ -30,7 +30,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{lock, Inner, Waiter};
@@ -51,8 +51,9 @@ pub(crate) const DEEP_MAX: Duration = Duration::from_millis(50);
 /// about 20 us after it.
 const ROOM_SLICE: Duration = Duration::from_micros(25);
 
-/// The longest such sleep (it doubles while no acknowledgement comes).
-const ROOM_SLICE_MAX: Duration = Duration::from_millis(2);
+/// The longest such sleep (it doubles while no acknowledgement comes): the time the I/O
+/// thread's timed polls wait for it.
+const ROOM_SLICE_MAX: Duration = super::tcp::ACK_DEFER_MAX;
 
 /// How long after two threads waited at once nobody leads.
 const CROWD_HOLD: Duration = Duration::from_millis(20);
@@ -240,6 +241,8 @@ impl Inner {
             sys::poll_until_signal(asks, timeout)?;
             return Ok(());
         }
+        // The I/O thread leaves its timed acknowledgement polls to this thread meanwhile.
+        let _asking = Asking::new(&self.room_waiters);
         let deadline = std::time::Instant::now().checked_add(timeout);
         let mut slice = ROOM_SLICE;
         loop {
@@ -346,5 +349,22 @@ impl Inner {
     /// [`GRACE`] ago).
     pub(crate) fn led(&self) -> bool {
         self.leader.load(Ordering::SeqCst) || self.within(&self.led_at, GRACE)
+    }
+}
+
+/// A thread in [`Inner::poll_or_acks`] that asks for acknowledgements itself, counted in
+/// `Inner::room_waiters` while it lives.
+struct Asking<'a>(&'a AtomicUsize);
+
+impl<'a> Asking<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Asking(count)
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

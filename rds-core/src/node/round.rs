@@ -255,9 +255,10 @@ impl Inner {
     /// transports' reports, the engine's timers and its transport work, then the writes
     /// outside it (the order of `transport.rs`).
     pub(super) fn io_round_with(&self, mut tcp: MutexGuard<'_, Tcp>, evs: &[(u64, u32)]) -> bool {
+        let now = self.now();
+        tcp.defer_ack_polls(self.room_waiters.load(Ordering::SeqCst) > 0, now);
         let mut ib = lock(&self.ib);
         let mut set = Locked::new(&mut tcp, ib.as_mut());
-        let now = self.now();
         for &(token, bits) in evs {
             if token == TOKEN_WAKE {
                 sys::eventfd_clear(self.wake_fd.as_raw_fd());

@@ -1,4 +1,5 @@
-//! Thread scheduling: nice values and the idle policy of this or another thread.
+//! Thread scheduling: nice values, the batch policy of the I/O thread, and the idle policy of
+//! this or another thread.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -71,4 +72,13 @@ pub fn thread_is_idle<T>(t: &std::thread::JoinHandle<T>) -> io::Result<bool> {
     } else {
         Err(io::Error::from_raw_os_error(r))
     }
+}
+
+/// Moves the calling thread to `SCHED_BATCH`: woken, it does not preempt the running thread.
+pub fn set_thread_batch() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler only reads the sched_param, which lives across the call;
+    // pid 0 is the calling thread.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    cvt(r).map(|_| ())
 }

@@ -410,7 +410,7 @@ impl Tcp {
                 }
                 continue;
             }
-            if let Some((at, interval)) = c.ack_poll {
+            if let Some((at, interval)) = c.ack_poll.filter(|_| self.ack_polls_deferred.is_none()) {
                 if at <= now {
                     let before = c.acked;
                     self.poll_ack(idx, out);
@@ -460,13 +460,14 @@ impl Tcp {
     /// The earliest transport timer.
     pub(crate) fn earliest_timer(&self) -> Option<Instant> {
         let paused = self.listeners.iter().filter_map(|l| l.paused_until);
+        let deferred = self.ack_polls_deferred.map(|t| t + ACK_DEFER_MAX);
         self.conns
             .iter()
             .flatten()
             .flat_map(|c| {
                 let t = match c.state {
                     State::Draining(t) => Some(t),
-                    _ => c.ack_poll.map(|(t, _)| t),
+                    _ => c.ack_poll.map(|(t, _)| deferred.map_or(t, |d| t.max(d))),
                 };
                 // A message in progress is looked at again within a second.
                 t.into_iter()

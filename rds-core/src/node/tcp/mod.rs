@@ -94,6 +94,9 @@ const IOV_STACK: usize = 32;
 const PARTIAL_SCAN: Duration = Duration::from_millis(10);
 /// How long a half-closed connection may take to deliver the peer's remaining data.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the timed acknowledgement polls wait for a thread that waits for room and asks
+/// itself ([`Tcp::defer_ack_polls`]): its longest sleep between asks (`lead.rs`).
+pub(crate) const ACK_DEFER_MAX: Duration = Duration::from_millis(2);
 /// Unacknowledged bytes from which a write asks TCP for acknowledgements at once.
 const ACK_ASK_AFTER_WRITE: u64 = 64 << 10;
 /// First and last interval of the acknowledgement poll while bytes are unacknowledged.
@@ -296,6 +299,9 @@ pub(crate) struct Tcp {
     spare_frames: Vec<Frame>,
     /// When [`Tcp::expire_partials`] last looked at the connections.
     partials_scanned: Option<Instant>,
+    /// Since when a thread waiting for its send buffer's room polls the acknowledgements
+    /// ([`Tcp::acks_now`]) in place of the timed polls ([`Tcp::defer_ack_polls`]).
+    ack_polls_deferred: Option<Instant>,
 }
 
 /// An accepted connection the engine holds, unread, until it has a lane for it.
@@ -360,6 +366,7 @@ impl Tcp {
             rbuf: Vec::new(),
             spare_frames: Vec::new(),
             partials_scanned: None,
+            ack_polls_deferred: None,
         })
     }
 
@@ -591,6 +598,16 @@ impl Transport for Tcp {
 }
 
 impl Tcp {
+    /// Leaves the timed acknowledgement polls to a thread that waits for its send buffer's
+    /// room (`on`, said every round), or takes them back. The waiter asks at least every
+    /// [`ACK_DEFER_MAX`] and learns the acknowledgements without waking anybody; a timed poll
+    /// racing it would take them and wake it. While they are left, the next one is due
+    /// [`ACK_DEFER_MAX`] after the last round that left them (the waiter may leave without a
+    /// word: that round takes them back).
+    pub(crate) fn defer_ack_polls(&mut self, on: bool, now: Instant) {
+        self.ack_polls_deferred = on.then_some(now);
+    }
+
     /// [`Tcp::poll_acks_now`](bytes) for every connection: whether acknowledgements came
     /// (they wait for [`Transport::apply`]).
     pub(crate) fn acks_now(&mut self) -> bool {
