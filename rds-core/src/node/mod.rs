@@ -313,9 +313,9 @@ impl Node {
                 // Woken by an application thread (a transmit handed over, a timer set), the I/O
                 // thread does not preempt it: that thread goes on queueing, and the I/O thread
                 // runs on another CPU or when it blocks, and writes the batch. At the normal
-                // policy it preempted the waker at each hand-over on one CPU (`--loopback -d
-                // 32` pinned: 1.5x the rate, 0.2x the context switches under SCHED_BATCH).
-                // Best effort: the policy needs no privilege.
+                // policy it preempted the waker at each hand-over on one CPU (pinned,
+                // `--loopback -d 32` ran at 1.5x the rate and 0.2x the context switches under
+                // SCHED_BATCH). Best effort: the policy needs no privilege.
                 let _ = sys::set_thread_batch();
                 io.io_loop()
             })?;

@@ -233,7 +233,7 @@ impl Embedded {
         let inner = &self.node.inner;
         // The first clone of a payload made from a vector allocates its shared count: done
         // here, before the engine lock; the engine's clones of it only count.
-        let mut first = Some(msg.clone());
+        let mut payload = msg.clone();
         let mut core = inner.lock_core();
         let mut retry = false;
         loop {
@@ -241,7 +241,6 @@ impl Embedded {
                 return Err(node_down());
             }
             let now = inner.now();
-            let payload = first.take().unwrap_or_else(|| msg.clone());
             match core
                 .stack
                 .send_full(now, self.id, dest, payload, nonblock, retry, extras)
@@ -291,6 +290,8 @@ impl Embedded {
                     return Err(e.into());
                 }
             }
+            // Only a retry comes here: the engine kept or dropped the last clone.
+            payload = msg.clone();
         }
     }
 

@@ -299,8 +299,9 @@ pub(crate) struct Tcp {
     spare_frames: Vec<Frame>,
     /// When [`Tcp::expire_partials`] last looked at the connections.
     partials_scanned: Option<Instant>,
-    /// Since when a thread waiting for its send buffer's room polls the acknowledgements
-    /// ([`Tcp::acks_now`]) in place of the timed polls ([`Tcp::defer_ack_polls`]).
+    /// The last round that left the timed acknowledgement polls to a thread waiting for its
+    /// send buffer's room, which asks itself ([`Tcp::acks_now`]); `None`: the I/O thread's
+    /// rounds run them ([`Tcp::defer_ack_polls`]).
     ack_polls_deferred: Option<Instant>,
 }
 
