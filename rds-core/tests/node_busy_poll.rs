@@ -11,16 +11,13 @@ use std::time::Duration;
 
 use rds_core::tunables::Tunables;
 use rds_core::{Node, NodeConfig};
-use two_nodes::TwoNodes;
+use two_nodes::{stat_fields, TwoNodes};
 
 /// User plus system CPU time of the calling thread, in ticks of 10 ms.
 fn thread_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
-    // Fields after the command name (which may hold spaces): state is the first, utime the
-    // twelfth and stime the thirteenth.
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+    // utime is field 14 of proc(5), stime field 15.
+    let f = stat_fields("/proc/thread-self/stat");
+    f[14 - 3].parse::<u64>().expect("utime") + f[15 - 3].parse::<u64>().expect("stime")
 }
 
 /// Two nodes on `net.1` and `net.2` with this busy-poll time; a socket sends a request and

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use rds_core::{CtlMode, Node, NodeConfig};
-use two_nodes::TwoNodes;
+use two_nodes::{stat_fields, TwoNodes};
 
 /// The thread ids of this process's threads named `rds-io`.
 fn io_threads() -> Vec<u32> {
@@ -47,13 +47,7 @@ fn sleeps_of(tid: u32) -> u64 {
 
 /// The scheduling policy of thread `tid` (field 41 of its `stat`).
 fn policy_of(tid: u32) -> u32 {
-    let stat =
-        std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("the thread's stat");
-    // Fields after the command name (which may hold spaces): state is field 3.
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    rest.split_whitespace()
-        .nth(41 - 3)
-        .expect("policy field")
+    stat_fields(&format!("/proc/self/task/{tid}/stat"))[41 - 3]
         .parse()
         .expect("a number")
 }
@@ -102,8 +96,8 @@ fn the_io_thread_sleeps_while_a_thread_waits_long_for_its_answer() {
         let (n, from) = t.sa.recv_from(&mut buf).expect("a message");
         assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], t.to_b));
     }
-    // (Looked at once it ran: it names itself before it sets its policy.)
     // Woken, the I/O thread does not preempt the thread that woke it (SCHED_BATCH, 3).
+    // Looked at once it ran: it names itself before it sets its policy.
     assert_eq!(
         policy_of(io_a),
         3,

@@ -1,6 +1,7 @@
 //! The set-up of the node tests that watch one thread wait for a late answer: a socket on
 //! each of two running nodes, the connection between them up, and the request and answer
-//! exchanged by two threads. (`tests/common` is the sans-I/O engine's harness.)
+//! exchanged by two threads, and the fields of a thread's `stat` that those tests read.
+//! (`tests/common` is the sans-I/O engine's harness.)
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -55,4 +56,12 @@ impl TwoNodes {
             asks.join().expect("asking thread")
         })
     }
+}
+
+/// The fields of the `stat` file at `path` (`/proc/.../stat`) after the command name, which
+/// may hold spaces: index 0 is field 3 of proc(5), the state.
+pub fn stat_fields(path: &str) -> Vec<String> {
+    let stat = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace().map(str::to_owned).collect()
 }
