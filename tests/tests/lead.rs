@@ -3,7 +3,8 @@
 //! over when nobody waits, several waiting threads are served, and a node shut down under a
 //! waiting thread ends its wait (and makes the socket's descriptor readable); a readable
 //! descriptor kept quiet while its owner receives itself shows what is left afterwards; a
-//! sender blocked for room learns TCP's acknowledgements itself.
+//! sender blocked for room learns TCP's acknowledgements itself; a message another thread
+//! delivers to a leader's socket wakes it.
 //!
 //! Addresses: 127.3.11.0/24.
 
@@ -199,6 +200,57 @@ fn a_node_shut_down_ends_the_wait() {
         // A thread that polls the descriptor (not through Socket::wait) wakes too.
         let polled = rds_core::poll_readable(&[a.fd().unwrap()], T).unwrap();
         assert_eq!(polled, [true]);
+    });
+}
+
+/// A leader sleeps in its epoll set, which does not hold its socket's eventfds: a message
+/// that another thread delivers to its socket (a sender on the same node: the engine delivers
+/// it in the sender's thread) wakes it through the node's leader eventfd, whenever it comes
+/// (before the leader's last look at its socket, during its sleep), 300 times; a message
+/// that arrives for another socket of the node does not end the wait.
+#[test]
+fn a_message_another_thread_delivers_wakes_the_leader() {
+    let na = node("127.3.11.81");
+    let a = sock(&na, "127.3.11.81:4000");
+    let b = sock(&na, "127.3.11.81:4001");
+    let c = sock(&na, "127.3.11.81:4002");
+    let (aa, ca) = (a.local_addr().unwrap(), c.local_addr().unwrap());
+    let mut buf = [0u8; 16];
+    for round in 0..300u32 {
+        std::thread::scope(|sc| {
+            let t = sc.spawn(|| {
+                let start = Instant::now();
+                let r = a.wait(true, false, Duration::from_secs(30)).unwrap();
+                (r, start.elapsed())
+            });
+            // From at once to a few hundred microseconds later: the leader may not sleep
+            // yet, or sleep already.
+            std::thread::sleep(Duration::from_micros(u64::from(round % 7) * 60));
+            if round % 10 == 0 {
+                b.send_to(b"other", ca).unwrap();
+            }
+            b.send_to(&round.to_be_bytes(), aa).unwrap();
+            let (r, took) = t.join().unwrap();
+            assert_eq!(r, (true, false), "round {round}");
+            assert!(
+                took < Duration::from_secs(10),
+                "round {round}: the wait went on for {took:?}"
+            );
+        });
+        let (n, _) = a.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], round.to_be_bytes());
+        if round % 10 == 0 {
+            let (n, _) = c.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"other");
+        }
+    }
+    assert!(!a.readable() && !c.readable());
+    // With nothing for it, the wait lasts its time out (another socket's message included).
+    std::thread::scope(|sc| {
+        let t = sc.spawn(|| a.wait(true, false, Duration::from_millis(300)).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        b.send_to(b"other", ca).unwrap();
+        assert_eq!(t.join().unwrap(), (false, false));
     });
 }
 

@@ -1,8 +1,16 @@
 //! An application thread that waits for its socket does the node's I/O itself
-//! (leader/follower): it waits on the node's epoll descriptor next to its socket's readiness
-//! descriptors, and when a transport descriptor fires it runs the I/O thread's round in its
-//! own context. A message for its own socket then costs one wake-up (the waiting thread's)
-//! instead of two (the I/O thread's, then the waiting thread's).
+//! (leader/follower): it sleeps in one `epoll_wait` on the leader's epoll set, the shadow of
+//! the I/O thread's (the same transport descriptors, kept so by `sys::Epoll`), and when a
+//! transport descriptor fires it runs the I/O thread's round in its own context. A message
+//! for its own socket then costs one wake-up (the waiting thread's) instead of two (the I/O
+//! thread's, then the waiting thread's), and one system call to sleep and learn what came.
+//! The socket's readiness eventfds are not in that set: while the thread leads, a change
+//! towards ready that another thread makes is written to the node's leader eventfd, which is
+//! ([`Waiter::lead_on`]). The I/O thread's wake-up eventfd is in both sets: a leader that
+//! finds it pending does the work queued for the I/O thread in its round. A caller that also
+//! waits for a descriptor of its own (`Socket::wait_or`), and a leader whose last rounds were
+//! busy (deep queues), sleep in `poll(2)` on the socket's eventfds, that descriptor and the
+//! leader's set instead, then collect the set's events.
 //!
 //! Before it sleeps, the leader has the transports poll what they will not be woken for
 //! ([`Inner::poll_before_sleep`]: RDS/IB's completion queues left unarmed after their last
@@ -39,6 +47,9 @@ use crate::sys;
 /// The leader's epoll events, kept between rounds.
 pub(crate) type Bufs = Vec<(u64, u32)>;
 
+/// The token of the node's leader eventfd (`Inner::lead_fd`) in the leader's epoll set.
+pub(crate) const TOKEN_LEAD: u64 = 5 << 32;
+
 /// How long after the last leader left the I/O thread still stays off the epoll set.
 pub(crate) const GRACE: Duration = Duration::from_millis(1);
 
@@ -72,7 +83,7 @@ pub(crate) fn busy_poll_ns(t: &crate::tunables::Tunables) -> u64 {
 /// Clears the leader flag when the leader returns (or unwinds).
 struct Leading<'a> {
     inner: &'a Inner,
-    /// A round of this leader handled more than one event or frame: more may have come in
+    /// A round of this leader was busy ([`Inner::lead_round`]): more may have come in
     /// meanwhile.
     busy: bool,
 }
@@ -83,13 +94,14 @@ impl Drop for Leading<'_> {
         inner.leave_armed();
         // Transport events already waiting (deep queues: more came in while this thread
         // handled the last ones): the I/O thread takes them on now, in parallel with this
-        // thread's work, instead of after the grace period. A leader whose rounds each
-        // handled one event and at most one frame (a request/response loop) does not ask:
-        // that question cost such a loop a system call per message.
+        // thread's work, instead of after the grace period. A leader whose rounds were not
+        // busy (a request/response loop) does not ask: that question cost such a loop a
+        // system call per message.
         let pending = inner.crowded()
             || (self.busy
-                && sys::poll_for(&[(inner.epoll.raw_fd(), libc::POLLIN)], Duration::ZERO)
+                && sys::poll_for(&[(inner.lead_set(), libc::POLLIN)], Duration::ZERO)
                     .is_ok_and(|r| r[0] != 0));
+        inner.lead_deep.store(self.busy, Ordering::Relaxed);
         let at = if pending { 0 } else { inner.stamp() };
         inner.led_at.store(at, Ordering::SeqCst);
         inner.leader.store(false, Ordering::SeqCst);
@@ -172,9 +184,9 @@ impl Inner {
         if leads {
             self.leads.fetch_add(1, Ordering::SeqCst);
         }
-        // The socket's descriptors, the other one, and (for the leader) the node's epoll set.
+        // The socket's descriptors, the other one, and (for the leader) its epoll set.
         let [a, b, c] = fds.map(|fd| (fd, libc::POLLIN));
-        let asks = [a, b, c, (self.epoll.raw_fd(), libc::POLLIN)];
+        let asks = [a, b, c, (self.lead_set(), libc::POLLIN)];
         if !leads {
             let _polling = waiter.polling();
             let now = ready();
@@ -188,6 +200,7 @@ impl Inner {
             inner: self,
             busy: false,
         };
+        let mut evs = lock(&self.lead_bufs);
         // A timeout too long to add to the clock (Duration::MAX, say) waits without end.
         let deadline = std::time::Instant::now().checked_add(timeout);
         loop {
@@ -203,24 +216,66 @@ impl Inner {
                 }
                 continue;
             }
-            let r = {
-                // A message this thread delivers to its own socket in its round is seen
-                // by `ready()` below, with no eventfd written.
+            // A message this thread delivers to its own socket in its round is seen by
+            // `ready()` below, with no eventfd written: the guards end before the round.
+            // One system call, `epoll_wait` on the leader's set, where another thread's change
+            // of the socket's readiness comes as the leader eventfd: for a caller with no
+            // descriptor of its own while its rounds are not busy (request/response: 0.76x
+            // the system calls and 0.86-0.89x the CPU per request at `--loopback -d 1`).
+            // Deep queues sleep in `poll(2)` and collect after it as before: sleeping in
+            // `epoll_wait` there cost `-d 32` 0.62x the rate with 2.7x the context switches
+            // (the I/O thread was woken four times as often; why is not established).
+            let direct = fds[2] < 0 && !leading.busy && !self.lead_deep.load(Ordering::Relaxed);
+            let other = if direct {
+                let _on = waiter.lead_on(self.lead_fd.as_raw_fd(), fds[0] >= 0, fds[1] >= 0);
+                let now = ready();
+                if now.0 || now.1 {
+                    return Ok(now);
+                }
+                let events = |t| {
+                    self.epoll
+                        .wait_shadow(&mut evs, Some(t))
+                        .map(|()| evs.len())
+                };
+                self.spin_then(left, events, |&n| n > 0)?;
+                false
+            } else {
+                // `poll(2)` on the socket's eventfds, the caller's descriptor and the
+                // leader's set, whose events are then collected.
                 let _polling = waiter.polling();
                 let now = ready();
                 if now.0 || now.1 {
                     return Ok(now);
                 }
-                self.busy_poll(&asks, left)?
+                let r = self.spin_then(
+                    left,
+                    |t| sys::poll_until_signal(&asks, t),
+                    |r| r.iter().any(|&x| x != 0),
+                )?;
+                evs.clear();
+                if r[3] != 0
+                    && self
+                        .epoll
+                        .wait_shadow(&mut evs, Some(Duration::ZERO))
+                        .is_err()
+                {
+                    evs.clear();
+                }
+                r[2] != 0
             };
-            if r[3] != 0 && self.is_running() {
-                leading.busy |= self.lead_round();
-            }
+            leading.busy |= self.lead_round(&mut evs);
             let now = ready();
-            if now.0 || now.1 || r[2] != 0 || left.is_zero() || !self.is_running() {
+            if now.0 || now.1 || other || left.is_zero() || !self.is_running() {
                 return Ok(now);
             }
         }
+    }
+
+    /// The descriptor of the leader's epoll set (the node's shadow set).
+    fn lead_set(&self) -> RawFd {
+        self.epoll
+            .shadow_fd()
+            .unwrap_or_else(|| self.epoll.raw_fd())
     }
 
     /// `poll(2)` on `asks` for up to `timeout`. A thread that waits for its socket's send
@@ -265,46 +320,65 @@ impl Inner {
         }
     }
 
-    /// `poll(2)` on `asks` for up to `left`, first without sleeping for up to the node's
-    /// busy-poll time (a thread that sleeps while the other CPU goes idle costs both a
-    /// wake-up: on this project's two-vCPU VM, an `rds-stress -d 1` round trip spent most of
-    /// its CPU there). A signal ends it (EINTR).
-    fn busy_poll(&self, asks: &[(RawFd, i16)], left: Duration) -> io::Result<sys::Polled<i16>> {
+    /// `wait(t)` for up to `left`, first with `t` zero for up to the node's busy-poll time
+    /// while `found` says nothing came (a thread that sleeps while the other CPU goes idle
+    /// costs both a wake-up: on this project's two-vCPU VM, an `rds-stress -d 1` round trip
+    /// spent most of its CPU there). A signal ends it (EINTR).
+    fn spin_then<T>(
+        &self,
+        left: Duration,
+        mut wait: impl FnMut(Duration) -> io::Result<T>,
+        found: impl Fn(&T) -> bool,
+    ) -> io::Result<T> {
         let spin = Duration::from_nanos(self.busy_poll_ns.load(Ordering::Relaxed)).min(left);
         if !spin.is_zero() {
             let t0 = std::time::Instant::now();
             loop {
-                let r = sys::poll_until_signal(asks, Duration::ZERO)?;
-                if r.iter().any(|&x| x != 0) {
+                let r = wait(Duration::ZERO)?;
+                if found(&r) || t0.elapsed() >= spin {
                     return Ok(r);
-                }
-                if t0.elapsed() >= spin {
-                    break;
                 }
                 std::hint::spin_loop();
             }
         }
-        sys::poll_until_signal(asks, left.saturating_sub(spin))
+        wait(left.saturating_sub(spin))
     }
 
-    /// The I/O thread's round, run by the leader: the events are collected with the
-    /// transport lock held, so that no other round handles them first and a descriptor's
-    /// slot is not reused in between.
-    /// Returns whether the round was busy: more than one event, or more than one frame read.
-    fn lead_round(&self) -> bool {
-        let tcp = lock(&self.tcp);
-        let mut bufs = lock(&self.lead_bufs);
-        let evs = &mut *bufs;
-        if self.epoll.wait(evs, Some(Duration::ZERO)).is_err() {
-            evs.clear();
-        }
-        if evs.is_empty() {
+    /// The I/O thread's round, run by the leader on the events it collected from its set
+    /// (`evs`; the leader eventfd's is taken out: the end of the lead's sleep cleared it,
+    /// [`super::waiter::LeadOn`]). They were collected without the transport lock, as the
+    /// I/O thread's are. If another thread's round holds it, the leader waits for it and
+    /// then collects the events again (one more `epoll_wait`, without sleeping): that round
+    /// may have handled them (its descriptors are level-triggered), and a round on events
+    /// already handled cost `--loopback -d 8` four times the lock waits and 0.8 times the
+    /// rate. Stale events are harmless all the same (the transports take a read that finds
+    /// nothing, a reused slot included, as nothing to do).
+    /// Returns whether the round was busy: more than one event, more than two frames read
+    /// (a request/response loop of `rds-stress` reads two in a quarter of its rounds), or
+    /// writes left for the I/O thread.
+    fn lead_round(&self, evs: &mut Bufs) -> bool {
+        evs.retain(|&(token, _)| token != TOKEN_LEAD);
+        if evs.is_empty() || !self.is_running() {
             return false;
         }
+        let tcp = match self.tcp.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let g = lock(&self.tcp);
+                if self.epoll.wait_shadow(evs, Some(Duration::ZERO)).is_err() {
+                    evs.clear();
+                }
+                evs.retain(|&(token, _)| token != TOKEN_LEAD);
+                if evs.is_empty() {
+                    return false;
+                }
+                g
+            }
+        };
         let before = self.frames_in.load(Ordering::Relaxed);
         let more = self.io_round_with(tcp, evs);
         let events = evs.len();
-        drop(bufs);
         let read = self.frames_in.load(Ordering::Relaxed).wrapping_sub(before);
         self.frames_led.fetch_add(read, Ordering::Relaxed);
         // Partial writes: the I/O thread goes on with them. One that sleeps past GRACE
@@ -312,7 +386,7 @@ impl Inner {
         if self.io_deep.swap(false, Ordering::SeqCst) || more {
             sys::eventfd_signal(self.wake_fd.as_raw_fd());
         }
-        more || events > 1 || read > 1
+        more || events > 1 || read > 2
     }
 
     /// A leader leaving while the I/O thread sleeps on the epoll set: what the transports

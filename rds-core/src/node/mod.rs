@@ -138,11 +138,19 @@ pub(crate) struct Inner {
     tcp: Mutex<Tcp>,
     /// The IB transport, if configured and available.
     ib: Mutex<Option<Ib>>,
+    /// Whether `ib` holds a transport (fixed at start): a node without one never takes
+    /// that lock to poll before sleeping.
+    ib_on: bool,
     /// Why IB is not running, if it was asked for and is not.
     ib_unavailable: Option<String>,
     transports: Transports,
+    /// The I/O thread's epoll set (the transports' descriptors and `wake_fd`), with its
+    /// shadow, the leader's set (the same descriptors and `lead_fd`, `lead.rs`).
     epoll: Arc<sys::Epoll>,
     wake_fd: OwnedFd,
+    /// Wakes the leader, in its set only: written when the socket it waits for becomes ready
+    /// by another thread's hand ([`Waiter::lead_on`]) and at shutdown.
+    lead_fd: OwnedFd,
     io_sleeping: AtomicBool,
     /// A send found no room in its socket's send buffer since the last one that did: the
     /// room comes back with TCP's acknowledgements, which the I/O thread learns on a timer
@@ -170,6 +178,8 @@ pub(crate) struct Inner {
     waiting: AtomicUsize,
     /// When two of them last waited at once (engine nanoseconds; 0: never).
     crowded_at: AtomicU64,
+    /// The last lead had a busy round: the next one sleeps in `poll(2)` (`lead.rs`).
+    lead_deep: AtomicBool,
     /// The leader's event buffer.
     lead_bufs: Mutex<lead::Bufs>,
     running: AtomicBool,
@@ -237,7 +247,7 @@ impl Node {
         let tcp_stats = Arc::new(TcpStats::new());
         let ib_stats = Arc::new(IbStats::new());
         let tap = Arc::new(Tap::default());
-        let epoll = Arc::new(sys::Epoll::new()?);
+        let epoll = Arc::new(sys::Epoll::with_shadow()?);
         let mut tcp = Tcp::new(
             epoll.clone(),
             tcp_stats.clone(),
@@ -263,7 +273,13 @@ impl Node {
             stack.add_local_addr(a, cfg.transports.tcp, on_ib);
         }
         let wake_fd = sys::eventfd()?;
+        // In the leader's set too: a leader that finds the I/O thread's wake-up pending
+        // (transmits a sender queued for a busy lane) does that work in its round, often
+        // before the I/O thread runs (three times the context switches per message at
+        // `--loopback -d 8` without it).
         epoll.add(wake_fd.as_raw_fd(), TOKEN_WAKE, sys::EPOLLIN)?;
+        let lead_fd = sys::eventfd()?;
+        epoll.add_shadow_own(lead_fd.as_raw_fd(), lead::TOKEN_LEAD, sys::EPOLLIN)?;
         let origin = std::time::Instant::now();
         let origin_wall_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -277,11 +293,13 @@ impl Node {
             }),
             cong_cv: Condvar::new(),
             tcp: Mutex::new(tcp),
+            ib_on: ib.is_some(),
             ib: Mutex::new(ib),
             ib_unavailable,
             transports: cfg.transports,
             epoll,
             wake_fd,
+            lead_fd,
             io_sleeping: AtomicBool::new(false),
             room_wanted: AtomicBool::new(false),
             room_waiters: AtomicUsize::new(0),
@@ -292,6 +310,7 @@ impl Node {
             led_at: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             crowded_at: AtomicU64::new(0),
+            lead_deep: AtomicBool::new(false),
             lead_bufs: Mutex::new(Vec::new()),
             running: AtomicBool::new(true),
             origin,
@@ -589,6 +608,7 @@ impl Inner {
         }
         self.running.store(false, Ordering::SeqCst);
         sys::eventfd_signal(self.wake_fd.as_raw_fd());
+        sys::eventfd_signal(self.lead_fd.as_raw_fd());
         let h = lock(&self.thread).take();
         if let Some(h) = h {
             crate::threads::join_within(h, crate::threads::JOIN_LIMIT);

@@ -191,8 +191,13 @@ impl Inner {
     ///
     /// Only RDS/IB polls anything (RDS/TCP's sockets wake the epoll set themselves, and its
     /// default polls nothing), so only its lock is taken, not the round's (TCP's), as for an
-    /// application call's transmit; and the engine lock only when it has something to poll.
+    /// application call's transmit, and only where it runs (a round holds it throughout:
+    /// half of a leader's lock waits at `--loopback -d 8` were here, on a node without
+    /// RDS/IB); the engine lock only when it has something to poll.
     pub(crate) fn poll_before_sleep(&self) -> bool {
+        if !self.ib_on {
+            return false;
+        }
         let mut ib = lock(&self.ib);
         let Some(t) = ib.as_mut() else {
             return false;

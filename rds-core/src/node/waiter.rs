@@ -2,8 +2,9 @@
 //! the readiness flags a waiting thread of this library checks, and the readiness eventfds
 //! that `poll(2)` sees, written only when somebody may be blocked on them ([`Waiter`]).
 
+use std::os::fd::RawFd;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::sys;
@@ -53,6 +54,34 @@ pub(crate) struct Waiter {
     hooked: AtomicBool,
     /// Called on each change towards ready ([`ReadyHook`]).
     hook: HookSlot,
+    /// The node's leader eventfd and the readiness bits its leader waits for, while a
+    /// thread leads in a wait for this socket ([`Waiter::lead_on`]).
+    lead: LeadSlot,
+    /// The leader eventfd was written for this socket since the last lead ended.
+    lead_hit: AtomicBool,
+}
+
+/// [`Waiter`]'s leader eventfd (low 32 bits) and readiness bits (the next 8), -1 for none.
+#[derive(Debug)]
+struct LeadSlot(AtomicI64);
+
+impl Default for LeadSlot {
+    fn default() -> Self {
+        LeadSlot(AtomicI64::new(-1))
+    }
+}
+
+/// A thread leads in a wait for the socket ([`Waiter::lead_on`]) until this drops; then
+/// what was written to the leader eventfd for it is cleared (one read, only if written).
+pub(crate) struct LeadOn<'a>(&'a Waiter, RawFd);
+
+impl Drop for LeadOn<'_> {
+    fn drop(&mut self) {
+        self.0.lead.0.store(-1, Ordering::SeqCst);
+        if self.0.lead_hit.swap(false, Ordering::SeqCst) {
+            sys::eventfd_clear(self.1);
+        }
+    }
 }
 
 /// [`Waiter`]'s hook slot (a closure has no `Debug`).
@@ -125,6 +154,20 @@ impl Waiter {
         Polling(self)
     }
 
+    /// A thread that leads the node's I/O (`lead.rs`) is about to sleep in the leader's
+    /// epoll set, which holds `fd` and not the socket's eventfds: until the guard drops, a
+    /// change towards readable (if `rx`) or writable (if `tx`) is written to `fd` instead
+    /// (one leader at a time, so one socket's at a time). As with [`Waiter::polling`], the
+    /// caller checks [`Waiter::signaled`] again before it sleeps.
+    pub(crate) fn lead_on(&self, fd: RawFd, rx: bool, tx: bool) -> LeadOn<'_> {
+        let bits = (u8::from(rx) * READABLE) | (u8::from(tx) * WRITABLE);
+        self.lead.0.store(
+            i64::from(fd as u32) | i64::from(bits) << 32,
+            Ordering::SeqCst,
+        );
+        LeadOn(self, fd)
+    }
+
     /// Sets (or with `None` removes) the hook told of every change towards ready from now
     /// on. The caller then looks at the socket's readiness itself: a change made before
     /// this call is not told.
@@ -139,6 +182,13 @@ impl Waiter {
     pub(crate) fn update_fds(&self, readable: bool, writable: bool) {
         let want = (u8::from(readable) * READABLE) | (u8::from(writable) * WRITABLE);
         let was = self.ready.swap(want, Ordering::SeqCst);
+        if want & !was != 0 {
+            let lead = self.lead.0.load(Ordering::SeqCst);
+            if lead >= 0 && (lead >> 32) as u8 & want & !was != 0 {
+                self.lead_hit.store(true, Ordering::SeqCst);
+                sys::eventfd_signal(lead as u32 as RawFd);
+            }
+        }
         if want & !was != 0 && self.hooked.load(Ordering::SeqCst) {
             let hook = self
                 .hook
@@ -311,5 +361,28 @@ mod tests {
         assert_eq!(*told.lock().unwrap(), vec![true, false, true]);
         let fd = w.rx_fd.lock().unwrap();
         assert!(!readable(fd.as_ref().unwrap()), "nobody polled the eventfd");
+    }
+
+    /// While a leader waits for the socket, a change towards what it waits for is written
+    /// to the leader's eventfd (and not to the socket's); the end of the lead clears it;
+    /// after that, nothing is written.
+    #[test]
+    fn a_leader_hears_changes_towards_ready_on_its_own_eventfd() {
+        let w = with_rx_fd();
+        let lead = sys::eventfd().expect("eventfd");
+        {
+            let _on = w.lead_on(lead.as_raw_fd(), true, false);
+            w.update_fds(false, false);
+            assert!(!readable(&lead), "no change towards ready");
+            w.update_fds(false, true);
+            assert!(!readable(&lead), "writable: not what the leader waits for");
+            w.update_fds(true, true);
+            assert!(readable(&lead));
+            assert!(!readable(w.rx_fd.lock().unwrap().as_ref().unwrap()));
+        }
+        assert!(!readable(&lead), "cleared as the lead ended");
+        w.update_fds(false, false);
+        w.update_fds(true, true);
+        assert!(!readable(&lead), "the lead ended");
     }
 }

@@ -34,10 +34,14 @@ pub fn eventfd_clear(fd: RawFd) {
     let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
-/// An epoll instance.
+/// An epoll instance, optionally with a shadow: a second instance that every registration
+/// made through [`Epoll::add`], [`Epoll::modify`] and [`Epoll::delete`] also goes to, so that
+/// two threads can each sleep in one `epoll_wait` on the same descriptors while one also
+/// watches descriptors of its own ([`Epoll::add_shadow_own`]).
 #[derive(Debug)]
 pub struct Epoll {
     fd: OwnedFd,
+    shadow: Option<OwnedFd>,
 }
 
 /// Interest bits.
@@ -56,19 +60,36 @@ pub const EPOLLRDHUP: u32 = libc::EPOLLRDHUP as u32;
 impl Epoll {
     /// A new epoll instance.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: no pointers; a non-negative result is a fresh descriptor we own.
-        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: `fd` was just created and is owned by nobody else.
         Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: create()?,
+            shadow: None,
         })
     }
 
+    /// A new epoll instance with a shadow instance (type docs).
+    pub fn with_shadow() -> io::Result<Self> {
+        Ok(Epoll {
+            fd: create()?,
+            shadow: Some(create()?),
+        })
+    }
+
+    /// Registers (`op`) `fd` in this instance and in its shadow. An addition that the
+    /// shadow refuses is taken back here, so that the two keep the same registrations.
     fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
-        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) })?;
-        Ok(())
+        let here = ctl(&self.fd, op, fd, token, events);
+        let Some(shadow) = &self.shadow else {
+            return here;
+        };
+        // A deletion goes to both whatever the first answered.
+        if here.is_err() && op != libc::EPOLL_CTL_DEL {
+            return here;
+        }
+        let there = ctl(shadow, op, fd, token, events);
+        if there.is_err() && op == libc::EPOLL_CTL_ADD {
+            let _ = ctl(&self.fd, libc::EPOLL_CTL_DEL, fd, 0, 0);
+        }
+        here.and(there)
     }
 
     /// The epoll descriptor itself (readable while an event is pending, for `poll(2)`).
@@ -76,78 +97,124 @@ impl Epoll {
         self.fd.as_raw_fd()
     }
 
-    /// Registers `fd` with `token`.
+    /// The shadow's descriptor, if there is a shadow.
+    pub fn shadow_fd(&self) -> Option<RawFd> {
+        self.shadow.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Registers `fd` with `token` (in the shadow too).
     pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
     }
 
-    /// Changes the interest of `fd`.
+    /// Registers `fd` with `token` in the shadow only.
+    ///
+    /// # Errors
+    /// `EINVAL` if there is no shadow.
+    pub fn add_shadow_own(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let Some(shadow) = &self.shadow else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        ctl(shadow, libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    /// Changes the interest of `fd` (in the shadow too).
     pub fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
     }
 
-    /// Unregisters `fd`.
+    /// Unregisters `fd` (from the shadow too).
     pub fn delete(&self, fd: RawFd) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
     }
 
-    /// Waits up to `timeout` (None = forever) and returns `(token, events)` pairs in `out`.
+    /// Waits up to `timeout` (None = forever) and returns `(token, events)` pairs in `out`;
+    /// a signal ends the wait with none.
     pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
-        const MAX: usize = 256;
-        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
-        // A timeout that is not whole milliseconds (a 50 us timer) waits to the nanosecond
-        // with epoll_pwait2 (Linux 5.11), where the kernel has it; epoll_wait's milliseconds
-        // would round it up to one.
-        let fine = timeout
-            .filter(|d| d.subsec_nanos() % 1_000_000 != 0 && PWAIT2.load(Ordering::Relaxed))
-            .and_then(super::poll::timespec);
-        let mut n = -1;
-        if let Some(ts) = fine {
-            // SAFETY: `evs` has room for MAX events and `ts` is a valid timespec, both living
-            // across the call; a null signal mask changes none.
-            n = unsafe {
-                libc::syscall(
-                    libc::SYS_epoll_pwait2,
-                    self.fd.as_raw_fd(),
-                    evs.as_mut_ptr(),
-                    MAX as libc::c_int,
-                    &ts as *const libc::timespec,
-                    std::ptr::null::<libc::sigset_t>(),
-                    0usize,
-                )
-            } as libc::c_int;
-            if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-                PWAIT2.store(false, Ordering::Relaxed);
-            }
+        match wait_on(&self.fd, out, timeout) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            r => r,
         }
-        if fine.is_none() || !PWAIT2.load(Ordering::Relaxed) {
-            let ms = match timeout {
-                None => -1,
-                // Round up so that a deadline is not missed by less than a millisecond.
-                Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
-            };
-            // SAFETY: `evs` has room for MAX events and lives across the call.
-            n = unsafe {
-                libc::epoll_wait(
-                    self.fd.as_raw_fd(),
-                    evs.as_mut_ptr(),
-                    MAX as libc::c_int,
-                    ms,
-                )
-            };
-        }
-        out.clear();
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
-        out.extend(evs[..n as usize].iter().map(|e| (e.u64, e.events)));
-        Ok(())
     }
+
+    /// [`Epoll::wait`] on the shadow, where a signal ends the wait with EINTR (kind
+    /// `Interrupted`).
+    ///
+    /// # Errors
+    /// `epoll_wait(2)` errors; `EINVAL` if there is no shadow.
+    pub fn wait_shadow(
+        &self,
+        out: &mut Vec<(u64, u32)>,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        let Some(shadow) = &self.shadow else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        wait_on(shadow, out, timeout)
+    }
+}
+
+/// A new epoll descriptor.
+fn create() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; a non-negative result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `epoll_ctl(2)` on the instance `ep`.
+fn ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+    cvt(unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) })?;
+    Ok(())
+}
+
+/// Waits on the instance `ep` up to `timeout` (None = forever) and returns `(token, events)`
+/// pairs in `out` (cleared first); a signal is an error of kind `Interrupted`.
+fn wait_on(ep: &OwnedFd, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
+    const MAX: usize = 256;
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+    // A timeout that is not whole milliseconds (a 50 us timer) waits to the nanosecond
+    // with epoll_pwait2 (Linux 5.11), where the kernel has it; epoll_wait's milliseconds
+    // would round it up to one.
+    let fine = timeout
+        .filter(|d| d.subsec_nanos() % 1_000_000 != 0 && PWAIT2.load(Ordering::Relaxed))
+        .and_then(super::poll::timespec);
+    let mut n = -1;
+    if let Some(ts) = fine {
+        // SAFETY: `evs` has room for MAX events and `ts` is a valid timespec, both living
+        // across the call; a null signal mask changes none.
+        n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                ep.as_raw_fd(),
+                evs.as_mut_ptr(),
+                MAX as libc::c_int,
+                &ts as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        } as libc::c_int;
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            PWAIT2.store(false, Ordering::Relaxed);
+        }
+    }
+    if fine.is_none() || !PWAIT2.load(Ordering::Relaxed) {
+        let ms = match timeout {
+            None => -1,
+            // Round up so that a deadline is not missed by less than a millisecond.
+            Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+        };
+        // SAFETY: `evs` has room for MAX events and lives across the call.
+        n = unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), MAX as libc::c_int, ms) };
+    }
+    out.clear();
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    out.extend(evs[..n as usize].iter().map(|e| (e.u64, e.events)));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -183,5 +250,46 @@ mod tests {
         eventfd_clear(ev.as_raw_fd());
         ep.wait(&mut out, Some(Duration::ZERO)).unwrap();
         assert!(out.is_empty());
+    }
+
+    /// The shadow gets every shared registration, change and deletion, and keeps its own
+    /// descriptors to itself.
+    #[test]
+    fn a_shadow_follows_shared_registrations_only() {
+        let ep = Epoll::with_shadow().unwrap();
+        let [shared, shadows] = [(); 2].map(|()| eventfd().unwrap());
+        ep.add(shared.as_raw_fd(), 1, EPOLLIN).unwrap();
+        ep.add_shadow_own(shadows.as_raw_fd(), 3, EPOLLIN).unwrap();
+        for fd in [&shared, &shadows] {
+            eventfd_signal(fd.as_raw_fd());
+        }
+        let (mut here, mut there) = (Vec::new(), Vec::new());
+        let sorted = |v: &mut Vec<(u64, u32)>| {
+            v.sort_unstable();
+            v.clone()
+        };
+        ep.wait(&mut here, Some(Duration::ZERO)).unwrap();
+        ep.wait_shadow(&mut there, Some(Duration::ZERO)).unwrap();
+        assert_eq!(here, [(1, EPOLLIN)]);
+        assert_eq!(sorted(&mut there), [(1, EPOLLIN), (3, EPOLLIN)]);
+        ep.modify(shared.as_raw_fd(), 9, EPOLLIN).unwrap();
+        ep.wait_shadow(&mut there, Some(Duration::ZERO)).unwrap();
+        assert_eq!(sorted(&mut there), [(3, EPOLLIN), (9, EPOLLIN)]);
+        ep.delete(shared.as_raw_fd()).unwrap();
+        ep.wait(&mut here, Some(Duration::ZERO)).unwrap();
+        ep.wait_shadow(&mut there, Some(Duration::ZERO)).unwrap();
+        assert_eq!((here, there), (vec![], vec![(3, EPOLLIN)]));
+        // A descriptor the shadow already has is refused and taken back from both.
+        let twice = eventfd().unwrap();
+        ep.add_shadow_own(twice.as_raw_fd(), 4, EPOLLIN).unwrap();
+        assert!(ep.add(twice.as_raw_fd(), 5, EPOLLIN).is_err());
+        eventfd_signal(twice.as_raw_fd());
+        let mut left = Vec::new();
+        ep.wait(&mut left, Some(Duration::ZERO)).unwrap();
+        assert!(left.is_empty(), "not left here");
+        assert!(Epoll::new()
+            .unwrap()
+            .wait_shadow(&mut Vec::new(), None)
+            .is_err());
     }
 }
