@@ -6,7 +6,7 @@
 //! thread's, then the waiting thread's), and one system call to sleep and learn what came.
 //! The socket's readiness eventfds are not in that set: while the thread leads, a change
 //! towards ready that another thread makes is written to the node's leader eventfd, which is
-//! ([`Waiter::lead_on`]). The I/O thread's wake-up eventfd is in both sets: a leader that
+//! in that set ([`Waiter::lead_on`]). The I/O thread's wake-up eventfd is in both sets: a leader that
 //! finds it pending does the work queued for the I/O thread in its round. A caller that also
 //! waits for a descriptor of its own (`Socket::wait_or`), and a leader whose last rounds were
 //! busy (deep queues), sleep in `poll(2)` on the socket's eventfds, that descriptor and the
@@ -41,7 +41,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{lock, Inner, Waiter};
+use super::{lock, try_lock, Inner, Waiter};
 use crate::sys;
 
 /// The leader's epoll events, kept between rounds.
@@ -226,8 +226,8 @@ impl Inner {
             // `epoll_wait` there cost `-d 32` 0.62x the rate with 2.7x the context switches
             // (the I/O thread was woken four times as often; why is not established).
             let direct = fds[2] < 0 && !leading.busy && !self.lead_deep.load(Ordering::Relaxed);
-            let other = if direct {
-                let _on = waiter.lead_on(self.lead_fd.as_raw_fd(), fds[0] >= 0, fds[1] >= 0);
+            let (other, cleared) = if direct {
+                let on = waiter.lead_on(self.lead_fd.as_raw_fd(), fds[0] >= 0, fds[1] >= 0);
                 let now = ready();
                 if now.0 || now.1 {
                     return Ok(now);
@@ -238,7 +238,7 @@ impl Inner {
                         .map(|()| evs.len())
                 };
                 self.spin_then(left, events, |&n| n > 0)?;
-                false
+                (false, on.end())
             } else {
                 // `poll(2)` on the socket's eventfds, the caller's descriptor and the
                 // leader's set, whose events are then collected.
@@ -261,9 +261,9 @@ impl Inner {
                 {
                     evs.clear();
                 }
-                r[2] != 0
+                (r[2] != 0, false)
             };
-            leading.busy |= self.lead_round(&mut evs);
+            leading.busy |= self.lead_round(&mut evs, cleared);
             let now = ready();
             if now.0 || now.1 || other || left.is_zero() || !self.is_running() {
                 return Ok(now);
@@ -345,26 +345,34 @@ impl Inner {
     }
 
     /// The I/O thread's round, run by the leader on the events it collected from its set
-    /// (`evs`; the leader eventfd's is taken out: the end of the lead's sleep cleared it,
-    /// [`super::waiter::LeadOn`]). They were collected without the transport lock, as the
-    /// I/O thread's are. If another thread's round holds it, the leader waits for it and
-    /// then collects the events again (one more `epoll_wait`, without sleeping): that round
-    /// may have handled them (its descriptors are level-triggered), and a round on events
-    /// already handled cost `--loopback -d 8` four times the lock waits and 0.8 times the
-    /// rate. Stale events are harmless all the same (the transports take a read that finds
-    /// nothing, a reused slot included, as nothing to do).
+    /// (`evs`). The leader eventfd's event is taken out, and the eventfd cleared unless the
+    /// end of the sleep did (`cleared`, [`super::waiter::LeadOn`]: it clears what was
+    /// written for its socket; what a thread wrote for the socket of a lead that had just
+    /// ended is cleared here, or every sleep of the next leader would end at once).
+    ///
+    /// The events were collected without the transport lock, as the I/O thread's are. If
+    /// another thread's round holds it, the leader waits for it and then collects the events
+    /// again (one more `epoll_wait`, without sleeping): that round may have handled them (the
+    /// descriptors are level-triggered), and a second round on them would take the engine
+    /// lock for nothing while the other thread's work waits. Stale events are harmless all
+    /// the same (the transports take a read that finds nothing, a reused slot included, as
+    /// nothing to do).
+    ///
     /// Returns whether the round was busy: more than one event, more than two frames read
     /// (a request/response loop of `rds-stress` reads two in a quarter of its rounds), or
     /// writes left for the I/O thread.
-    fn lead_round(&self, evs: &mut Bufs) -> bool {
+    fn lead_round(&self, evs: &mut Bufs, cleared: bool) -> bool {
+        let all = evs.len();
         evs.retain(|&(token, _)| token != TOKEN_LEAD);
+        if evs.len() != all && !cleared {
+            sys::eventfd_clear(self.lead_fd.as_raw_fd());
+        }
         if evs.is_empty() || !self.is_running() {
             return false;
         }
-        let tcp = match self.tcp.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
+        let tcp = match try_lock(&self.tcp) {
+            Some(g) => g,
+            None => {
                 let g = lock(&self.tcp);
                 if self.epoll.wait_shadow(evs, Some(Duration::ZERO)).is_err() {
                     evs.clear();

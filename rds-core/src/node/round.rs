@@ -10,7 +10,7 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::MutexGuard;
 
 use crate::proto::{ConnId, DropReason, Event, HeldEnd, LinkId, SockId, Stack, TransportKind};
 use crate::sys;
@@ -19,7 +19,7 @@ use crate::time::Instant;
 use super::ib::Ib;
 use super::tcp::{Tcp, TOKEN_WAKE};
 use super::transport::{Absent, Transport};
-use super::{lock, Core, Inner, TxHere};
+use super::{lock, try_lock, Core, Inner, TxHere};
 
 /// The order in which a round calls the transports (IB's events were handled before TCP's
 /// reports were applied before the contract, and still are).
@@ -58,15 +58,6 @@ impl<'a> Locked<'a> {
     fn owner(&mut self, token: u64) -> Option<&mut dyn Transport> {
         let kind = ORDER.into_iter().find(|&k| self.of(k).owns_token(token))?;
         Some(self.of(kind))
-    }
-}
-
-/// Takes `m` if no other thread holds it.
-fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(TryLockError::WouldBlock) => None,
     }
 }
 

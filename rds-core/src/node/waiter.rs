@@ -2,8 +2,7 @@
 //! the readiness flags a waiting thread of this library checks, and the readiness eventfds
 //! that `poll(2)` sees, written only when somebody may be blocked on them ([`Waiter`]).
 
-use std::os::fd::RawFd;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -71,16 +70,32 @@ impl Default for LeadSlot {
     }
 }
 
-/// A thread leads in a wait for the socket ([`Waiter::lead_on`]) until this drops; then
-/// what was written to the leader eventfd for it is cleared (one read, only if written).
+/// A thread leads in a wait for the socket ([`Waiter::lead_on`]) until this drops or
+/// [`LeadOn::end`]s; then what was written to the leader eventfd for it is cleared (one read,
+/// only if written).
 pub(crate) struct LeadOn<'a>(&'a Waiter, RawFd);
+
+impl LeadOn<'_> {
+    /// Ends the lead; returns whether the leader eventfd was cleared.
+    pub(crate) fn end(self) -> bool {
+        let cleared = self.finish();
+        std::mem::forget(self);
+        cleared
+    }
+
+    fn finish(&self) -> bool {
+        self.0.lead.0.store(-1, Ordering::SeqCst);
+        let hit = self.0.lead_hit.swap(false, Ordering::SeqCst);
+        if hit {
+            sys::eventfd_clear(self.1);
+        }
+        hit
+    }
+}
 
 impl Drop for LeadOn<'_> {
     fn drop(&mut self) {
-        self.0.lead.0.store(-1, Ordering::SeqCst);
-        if self.0.lead_hit.swap(false, Ordering::SeqCst) {
-            sys::eventfd_clear(self.1);
-        }
+        self.finish();
     }
 }
 
@@ -381,6 +396,8 @@ mod tests {
             assert!(!readable(w.rx_fd.lock().unwrap().as_ref().unwrap()));
         }
         assert!(!readable(&lead), "cleared as the lead ended");
+        let on = w.lead_on(lead.as_raw_fd(), true, true);
+        assert!(!on.end(), "nothing written: nothing to clear");
         w.update_fds(false, false);
         w.update_fds(true, true);
         assert!(!readable(&lead), "the lead ended");
