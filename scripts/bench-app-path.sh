@@ -4,7 +4,9 @@
 # and the issue's target. Not a test (CI never runs it); bounded (about 2 minutes, 4 with --vs).
 #
 #   rds-ping RTT, embedded node to the daemon      vs the TCP round trip (qperf tcp_lat x 2)
-#     (pings 1 ms apart, and 10 us apart as an informational row)
+#     (pings 1 ms apart, and 10 us apart as an informational row; and, informational,
+#     against a TCP ping-pong between two processes at the same spacings, the tcp_ping
+#     example: what waking two sleeping ends costs this machine)
 #   rds-stress --loopback 64 B -t1 -d1/-d8/-d32, -t2 -d32, 1 MiB -a 256 -d 4 (tx+rx)
 #                                                  vs the raw_tcp example / iperf3 --bidir
 #   two rds-stress processes through the daemon, 64 B -t1 -d1 and 1 MiB -d4
@@ -46,9 +48,10 @@ if [ -n "$VS" ] && [ ! -x "$VS/rds-stress" ]; then
 	exit 2
 fi
 TGT=${CARGO_TARGET_DIR:-target}
-cargo build -q --release -p rds-stress --bins --example raw_tcp -p rds-ping -p rds-ctrl
+cargo build -q --release -p rds-stress --bins --example raw_tcp --example tcp_ping -p rds-ping -p rds-ctrl
 NEW=$TGT/release
 RAW=$TGT/release/examples/raw_tcp
+TCP_PING=$TGT/release/examples/tcp_ping
 RUN=$(mktemp -d /tmp/bench-app-path.XXXXXX)
 chmod 700 "$RUN"
 export RDS_RUNTIME_DIR=$RUN
@@ -221,6 +224,11 @@ ping_sc() {
 	py "print('%.1f' % (($(sc_total "$RUN/sc") + $(sc_total "$RUN/sc-daemon")) / max($got, 1)))"
 }
 
+# Median TCP round trip in us of $1 pings $2 us apart (the tcp_ping example).
+tcp_ping_p50() {
+	"$TCP_PING" "$1" "$2" | sed -n 's/^p50_us=\([0-9]*\) .*/\1/p'
+}
+
 # TCP round trip in us: qperf tcp_lat x 2, else 1 / raw_tcp's one-flow request rate; prints
 # "rtt source cpu_us/req syscalls/req" (client and server; a request is a round trip).
 tcp_rtt() {
@@ -372,6 +380,14 @@ read -r tr src tcpu tsc <<<"$(tcp_rtt)"
 row "rds-ping RTT p50, embedded -> daemon" "$o us" "$b" "$tr us ($src)" "$(ratio "$o" "$tr")" "<=" 1.2 \
 	"$ocpu" "$tcpu" "$osc" "$tsc"
 row "rds-ping RTT p50, pings 10 us apart" "$o10 us" "$b10" "$tr us ($src)" "$(ratio "$o10" "$tr")" "-" - \
+	- - - -
+# The same spacings over TCP (tcp_ping: a client and an echoing server process, 48 B each
+# way): both ends asleep between pings, as rds-ping's and the daemon's threads are.
+tp1=$(tcp_ping_p50 $((SECS * 500)) 1000)
+tp10=$(tcp_ping_p50 $((SECS * 500)) 10)
+row "rds-ping vs TCP ping, both 1 ms apart" "$o us" "$b" "$tp1 us (tcp_ping)" "$(ratio "$o" "$tp1")" "-" - \
+	- - - -
+row "rds-ping vs TCP ping, both 10 us apart" "$o10 us" "$b10" "$tp10 us (tcp_ping)" "$(ratio "$o10" "$tp10")" "-" - \
 	- - - -
 
 # rds-stress --loopback rows (64 B)

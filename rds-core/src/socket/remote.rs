@@ -200,6 +200,12 @@ impl Remote {
         self.ring.is_some()
     }
 
+    /// `(readable, writable)` when the shared ring alone shows a direction of `rx`/`tx`
+    /// ready (no system call); `None` without a ring or when it does not (poll then).
+    pub(crate) fn ready_now(&self, rx: bool, tx: bool) -> Option<(bool, bool)> {
+        self.ring.as_ref()?.ready_now(rx, tx)
+    }
+
     fn call(&self, req: &Request, data: &[u8]) -> io::Result<(Reply, Vec<u8>)> {
         self.client
             .lock()

@@ -29,6 +29,8 @@ use crate::wire::MAX_MSG_SIZE;
 const SPIN: Duration = Duration::from_micros(30);
 /// Longest single sleep of a ring wait (it then checks again).
 const WAIT_CHUNK: Duration = Duration::from_secs(1);
+/// How often a posted send looks whether the daemon went away, at most.
+const ALIVE_EVERY: Duration = Duration::from_millis(1);
 
 /// What a ring's requests are serialised under.
 #[derive(Debug)]
@@ -49,6 +51,8 @@ struct RingState {
     /// Messages the daemon handed (brought by a batched receive or pushed) and no receive
     /// took yet, in the order they left the socket.
     held: VecDeque<(Rec, Vec<u8>)>,
+    /// When a posted send last looked whether the daemon went away.
+    alive_seen: Option<std::time::Instant>,
 }
 
 impl RingState {
@@ -117,6 +121,7 @@ impl RingClient {
                 room: 0,
                 post_dest: None,
                 held: VecDeque::new(),
+                alive_seen: None,
             }),
             bell: fds.next()?,
             done: fds.next()?,
@@ -154,6 +159,23 @@ impl RingClient {
                 sys::eventfd_signal(self.bell.as_raw_fd());
             }
         }
+    }
+
+    /// `(readable, writable)` when the segment alone shows a direction of `rx`/`tx` ready, as
+    /// polling the readiness descriptors would (`None`: poll them). Readable: messages this
+    /// side holds or the daemon pushed into the ring, which a receive takes without asking
+    /// the daemon (messages still at the daemon's socket are left to the receive signal).
+    /// Writable: send-buffer room as the last result reported, less what was posted since
+    /// (the daemon's room is at least that: only acknowledgements change it meanwhile). A
+    /// daemon seen gone is left to the poll, which reports the hang-up.
+    pub(crate) fn ready_now(&self, rx: bool, tx: bool) -> Option<(bool, bool)> {
+        if self.dead.load(Ordering::Relaxed) {
+            return None;
+        }
+        let g = self.lock();
+        let r = !g.held.is_empty() || g.end.incoming();
+        let w = g.room > 0;
+        ((rx && r) || (tx && w)).then_some((r, w))
     }
 
     /// Whether the receive descriptor, kept by the daemon, says nothing is queued (then a
@@ -325,8 +347,13 @@ impl RingClient {
                 let ring = st.end.must_ring();
                 // A posted send has no result that would tell that the daemon went away:
                 // look when it sleeps (it needs waking anyway) or should have nothing to do
-                // (it may have died before it said it sleeps).
-                if ring || was_empty {
+                // (it may have died before it said it sleeps), at most once per
+                // `ALIVE_EVERY` (a request/response loop would pay a `poll` per message; a
+                // daemon can die just after any look, so a posted send was never proof).
+                let look =
+                    (ring || was_empty) && st.alive_seen.is_none_or(|t| t.elapsed() >= ALIVE_EVERY);
+                if look {
+                    st.alive_seen = Some(std::time::Instant::now());
                     let (_, hup) = sys::wait_readable_or_hangup(
                         self.done.as_raw_fd(),
                         self.ctl.as_raw_fd(),
