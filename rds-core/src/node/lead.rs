@@ -362,9 +362,7 @@ impl Inner {
     /// (a request/response loop of `rds-stress` reads two in a quarter of its rounds), or
     /// writes left for the I/O thread.
     fn lead_round(&self, evs: &mut Bufs, cleared: bool) -> bool {
-        let all = evs.len();
-        evs.retain(|&(token, _)| token != TOKEN_LEAD);
-        if evs.len() != all && !cleared {
+        if without_lead_event(evs) && !cleared {
             sys::eventfd_clear(self.lead_fd.as_raw_fd());
         }
         if evs.is_empty() || !self.is_running() {
@@ -377,7 +375,9 @@ impl Inner {
                 if self.epoll.wait_shadow(evs, Some(Duration::ZERO)).is_err() {
                     evs.clear();
                 }
-                evs.retain(|&(token, _)| token != TOKEN_LEAD);
+                // A leader eventfd written meanwhile stays written: the next sleep's round
+                // clears it (the guard of this one has ended).
+                without_lead_event(evs);
                 if evs.is_empty() {
                     return false;
                 }
@@ -449,4 +449,12 @@ impl Drop for Asking<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Takes the leader eventfd's event out of `evs` (the transports know nothing of it);
+/// returns whether it was there.
+fn without_lead_event(evs: &mut Bufs) -> bool {
+    let all = evs.len();
+    evs.retain(|&(token, _)| token != TOKEN_LEAD);
+    evs.len() != all
 }

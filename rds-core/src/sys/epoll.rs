@@ -112,10 +112,7 @@ impl Epoll {
     /// # Errors
     /// `EINVAL` if there is no shadow.
     pub fn add_shadow_own(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
-        let Some(shadow) = &self.shadow else {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        };
-        ctl(shadow, libc::EPOLL_CTL_ADD, fd, token, events)
+        ctl(self.shadow()?, libc::EPOLL_CTL_ADD, fd, token, events)
     }
 
     /// Changes the interest of `fd` (in the shadow too).
@@ -147,10 +144,14 @@ impl Epoll {
         out: &mut Vec<(u64, u32)>,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        let Some(shadow) = &self.shadow else {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        };
-        wait_on(shadow, out, timeout)
+        wait_on(self.shadow()?, out, timeout)
+    }
+
+    /// The shadow instance; `EINVAL` without one.
+    fn shadow(&self) -> io::Result<&OwnedFd> {
+        self.shadow
+            .as_ref()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
     }
 }
 

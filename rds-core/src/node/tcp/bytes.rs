@@ -185,7 +185,23 @@ impl Tcp {
             // More to read: come back without waiting for a new edge.
             self.pending_flush.push(idx);
         }
-        // Incoming data may carry acknowledgements of ours.
+        // Incoming data may carry acknowledgements of ours. On a request/response lane, whose
+        // peer answers our last write on it, the answer's segment carried TCP's
+        // acknowledgement of that write: the lane is idle for the next send without asking
+        // TCP (`SIOCOUTQ`, a system call per round trip). The count itself is asked at most
+        // `ACK_POLL_ANSWERED` after the first answer taken so (the poll's timer, moved there
+        // from its first look 50 us after a write, which would wake a thread per round trip),
+        // or by a read once `ANSWERED_MAX` bytes wait for it. A guess that is wrong (bytes the
+        // peer sent before our write reached it) only lets the next message go out from its
+        // sending thread.
+        if let Some(c) = self.conns[idx].as_mut().filter(|_| total > 0) {
+            if c.takes_answer(now) {
+                let since = *c.answered_since.get_or_insert(now);
+                c.answered = c.written;
+                c.ack_poll = Some((since + ACK_POLL_ANSWERED, ACK_POLL_ANSWERED));
+                return;
+            }
+        }
         self.poll_ack(idx, out);
     }
 
@@ -359,12 +375,16 @@ impl Tcp {
         let Some(c) = self.conns[idx].as_mut() else {
             return;
         };
+        if c.written == c.acked {
+            c.answered_since = None;
+        }
         if c.state != State::Up || c.written == c.acked {
             return;
         }
         let Ok(q) = sys::outq(c.stream.as_raw_fd()) else {
             return;
         };
+        c.answered_since = None;
         let acked = c.written.saturating_sub(q as u64);
         c.last_seen_una = acked as u32;
         if acked > c.acked {

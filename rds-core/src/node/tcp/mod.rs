@@ -102,6 +102,20 @@ const ACK_ASK_AFTER_WRITE: u64 = 64 << 10;
 /// First and last interval of the acknowledgement poll while bytes are unacknowledged.
 const ACK_POLL_MIN: Duration = Duration::from_micros(50);
 const ACK_POLL_MAX: Duration = Duration::from_millis(20);
+/// Unacknowledged bytes (as last learnt) up to which a read on a request/response lane is
+/// taken as the answer to our last write instead of asking TCP ([`TcpConn::answered`]).
+/// What waits for TCP's count holds the engine's bounds on unacknowledged messages (a
+/// connection's pongs, a socket's send buffer): small, so that no bound is met because of it.
+const ANSWERED_MAX: u64 = 4 << 10;
+// Pongs (a header each) that wait for TCP's count stay well under the engine's cap per
+// connection, past which it drops pings unanswered.
+const _: () = assert!(
+    ANSWERED_MAX / (crate::wire::HEADER_LEN as u64)
+        < crate::proto::stack::PONG_QUEUE_MAX as u64 / 2
+);
+/// How long after the first read taken as an answer the acknowledgement poll comes, asking
+/// TCP for the count that the engine frees messages on (no later: answers do not move it).
+const ACK_POLL_ANSWERED: Duration = Duration::from_millis(1);
 
 /// Most TCP connections with one remote address (accepted, outgoing, draining and waiting): an
 /// RDS peer uses up to 8 lanes; the rest leaves room for a reconnect whose new lanes overlap
@@ -145,6 +159,13 @@ struct TcpConn {
     written_before2: u64,
     /// Highest acknowledged count reported to the engine.
     acked: u64,
+    /// `written` when the peer's bytes last came on a request/response lane: they are taken
+    /// as the answer to our last write, so TCP acknowledged it on the way (`read`). For
+    /// [`Transport::lane_idle`] only; never reported to the engine, which frees messages on
+    /// `acked` alone.
+    answered: u64,
+    /// When a read was first taken as an answer since TCP was last asked.
+    answered_since: Option<Instant>,
     /// The engine may hold more frames (pulling stopped at the high mark).
     more: bool,
     epoll_out: bool,
@@ -189,6 +210,8 @@ impl TcpConn {
             written_before: 0,
             written_before2: 0,
             acked: 0,
+            answered: 0,
+            answered_since: None,
             more: false,
             epoll_out: state == State::Connecting,
             local,
@@ -200,6 +223,26 @@ impl TcpConn {
             partial_since: None,
             refused: false,
         }
+    }
+
+    /// What this side knows or takes to be acknowledged: TCP's count as last asked, or the
+    /// last write that a read took an answer for ([`TcpConn::answered`]).
+    fn known_acked(&self) -> u64 {
+        self.acked.max(self.answered)
+    }
+
+    /// Whether bytes just read on this lane are taken as the answer to our last write: it
+    /// is the only one not known acknowledged (a request/response lane), and little has
+    /// waited for TCP's count for a short while only (the engine frees sent messages on that
+    /// count alone): [`ANSWERED_MAX`], [`ACK_POLL_ANSWERED`].
+    fn takes_answer(&self, now: Instant) -> bool {
+        self.state == State::Up
+            && self.written > self.acked
+            && self.written - self.acked <= ANSWERED_MAX
+            && self.known_acked() >= self.written_before
+            && self
+                .answered_since
+                .is_none_or(|t| now < t + ACK_POLL_ANSWERED)
     }
 }
 
@@ -561,16 +604,16 @@ impl Transport for Tcp {
         if c.state != State::Up || !c.out.is_empty() {
             return false;
         }
-        if open || c.acked >= c.written_before {
+        if open || c.known_acked() >= c.written_before {
             return true;
         }
-        if c.acked < c.written_before2 {
+        if c.known_acked() < c.written_before2 {
             return false;
         }
         self.with_outs(|t, outs| t.poll_ack(idx, outs));
         self.conns[idx]
             .as_ref()
-            .is_some_and(|c| c.acked >= c.written_before)
+            .is_some_and(|c| c.known_acked() >= c.written_before)
     }
 
     fn flush(&mut self, now: Instant) -> Vec<(ConnId, usize)> {

@@ -425,6 +425,149 @@ mod race {
         );
     }
 
+    /// A request/response lane: the peer's bytes read while only our last write is not known
+    /// acknowledged are its answer, whose segment carried TCP's acknowledgement: the lane is
+    /// idle for the next send without asking TCP (`SIOCOUTQ`), the engine is not told (it
+    /// frees messages on TCP's count only) and the acknowledgement poll moves past the next
+    /// answers. With more than the last write outstanding, a read asks TCP as before.
+    #[test]
+    fn an_answer_on_the_lane_makes_it_idle_without_asking_tcp() {
+        let (mut b, peer, sock, _, faddr) = Bench::with_fake_peer();
+        let dest = SocketAddr::new(faddr, 5000);
+        let conn = b.send_first(sock, dest, bytes::Bytes::from(vec![1u8; 64]));
+        let (mut theirs, _) = peer.accept().expect("the attempt reaches the fake peer");
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let idx = b.tcp.by_path[&(conn, 0)];
+        let lane = |b: &Bench| {
+            let c = b.tcp.conns[idx].as_ref().expect("the lane's connection");
+            (c.written, c.acked, c.answered)
+        };
+        // Up, the first message written, and TCP's count of it learnt (the poll's timer).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while b.stack.path_state(conn, 0).0 != PathState::Up
+            || lane(&b).0 == 0
+            || lane(&b).1 < lane(&b).0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never up and acknowledged"
+            );
+            b.round();
+        }
+        let mut got = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut read_all = |theirs: &mut TcpStream, upto: u64| {
+            while got < upto {
+                got += theirs.read(&mut buf).expect("the peer reads") as u64;
+            }
+        };
+        read_all(&mut theirs, lane(&b).0);
+        let mut seq = 0u64;
+        let mut answer = |theirs: &mut TcpStream| {
+            seq += 1;
+            let mut frame = HeaderRepr::data(seq, 5000, 4000, 8).to_bytes().to_vec();
+            frame.extend_from_slice(b"answered");
+            theirs.write_all(&frame).expect("peer writes");
+        };
+        let send = |b: &mut Bench| {
+            let now = b.now();
+            b.stack
+                .send(
+                    now,
+                    sock,
+                    Some(dest),
+                    bytes::Bytes::from(vec![2u8; 64]),
+                    true,
+                )
+                .expect("send");
+            b.settle();
+        };
+
+        // A request, read by the peer, then its answer.
+        send(&mut b);
+        let (written, acked, _) = lane(&b);
+        assert!(
+            written > acked,
+            "the request went out ({written} > {acked})"
+        );
+        read_all(&mut theirs, written);
+        answer(&mut theirs);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while lane(&b).2 != written {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the answer was not taken"
+            );
+            b.collect(Duration::from_millis(5));
+        }
+        assert_eq!(lane(&b).1, acked, "TCP was not asked, the engine not told");
+        assert!(
+            !b.tcp.outs.iter().any(|o| matches!(o, TcpOut::Acked { .. })),
+            "no acknowledgement reported"
+        );
+        let poll_at = b.tcp.conns[idx].as_ref().and_then(|c| c.ack_poll);
+        assert!(
+            poll_at.is_some_and(|(at, _)| at >= b.now() + Duration::from_micros(500)),
+            "the acknowledgement poll moved past the next answers: {poll_at:?}"
+        );
+        assert!(
+            Transport::lane_idle(&mut b.tcp, conn, 0, false),
+            "the answered lane is idle"
+        );
+        assert_eq!(lane(&b).1, acked, "lane_idle did not ask TCP either");
+        b.settle();
+
+        // Many requests and answers: most are taken as answers, but TCP is asked again
+        // before more than `ANSWERED_MAX` bytes (and one more write) wait for its count, which
+        // the engine frees on (the 1 ms rule asks at least every other round however slow
+        // the rounds are).
+        let mut taken = 0;
+        for round in 0..100 {
+            send(&mut b);
+            let (written, _, _) = lane(&b);
+            read_all(&mut theirs, written);
+            answer(&mut theirs);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while lane(&b).2 != written && lane(&b).1 != written {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "round {round}: no answer"
+                );
+                b.collect(Duration::from_millis(5));
+            }
+            let (written, acked, answered) = lane(&b);
+            taken += usize::from(answered == written && acked < written);
+            assert!(
+                written - acked <= super::super::ANSWERED_MAX + 200,
+                "round {round}: {} bytes wait for TCP's count",
+                written - acked
+            );
+            b.settle();
+        }
+        assert!(
+            taken >= 40,
+            "only {taken} of 100 answers taken without asking TCP"
+        );
+
+        // Two requests outstanding: an answer is not taken for both, TCP is asked.
+        send(&mut b);
+        send(&mut b);
+        let (written, _, answered) = lane(&b);
+        read_all(&mut theirs, written);
+        answer(&mut theirs);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while lane(&b).1 != written {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "TCP's count never asked"
+            );
+            b.collect(Duration::from_millis(5));
+        }
+        assert_eq!(lane(&b).2, answered, "no answer taken past two writes");
+    }
+
     /// Found by faultnet (seeds 95084, 95086, 95089: 3 to 106 messages lost). A drained
     /// connection's last frames are read in a round whose reports also hold a connection
     /// accepted from the same peer, ahead of them (the listener's event came first). Offering
