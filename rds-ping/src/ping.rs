@@ -184,6 +184,10 @@ fn open_slot(src: IpAddr) -> Result<Slot, Fatal> {
     })
 }
 
+/// How often pings sent back to back (their interval shorter than a round trip, so that no
+/// wait sleeps) look whether a stop was asked for (a read of the signal descriptor).
+const STOP_LOOK_EVERY: Duration = Duration::from_millis(1);
+
 /// Where the lines go, and how a stop is requested.
 pub struct Io<'a> {
     /// Reply lines (not written in JSON mode).
@@ -239,12 +243,17 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
         sum.replies.push(r);
     };
     // Whether a stop may have been asked for since the last look (asking costs a system
-    // call: it is skipped after a wait that a reply or its own timeout ended).
+    // call: it is skipped after a wait that a reply or its own timeout ended, and after waits
+    // that did not sleep at all it is made at most every STOP_LOOK_EVERY).
     let mut maybe_stop = true;
+    let mut stop_looked = Instant::now();
     'run: loop {
-        if maybe_stop && (io.stop)() {
-            sum.stopped = Some("interrupted".into());
-            break;
+        if maybe_stop {
+            stop_looked = Instant::now();
+            if (io.stop)() {
+                sum.stopped = Some("interrupted".into());
+                break;
+            }
         }
         let now = Instant::now();
         if end.is_some_and(|e| now >= e) {
@@ -343,7 +352,7 @@ pub fn run(opts: &Opts, io: &mut Io<'_>) -> Result<Summary, Fatal> {
         // (With several sockets the stop descriptor's own answer follows theirs.)
         let n = slots.len();
         maybe_stop = io.stop_fd.is_none()
-            || wait.is_zero()
+            || (wait.is_zero() && stop_looked.elapsed() >= STOP_LOOK_EVERY)
             || ready.get(n).copied().unwrap_or(false)
             || (!ready[..n].iter().any(|&r| r) && waited.elapsed() < wait);
         for (i, s) in slots.iter_mut().enumerate() {
