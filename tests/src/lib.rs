@@ -176,6 +176,18 @@ pub fn use_daemon_rings(dir: &std::path::Path) {
     std::env::remove_var("RDS_NO_RING");
 }
 
+/// Asserts that `s` has nothing to receive: a receive that does not wait says `EAGAIN`.
+pub fn assert_nothing_to_receive(s: &rds_core::Socket) {
+    let none = s.recv_msg(
+        &mut [0u8; 64],
+        rds_core::RecvFlags {
+            dontwait: true,
+            ..rds_core::RecvFlags::default()
+        },
+    );
+    assert_eq!(none.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+}
+
 /// One of the RDS counters of the daemon whose control socket is `sock`.
 pub fn daemon_counter(sock: &std::path::Path, name: &str) -> u64 {
     let mut c = rds_core::ctl::client::CtlClient::connect(sock).unwrap();

@@ -98,14 +98,7 @@ fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
     receive_in_order(&rx, 2 * N, 2 * N + 40, 32 << 10, true);
     send(2 * N + 40, 3 * N);
     receive_in_order(&rx, 2 * N + 40, 3 * N, 32 << 10, true);
-    let none = rx.recv_msg(
-        &mut [0u8; 16],
-        RecvFlags {
-            dontwait: true,
-            ..RecvFlags::default()
-        },
-    );
-    assert_eq!(none.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+    rds_tests::assert_nothing_to_receive(&rx);
 
     // 4. Congestion: a 16 KiB receive buffer, a sender far ahead of a slow receiver.
     rx.set_recv_buffer_size(16 << 10);
@@ -140,14 +133,7 @@ fn posted_sends_and_batched_receives_keep_order_and_lose_nothing() {
         }
         // Nothing more on either side, and the descriptors say so.
         for s in [&rx, &tx] {
-            let none = s.recv_msg(
-                &mut buf,
-                RecvFlags {
-                    dontwait: true,
-                    ..RecvFlags::default()
-                },
-            );
-            assert_eq!(none.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+            rds_tests::assert_nothing_to_receive(s);
             let fd = s.fd().unwrap();
             assert!(
                 !rds_core::poll_readable(&[fd], Duration::ZERO).unwrap()[0],

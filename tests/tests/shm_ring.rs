@@ -176,14 +176,7 @@ fn ring_data_in_order_and_hostile_clients_only_hurt_themselves() {
             assert!(buf[..m.len] == want[..], "message {i}: contents");
         }
         // Nothing more.
-        let none = rx.recv_msg(
-            &mut buf,
-            RecvFlags {
-                dontwait: true,
-                ..RecvFlags::default()
-            },
-        );
-        assert_eq!(none.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+        rds_tests::assert_nothing_to_receive(&rx);
     });
     let dest: SocketAddr = "127.20.0.2:5000".parse().unwrap();
     let mut bytes = 0usize;

@@ -253,13 +253,8 @@ impl Inner {
                     |r| r.iter().any(|&x| x != 0),
                 )?;
                 evs.clear();
-                if r[3] != 0
-                    && self
-                        .epoll
-                        .wait_shadow(&mut evs, Some(Duration::ZERO))
-                        .is_err()
-                {
-                    evs.clear();
+                if r[3] != 0 {
+                    self.collect_lead_events(&mut evs);
                 }
                 (r[2] != 0, false)
             };
@@ -268,6 +263,14 @@ impl Inner {
             if now.0 || now.1 || other || left.is_zero() || !self.is_running() {
                 return Ok(now);
             }
+        }
+    }
+
+    /// The leader's set's pending events into `evs`, without sleeping (none if the set
+    /// cannot be read).
+    fn collect_lead_events(&self, evs: &mut Bufs) {
+        if self.epoll.wait_shadow(evs, Some(Duration::ZERO)).is_err() {
+            evs.clear();
         }
     }
 
@@ -372,9 +375,7 @@ impl Inner {
             Some(g) => g,
             None => {
                 let g = lock(&self.tcp);
-                if self.epoll.wait_shadow(evs, Some(Duration::ZERO)).is_err() {
-                    evs.clear();
-                }
+                self.collect_lead_events(evs);
                 // A leader eventfd written meanwhile stays written: the next sleep's round
                 // clears it (the guard of this one has ended).
                 without_lead_event(evs);

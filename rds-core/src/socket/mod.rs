@@ -691,12 +691,12 @@ impl Socket {
             Some(Backend::Embedded(e)) => e.wait((rx, tx), ofd, timeout, eintr),
             Some(Backend::Kernel(k)) => kernel::wait(k, (rx, tx), ofd, timeout, eintr),
             // The daemon's readiness descriptors (unbound: ENOTCONN if either is asked for).
-            Some(Backend::Daemon(_)) | None => {
+            daemon @ (Some(Backend::Daemon(_)) | None) => {
                 let rfd = if rx { self.fd()? } else { -1 };
                 let tfd = if tx { self.send_fd()? } else { -1 };
                 // What the shared ring already shows settles the wait without a poll (the
                 // descriptors are kept from here on all the same).
-                if let Some(Backend::Daemon(r)) = self.backend.get() {
+                if let Some(Backend::Daemon(r)) = daemon {
                     if let Some(ready) = r.ready_now(rx, tx) {
                         return Ok(ready);
                     }

@@ -377,8 +377,9 @@ impl Tcp {
         };
         if c.written == c.acked {
             c.answered_since = None;
+            return;
         }
-        if c.state != State::Up || c.written == c.acked {
+        if c.state != State::Up {
             return;
         }
         let Ok(q) = sys::outq(c.stream.as_raw_fd()) else {

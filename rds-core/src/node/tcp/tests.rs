@@ -167,6 +167,15 @@ mod race {
             self.collect(Duration::from_millis(5));
             self.settle();
         }
+
+        /// Collects (without applying) until `done` holds; panics saying `what` after 5 s.
+        fn collect_until(&mut self, what: &str, mut done: impl FnMut(&Bench) -> bool) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !done(self) {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                self.collect(Duration::from_millis(5));
+            }
+        }
     }
 
     /// A transport for the tests: its own epoll set, a disabled tap.
@@ -494,14 +503,7 @@ mod race {
         );
         read_all(&mut theirs, written);
         answer(&mut theirs);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while lane(&b).2 != written {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the answer was not taken"
-            );
-            b.collect(Duration::from_millis(5));
-        }
+        b.collect_until("the answer was not taken", |b| lane(b).2 == written);
         assert_eq!(lane(&b).1, acked, "TCP was not asked, the engine not told");
         assert!(
             !b.tcp.outs.iter().any(|o| matches!(o, TcpOut::Acked { .. })),
@@ -530,14 +532,9 @@ mod race {
             let (written, _, _) = lane(&b);
             read_all(&mut theirs, written);
             answer(&mut theirs);
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while lane(&b).2 != written && lane(&b).1 != written {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "round {round}: no answer"
-                );
-                b.collect(Duration::from_millis(5));
-            }
+            b.collect_until(&format!("round {round}: no answer"), |b| {
+                lane(b).2 == written || lane(b).1 == written
+            });
             let (written, acked, answered) = lane(&b);
             taken += usize::from(answered == written && acked < written);
             assert!(
@@ -558,14 +555,7 @@ mod race {
         let (written, _, answered) = lane(&b);
         read_all(&mut theirs, written);
         answer(&mut theirs);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while lane(&b).1 != written {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "TCP's count never asked"
-            );
-            b.collect(Duration::from_millis(5));
-        }
+        b.collect_until("TCP's count never asked", |b| lane(b).1 == written);
         assert_eq!(lane(&b).2, answered, "no answer taken past two writes");
     }
 
