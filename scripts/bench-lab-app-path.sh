@@ -9,7 +9,11 @@
 # ours/kernel and the issue's target (tests/tests/bench_lab_app_path.rs has the details), then
 # where the two-guest depth-1 and 64 KiB time goes: a capture on the lab bridge split into
 # each guest's turnaround and packets per round trip, both guests' CPU over the run, for the
-# kernel, ours and qperf tcp_lat between the same guests.
+# kernel, ours and qperf tcp_lat between the same guests; then qperf bandwidth between the
+# guests at rds_bw's default size (8 KiB; tcp_bw's is 64 KiB, so that row runs it at 8 KiB),
+# -m 4096 and -m 65536: rds_bw on the kernel's RDS/TCP, tcp_bw, and rds_bw preloaded with our
+# librds_preload.so in both guests (embedded nodes, RDS/TCP), with kernel/tcp, ours/tcp,
+# ours/kernel and issue 32's target (ours/tcp >= 0.5).
 # Not part of the CI test run; needs root (namespaces, taps, qemu) and a git clone of
 # oracle/rds-tools for the C rds-stress (the project keeps no copy of it).
 # Usage: RDS_TOOLS_GIT=/path/to/rds-tools.git scripts/bench-lab-app-path.sh
@@ -35,7 +39,7 @@ case ${BENCH_SECS:-5} in '' | *[!0-9]*) echo "bench-lab-app-path.sh: BENCH_SECS 
 tests/lab/build-c-rds-stress.sh 2.0.7 >/dev/null
 # Every wait inside the test is bounded; this is the outer bound of the whole run.
 timeout --kill-after=30 "${BENCH_TIMEOUT:-1200}" \
-	cargo build -q --release -p rds-stress -p rds-ctrl
+	cargo build -q --release -p rds-stress -p rds-ctrl -p rds-preload
 exec timeout --kill-after=30 "${BENCH_TIMEOUT:-1200}" \
 	cargo test -q -p rds-tests --release --test bench_lab_app_path -- \
 	--ignored --exact --nocapture --test-threads 1 bench_lab_app_path
