@@ -200,6 +200,17 @@ impl Inner {
             inner: self,
             busy: false,
         };
+        // A thread that waits for its send buffer's room asks TCP for acknowledgements once
+        // before it sleeps (`SIOCOUTQ` on the lanes with bytes unacknowledged): a lane whose
+        // reads were taken as answers ([`super::tcp`]'s `TcpConn::answered`) learns TCP's
+        // count only from its timed poll, up to a millisecond later, and a socket with a send
+        // buffer of a few messages (`rds-stress` sizes it to its depth) would wait for it.
+        if fds[1] >= 0 && self.acks_here() {
+            let now = ready();
+            if now.0 || now.1 {
+                return Ok(now);
+            }
+        }
         let mut evs = lock(&self.lead_bufs);
         // A timeout too long to add to the clock (Duration::MAX, say) waits without end.
         let deadline = std::time::Instant::now().checked_add(timeout);
