@@ -439,7 +439,9 @@ fn a_sender_waiting_for_room_learns_acknowledgements_itself() {
 fn an_answering_socket_waiting_for_room_asks_for_acknowledgements_before_it_sleeps() {
     let (na, nb) = (node("127.3.11.81"), node("127.3.11.82"));
     let answers = sock(&na, "127.3.11.81:4000");
-    answers.set_send_buffer_size(200);
+    // The smallest buffer there is (the kernel's floor: 2304 bytes, nine answers).
+    answers.set_send_buffer_size(1);
+    assert_eq!(answers.send_buffer_size(), 4608);
     answers.set_nonblocking(true);
     let asks = sock(&nb, "127.3.11.82:4000");
     let (a, b): (SocketAddr, SocketAddr) = (
@@ -447,25 +449,26 @@ fn an_answering_socket_waiting_for_room_asks_for_acknowledgements_before_it_slee
         "127.3.11.82:4000".parse().unwrap(),
     );
     const N: u32 = 1000;
+    const LEN: usize = 256;
     let waits = std::thread::scope(|s| {
         s.spawn(|| {
-            let mut buf = [0u8; 64];
+            let mut buf = [0u8; LEN];
             for i in 0..N {
-                let mut req = [0u8; 64];
+                let mut req = [0u8; LEN];
                 req[..4].copy_from_slice(&i.to_be_bytes());
                 asks.send_to(&req, a).unwrap();
                 let (n, from) = asks.recv_from(&mut buf).unwrap();
-                assert_eq!((n, from), (64, a));
+                assert_eq!((n, from), (LEN, a));
                 assert_eq!(&buf[..4], i.to_be_bytes(), "answer {i}");
             }
         });
         let mut waits = 0u32;
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; LEN];
         for i in 0..N {
             loop {
                 match answers.recv_from(&mut buf) {
                     Ok((n, from)) => {
-                        assert_eq!((n, from), (64, b));
+                        assert_eq!((n, from), (LEN, b));
                         break;
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {

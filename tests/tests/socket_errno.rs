@@ -150,17 +150,26 @@ fn destinations_and_sizes() {
     assert!(len == 1 << 20 && buf[..len].iter().all(|&b| b == 0x5a));
     assert_eq!(errno(tx.send(&vec![0u8; (1 << 20) + 1])), libc::EMSGSIZE);
     // A message larger than the send buffer is EMSGSIZE too.
-    tx.set_send_buffer_size(1000);
+    tx.set_send_buffer_size(3000);
     assert_eq!(
         tx.send_buffer_size(),
-        2000,
+        6000,
         "getsockopt reports twice the usable size"
     );
-    assert_eq!(errno(tx.send(&[0u8; 1001])), libc::EMSGSIZE);
-    assert_eq!(tx.send(&[7u8; 1000]).unwrap(), 1000);
-    assert_eq!(rx.recv_from(&mut buf).unwrap(), (1000, a("127.3.6.2:4000")));
+    assert_eq!(errno(tx.send(&[0u8; 3001])), libc::EMSGSIZE);
+    assert_eq!(tx.send(&[7u8; 3000]).unwrap(), 3000);
+    assert_eq!(rx.recv_from(&mut buf).unwrap(), (3000, a("127.3.6.2:4000")));
     rx.set_recv_buffer_size(3000);
     assert_eq!(rx.recv_buffer_size(), 6000);
+    // Below the kernel's floor (SOCK_MIN_SNDBUF 4608, SOCK_MIN_RCVBUF 2304, RDS using half of
+    // each): the floor.
+    tx.set_send_buffer_size(256);
+    assert_eq!(tx.send_buffer_size(), 4608);
+    assert_eq!(errno(tx.send(&[0u8; 2305])), libc::EMSGSIZE);
+    assert_eq!(tx.send(&[8u8; 2304]).unwrap(), 2304);
+    assert_eq!(rx.recv_from(&mut buf).unwrap(), (2304, a("127.3.6.2:4000")));
+    rx.set_recv_buffer_size(1);
+    assert_eq!(rx.recv_buffer_size(), 2304);
     n.shutdown();
 }
 

@@ -96,6 +96,15 @@ pub struct RecvMsg {
     pub timestamp: Option<SystemTime>,
 }
 
+/// The smallest usable send buffer, in bytes: the kernel keeps at least `SOCK_MIN_SNDBUF`
+/// (4608, the true size of two TCP segments) whatever `SO_SNDBUF` asks, and RDS uses half of
+/// what it keeps. A smaller one held a message or two here (`rds-stress` asks for its depth's
+/// bytes: 256 at depth 1), where the kernel's holds 36 messages of 64 bytes.
+pub const SNDBUF_MIN: usize = 2304;
+
+/// The smallest usable receive buffer, in bytes: half the kernel's `SOCK_MIN_RCVBUF` (2304).
+pub const RCVBUF_MIN: usize = 1152;
+
 /// An RDS socket.
 #[derive(Debug)]
 pub struct Socket {
@@ -494,8 +503,10 @@ impl Socket {
     }
 
     /// `SO_SNDBUF`: the usable send buffer in bytes (the kernel keeps twice this and uses
-    /// half; [`Socket::send_buffer_size`] reports the doubled value as `getsockopt` does).
+    /// half; [`Socket::send_buffer_size`] reports the doubled value as `getsockopt` does), at
+    /// least [`SNDBUF_MIN`] as in the kernel.
     pub fn set_send_buffer_size(&self, bytes: usize) {
+        let bytes = bytes.max(SNDBUF_MIN);
         match self.backend.get() {
             Some(Backend::Embedded(e)) => e.set_sndbuf(bytes),
             Some(Backend::Daemon(r)) => {
@@ -508,8 +519,10 @@ impl Socket {
         }
     }
 
-    /// `SO_RCVBUF`: the usable receive buffer in bytes (congestion threshold).
+    /// `SO_RCVBUF`: the usable receive buffer in bytes (congestion threshold), at least
+    /// [`RCVBUF_MIN`] as in the kernel.
     pub fn set_recv_buffer_size(&self, bytes: usize) {
+        let bytes = bytes.max(RCVBUF_MIN);
         match self.backend.get() {
             Some(Backend::Embedded(e)) => e.set_rcvbuf(bytes),
             Some(Backend::Daemon(r)) => {
