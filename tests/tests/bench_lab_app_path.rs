@@ -823,37 +823,39 @@ impl Bench<'_> {
     }
 }
 
-/// qperf's `latency  =  1.23 ms` (or us, sec) in microseconds.
+/// The figure of qperf's line `name  =  value unit` (the first line whose first word is
+/// `name`, so `bw` skips `send_bw`), scaled by what `scale` gives for its unit (`None`: a unit
+/// it does not know, and the line is skipped).
+fn qperf_figure(out: &str, name: &str, scale: impl Fn(&str) -> Option<f64>) -> Option<f64> {
+    out.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        if w.next()? != name || w.next()? != "=" {
+            return None;
+        }
+        let v: f64 = w.next()?.parse().ok()?;
+        Some(v * scale(w.next()?)?)
+    })
+}
+
+/// qperf's `latency  =  1.23 ms` (or ns, us, sec) in microseconds.
 fn qperf_latency_us(out: &str) -> Option<f64> {
-    let rest = out.lines().find_map(|l| l.trim().strip_prefix("latency"))?;
-    let mut w = rest.trim_start().strip_prefix('=')?.split_whitespace();
-    let v: f64 = w.next()?.parse().ok()?;
-    let scale = match w.next()? {
-        "ns" => 1e-3,
-        "us" => 1.0,
-        "ms" => 1e3,
-        "sec" | "s" => 1e6,
-        _ => return None,
-    };
-    Some(v * scale)
+    qperf_figure(out, "latency", |unit| match unit {
+        "ns" => Some(1e-3),
+        "us" => Some(1.0),
+        "ms" => Some(1e3),
+        "sec" | "s" => Some(1e6),
+        _ => None,
+    })
 }
 
 /// qperf's `bw  =  152 MB/sec` (or bytes/sec, KB/sec, GB/sec) in MB/s (10^6 bytes/s).
 fn qperf_bw_mb_s(out: &str) -> Option<f64> {
-    out.lines().find_map(|l| {
-        let mut w = l.split_whitespace();
-        if w.next()? != "bw" || w.next()? != "=" {
-            return None;
-        }
-        let v: f64 = w.next()?.parse().ok()?;
-        let scale = match w.next()? {
-            "bytes/sec" => 1e-6,
-            "KB/sec" => 1e-3,
-            "MB/sec" => 1.0,
-            "GB/sec" => 1e3,
-            _ => return None,
-        };
-        Some(v * scale)
+    qperf_figure(out, "bw", |unit| match unit {
+        "bytes/sec" => Some(1e-6),
+        "KB/sec" => Some(1e-3),
+        "MB/sec" => Some(1.0),
+        "GB/sec" => Some(1e3),
+        _ => None,
     })
 }
 

@@ -413,14 +413,9 @@ fn a_sender_waiting_for_room_learns_acknowledgements_itself() {
         }
         waits
     });
-    let by_waiter = acks_by_waiter(&na);
-    assert!(waits > 0, "the send buffer never filled");
     // The I/O thread leaves its timed polls to a waiter: most waits end by its own ask
     // (racing the I/O thread's polls, a handful of 375 did, some runs none).
-    assert!(
-        by_waiter * 2 >= u64::from(waits),
-        "{waits} waits for room, only {by_waiter} learnt an acknowledgement themselves"
-    );
+    assert_waiters_asked(&na, waits);
 }
 
 /// A socket answering on the lane its peer's requests came on, whose send buffer holds a few
@@ -487,20 +482,22 @@ fn an_answering_socket_waiting_for_room_asks_for_acknowledgements_before_it_slee
         }
         waits
     });
-    let by_waiter = acks_by_waiter(&na);
+    assert_waiters_asked(&na, waits);
+}
+
+/// The send buffer of a socket of node `n` filled (`waits` waits for room), and at least half
+/// of those waits ended by the waiting thread learning TCP's acknowledgements itself
+/// (`tcp_acks_by_waiter`).
+fn assert_waiters_asked(n: &Node, waits: u32) {
+    let by_waiter = n
+        .stats()
+        .into_iter()
+        .find(|(k, _)| *k == "tcp_acks_by_waiter")
+        .expect("the counter")
+        .1;
     assert!(waits > 0, "the send buffer never filled");
     assert!(
         by_waiter * 2 >= u64::from(waits),
         "{waits} waits for room, only {by_waiter} learnt an acknowledgement themselves"
     );
-}
-
-/// How often a waiting thread of node `n` learnt TCP's acknowledgements itself
-/// (`tcp_acks_by_waiter`).
-fn acks_by_waiter(n: &Node) -> u64 {
-    n.stats()
-        .into_iter()
-        .find(|(k, _)| *k == "tcp_acks_by_waiter")
-        .expect("the counter")
-        .1
 }
