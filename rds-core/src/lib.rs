@@ -55,4 +55,4 @@ mod sys;
 
 pub use node::{CtlMode, Node, NodeConfig, Transports, WeakNode};
 pub use socket::{RecvFlags, RecvMsg, Socket};
-pub use sys::{poll_readable, set_thread_idle, Polled};
+pub use sys::{poll_readable, set_thread_idle, Polled, ThreadTid};

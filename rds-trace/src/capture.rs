@@ -133,15 +133,36 @@ struct Stopper {
     writer: Mutex<UnixStream>,
     stop_sent: Mutex<Option<Instant>>,
     aborted: AtomicBool,
+    /// The thread that writes the frames, which may run under `SCHED_IDLE`: on CPUs the
+    /// traffic keeps busy it would not run to see the stop, so the stop lifts it out.
+    writer_thread: Option<rds_core::ThreadTid>,
 }
 
 impl Stopper {
+    /// The session on `control`, whose frames `writer_thread` writes.
+    fn new(control: UnixStream, writer_thread: Option<rds_core::ThreadTid>) -> Arc<Self> {
+        Arc::new(Stopper {
+            writer: Mutex::new(control),
+            stop_sent: Mutex::new(None),
+            aborted: AtomicBool::new(false),
+            writer_thread,
+        })
+    }
+
+    /// Moves the writing thread out of `SCHED_IDLE` (without the privilege, EPERM, it stays).
+    fn lift(&self) {
+        if let Some(t) = self.writer_thread {
+            let _ = t.set_idle(false);
+        }
+    }
+
     fn stop(&self) {
         let mut sent = self.stop_sent.lock().unwrap_or_else(|p| p.into_inner());
         if sent.is_some() {
             return;
         }
         *sent = Some(Instant::now());
+        self.lift();
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if send(&mut w, &Request::TraceStop).is_err() {
             drop(w);
@@ -155,6 +176,7 @@ impl Stopper {
 
     fn abort(&self) {
         self.aborted.store(true, Ordering::SeqCst);
+        self.lift();
         let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let _ = w.shutdown(std::net::Shutdown::Both);
     }
@@ -504,11 +526,11 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
             .link()
     });
     let started = Instant::now();
-    let stopper = Arc::new(Stopper {
-        writer: Mutex::new(client.stream().try_clone().context("control socket")?),
-        stop_sent: Mutex::new(None),
-        aborted: AtomicBool::new(false),
-    });
+    // This thread writes the frames the node streams (below, under SCHED_IDLE).
+    let stopper = Stopper::new(
+        client.stream().try_clone().context("control socket")?,
+        Some(rds_core::ThreadTid::current()),
+    );
 
     // The file takes its name once the node agreed to trace.
     if let Target::Node {
@@ -576,8 +598,11 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     // Writing the frames the node streams, this thread takes CPU time from the traffic it
     // captures, as the node's own capture threads would: like them it runs under SCHED_IDLE
     // while the capture runs (the node drops and counts frames it cannot keep up with), and
-    // leaves it once the capture was asked to stop, to write what the node still sends.
-    let mut idle = out.is_some() && rds_core::set_thread_idle(true).is_ok();
+    // leaves it once the capture is asked to stop (the stopper lifts it, from whichever thread
+    // stops), to write what the node still sends.
+    if out.is_some() {
+        let _ = rds_core::set_thread_idle(true);
+    }
     let mut t = Tally {
         link: Some(link),
         ..Tally::default()
@@ -585,11 +610,6 @@ fn start_and_run(opts: &Options, target: &Target) -> anyhow::Result<u8> {
     let mut output_error: Option<anyhow::Error> = None;
     let mut last_flush = Instant::now();
     let ended: anyhow::Result<()> = loop {
-        if idle && stopper.stop_sent_at().is_some() {
-            // Without the privilege to leave SCHED_IDLE (EPERM) it stays there.
-            let _ = rds_core::set_thread_idle(false);
-            idle = false;
-        }
         let (reply, data) = match client.read_reply() {
             Ok(r) => r,
             Err(_) if stopper.aborted.load(Ordering::SeqCst) => break Ok(()),

@@ -9,6 +9,12 @@
 //! 127.25.1.2), `rds-trace -w FILE` without `--node` traces both into one file, and every
 //! frame between them is in it once: the sender's copy.
 //!
+//! With every CPU busy (threads of this test spinning at the normal policy, on top of
+//! rds-stress's traffic), a trace still ends when asked: the node's session threads and
+//! rds-trace's writer run under `SCHED_IDLE` while they capture, and the stop lifts them out,
+//! so the node confirms the end with its counts (a file the node writes, and frames streamed
+//! to rds-trace's standard output).
+//!
 //! Uses the release binaries next to this test's executable (`cargo test --workspace
 //! --release` builds them). Private runtime directory.
 
@@ -18,7 +24,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rds_core::trace::PcapFrames;
-use rds_tests::proc::KillOnDrop;
+use rds_tests::proc::{BusyCpus, KillOnDrop};
 use rds_tests::workspace_bin as bin;
 
 const ACTIVE: &str = "127.25.0.1";
@@ -262,4 +268,61 @@ fn trace_two_processes_without_node() {
         keys.len(),
         "{err}"
     );
+}
+
+#[test]
+fn a_trace_ends_when_asked_while_every_cpu_is_busy() {
+    const BUSY_ACTIVE: &str = "127.25.2.1";
+    const BUSY_PASSIVE: &str = "127.25.2.2";
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let stress = Command::new(bin("rds-stress"))
+        .args([
+            "--loopback",
+            "-r",
+            BUSY_ACTIVE,
+            "-s",
+            BUSY_PASSIVE,
+            "-T",
+            "40",
+        ])
+        .env("RDS_RUNTIME_DIR", &run)
+        .env("RDS_NO_DAEMON", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _stress = KillOnDrop(stress);
+    let end = Instant::now() + Duration::from_secs(20);
+    while nodes(&run).len() < 2 {
+        assert!(Instant::now() < end, "rds-stress's nodes did not appear");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The tasks start 2 s after the nodes.
+    std::thread::sleep(Duration::from_secs(2));
+    let _busy = BusyCpus::start(Duration::from_secs(60));
+    let file = dir.path().join("busy.pcap");
+    let f = file.to_str().unwrap();
+    // The node writes the file (its session thread and the file's writer yield), then the node
+    // streams to rds-trace, whose thread writing standard output yields too.
+    for args in [
+        ["-w", f, "-G", "2", "--node", BUSY_ACTIVE],
+        ["-w", "-", "-G", "2", "--node", BUSY_ACTIVE],
+    ] {
+        let out = tool(&run, "rds-trace", &args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(
+            err.lines().any(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                w.len() == 5
+                    && w[0].parse::<u64>().is_ok()
+                    && w[1..3] == ["frames", "captured,"]
+                    && w[3].parse::<u64>().is_ok()
+                    && w[4] == "dropped"
+            }),
+            "{args:?}: the node confirmed the end with its counts\n{err}"
+        );
+        assert!(!err.contains("did not confirm"), "{args:?}: {err}");
+    }
 }

@@ -34,10 +34,7 @@ pub(crate) use socket::{
     connect_raw, from_storage, getsockopt_int, name_storage, set_timeout, setsockopt_addr,
     setsockopt_int, RawAddr,
 };
-pub use thread::{
-    may_spin, set_thread_batch, set_thread_idle, set_thread_idle_of, set_thread_nice,
-    thread_is_idle,
-};
+pub use thread::{may_spin, set_thread_batch, set_thread_idle, set_thread_nice, ThreadTid};
 
 use std::io;
 

@@ -9,8 +9,7 @@ use super::cvt;
 /// Lowers the calling thread's scheduling priority to `nice` (Linux priorities are per
 /// thread). Best effort: the result is ignored by callers that only prefer to yield.
 pub fn set_thread_nice(nice: i32) -> io::Result<()> {
-    // SAFETY: gettid has no arguments and no memory effects.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    let tid = ThreadTid::current().0;
     // SAFETY: setpriority takes plain integers and has no memory effects.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
     cvt(r).map(|_| ())
@@ -23,7 +22,7 @@ pub fn may_spin() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
 }
 
-/// The scheduling policy [`set_thread_idle`] and [`set_thread_idle_of`] set.
+/// The scheduling policy [`set_thread_idle`] and [`ThreadTid::set_idle`] set.
 fn idle_policy(idle: bool) -> libc::c_int {
     if idle {
         libc::SCHED_IDLE
@@ -37,40 +36,45 @@ fn idle_policy(idle: bool) -> libc::c_int {
 /// it starts afterwards inherit the policy. Leaving `SCHED_IDLE` needs `CAP_SYS_NICE` or an
 /// `RLIMIT_NICE` that allows the thread's nice value (`EPERM` otherwise).
 pub fn set_thread_idle(idle: bool) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler only reads the sched_param, which lives across the call;
-    // pid 0 is the calling thread.
-    let r = unsafe { libc::sched_setscheduler(0, idle_policy(idle), &param) };
-    cvt(r).map(|_| ())
+    ThreadTid(0).set_idle(idle)
 }
 
-/// [`set_thread_idle`] for another thread of this process, the one `t` joins.
-pub fn set_thread_idle_of<T>(t: &std::thread::JoinHandle<T>, idle: bool) -> io::Result<()> {
-    use std::os::unix::thread::JoinHandleExt;
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: the JoinHandle is borrowed, so the thread is not joined or detached yet and its
-    // pthread_t stays valid across the call (even if the thread has finished running);
-    // pthread_setschedparam only reads the sched_param, which lives across the call.
-    let r = unsafe { libc::pthread_setschedparam(t.as_pthread_t(), idle_policy(idle), &param) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(r))
+/// A thread of this process by its kernel thread id, so that another thread can change its
+/// scheduling policy: a thread that waits under `SCHED_IDLE` on a CPU the traffic keeps busy
+/// never runs to see that it was asked to stop, so the thread that takes the request lifts it
+/// out ([`ThreadTid::set_idle`]). Whoever holds one keeps the thread alive while using it (a
+/// thread id is reused only after its thread ended).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadTid(libc::pid_t);
+
+impl ThreadTid {
+    /// The calling thread.
+    pub fn current() -> Self {
+        // SAFETY: gettid has no arguments and no memory effects.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        ThreadTid(tid as libc::pid_t)
     }
-}
 
-/// Whether the thread `t` joins runs under `SCHED_IDLE`.
-pub fn thread_is_idle<T>(t: &std::thread::JoinHandle<T>) -> io::Result<bool> {
-    use std::os::unix::thread::JoinHandleExt;
-    let mut policy: libc::c_int = 0;
-    let mut param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: as in set_thread_idle_of, the pthread_t is valid while the handle is borrowed;
-    // pthread_getschedparam writes the two locals, which outlive the call.
-    let r = unsafe { libc::pthread_getschedparam(t.as_pthread_t(), &mut policy, &mut param) };
-    if r == 0 {
+    /// [`set_thread_idle`] for this thread.
+    ///
+    /// # Errors
+    /// As [`set_thread_idle`]; `ESRCH` once the thread ended.
+    pub fn set_idle(self, idle: bool) -> io::Result<()> {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler only reads the sched_param, which lives across the call;
+        // a thread id names one thread (Linux), an ended one gives ESRCH.
+        let r = unsafe { libc::sched_setscheduler(self.0, idle_policy(idle), &param) };
+        cvt(r).map(|_| ())
+    }
+
+    /// Whether this thread runs under `SCHED_IDLE`.
+    ///
+    /// # Errors
+    /// `ESRCH` once the thread ended.
+    pub fn is_idle(self) -> io::Result<bool> {
+        // SAFETY: sched_getscheduler takes a plain integer and has no memory effects.
+        let policy = cvt(unsafe { libc::sched_getscheduler(self.0) })?;
         Ok(policy == libc::SCHED_IDLE)
-    } else {
-        Err(io::Error::from_raw_os_error(r))
     }
 }
 

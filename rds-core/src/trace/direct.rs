@@ -120,6 +120,8 @@ pub struct CaptureFile {
     jobs: Option<SyncSender<Aligned>>,
     free: Receiver<Aligned>,
     thread: Option<JoinHandle<io::Result<File>>>,
+    /// The writer thread's id, for its scheduling policy.
+    tid: crate::sys::ThreadTid,
     /// Buffers made so far (at most `IN_FLIGHT + 2`).
     made: usize,
     direct: bool,
@@ -151,14 +153,22 @@ impl CaptureFile {
         let direct = is_direct(&f);
         let (jobs_tx, jobs_rx) = mpsc::sync_channel(IN_FLIGHT);
         let (free_tx, free_rx) = mpsc::sync_channel(IN_FLIGHT + 2);
+        let (tid_tx, tid_rx) = mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("capture-writer".into())
-            .spawn(move || writer(f, jobs_rx, free_tx))?;
+            .spawn(move || {
+                let _ = tid_tx.send(crate::sys::ThreadTid::current());
+                writer(f, jobs_rx, free_tx)
+            })?;
+        let tid = tid_rx
+            .recv()
+            .map_err(|_| io::Error::other("the capture writer did not start"))?;
         Ok(CaptureFile {
             cur: Aligned::new(),
             jobs: Some(jobs_tx),
             free: free_rx,
             thread: Some(thread),
+            tid,
             made: 1,
             direct,
         })
@@ -179,7 +189,7 @@ impl CaptureFile {
     /// The policy cannot be changed (leaving `SCHED_IDLE` needs privilege), or the writer
     /// thread stopped after an error.
     pub fn set_idle(&self, idle: bool) -> io::Result<()> {
-        crate::sys::set_thread_idle_of(self.writer_thread()?, idle)
+        self.writer_tid()?.set_idle(idle)
     }
 
     /// Whether the writer thread runs under `SCHED_IDLE` ([`CaptureFile::set_idle`]).
@@ -187,13 +197,19 @@ impl CaptureFile {
     /// # Errors
     /// The writer thread stopped after an error.
     pub fn idle(&self) -> io::Result<bool> {
-        crate::sys::thread_is_idle(self.writer_thread()?)
+        self.writer_tid()?.is_idle()
     }
 
-    fn writer_thread(&self) -> io::Result<&JoinHandle<io::Result<File>>> {
-        self.thread
-            .as_ref()
-            .ok_or_else(|| io::Error::other("the capture writer stopped"))
+    /// The writer thread, while it runs: another thread may lift it out of `SCHED_IDLE` (the
+    /// capture's stop, [`crate::sys::ThreadTid`]) while this file is not finished.
+    ///
+    /// # Errors
+    /// The writer thread stopped after an error.
+    pub fn writer_tid(&self) -> io::Result<crate::sys::ThreadTid> {
+        match &self.thread {
+            Some(t) if !t.is_finished() => Ok(self.tid),
+            _ => Err(io::Error::other("the capture writer stopped")),
+        }
     }
 
     /// The writer thread's error, once it stopped.

@@ -16,7 +16,7 @@ use std::io::{self, Write};
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
@@ -204,11 +204,7 @@ pub(super) fn run(
             header_left: FILE_HEADER_LEN,
             others,
             end: None,
-            stopper: Arc::new(Stopper {
-                writer: Mutex::new(client.stream().try_clone().context("control socket")?),
-                stop_sent: Mutex::new(None),
-                aborted: AtomicBool::new(false),
-            }),
+            stopper: Stopper::new(client.stream().try_clone().context("control socket")?, None),
         });
     }
     let stop_all = |sessions: &[Session]| sessions.iter().for_each(|s| s.stopper.stop());

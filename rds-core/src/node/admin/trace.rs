@@ -123,51 +123,23 @@ pub(super) fn trace(
         node.tap().stop();
         return false;
     }
+    // This thread (and the file's writer) runs under SCHED_IDLE: on CPUs the traffic keeps
+    // busy it may not run for seconds, and would not see the client's stop. A watcher at the
+    // normal policy, asleep until the client sends something (the stop) or leaves, lifts them.
+    let mut lift = vec![sys::ThreadTid::current()];
+    if let TraceSink::File(c) = &sink {
+        lift.extend(c.get_ref().and_then(|f| f.writer_tid().ok()));
+    }
     let mut alive = true;
     let mut write_error: Option<TraceError> = None;
-    let mut last_flush = std::time::Instant::now();
-    loop {
-        // A TraceStop (or the client leaving) ends the session.
-        if sys::wait_readable(stream.as_raw_fd(), Duration::ZERO).unwrap_or(false) {
-            match read_frame(stream) {
-                Ok((json, _)) => {
-                    if matches!(serde_json::from_slice(&json), Ok(Request::TraceStop)) {
-                        break;
-                    }
-                }
-                Err(_) => {
-                    alive = false;
-                    break;
-                }
-            }
+    std::thread::scope(|scope| {
+        let watcher = StopWatcher::start(scope, stream.as_raw_fd(), lift);
+        capture_until_stop(stream, node, &mut sink, &mut alive, &mut write_error);
+        // The watcher ends before the writer thread can (the sink finishes below).
+        if let Some(w) = watcher {
+            w.end();
         }
-        match &mut sink {
-            TraceSink::Stream => {
-                let Some(batches) = node.tap().take_batches(TRACE_BATCH_WAIT) else {
-                    break;
-                };
-                if send_batches(stream, node, batches).is_err() {
-                    alive = false;
-                }
-            }
-            TraceSink::File(c) => {
-                let Some(chunks) = node.tap().take_chunks(TRACE_BATCH_WAIT) else {
-                    break;
-                };
-                write_chunks(c, node, chunks, &mut write_error);
-                if write_error.is_none() && last_flush.elapsed() >= FILE_FLUSH {
-                    last_flush = std::time::Instant::now();
-                    write_error = c.flush().err();
-                }
-                if write_error.is_some() || c.full() {
-                    break;
-                }
-            }
-        }
-        if !alive || !node.is_running() {
-            break;
-        }
-    }
+    });
     let st = node.tap().stop();
     // What is queued is bounded: write it out at the nice value again (best effort).
     let _ = sys::set_thread_idle(false);
@@ -225,6 +197,104 @@ pub(super) fn trace(
         alive = send(stream, &reply, &[]).is_ok();
     }
     alive
+}
+
+/// The session's capture: frames go to the sink until the client stops the session or
+/// leaves (then `alive` is false), the node stops, the file is full or a write fails.
+fn capture_until_stop(
+    stream: &mut UnixStream,
+    node: &Node,
+    sink: &mut TraceSink,
+    alive: &mut bool,
+    write_error: &mut Option<TraceError>,
+) {
+    let mut last_flush = std::time::Instant::now();
+    loop {
+        // A TraceStop (or the client leaving) ends the session.
+        if sys::wait_readable(stream.as_raw_fd(), Duration::ZERO).unwrap_or(false) {
+            match read_frame(stream) {
+                Ok((json, _)) => {
+                    if matches!(serde_json::from_slice(&json), Ok(Request::TraceStop)) {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    *alive = false;
+                    return;
+                }
+            }
+        }
+        match sink {
+            TraceSink::Stream => {
+                let Some(batches) = node.tap().take_batches(TRACE_BATCH_WAIT) else {
+                    return;
+                };
+                if send_batches(stream, node, batches).is_err() {
+                    *alive = false;
+                }
+            }
+            TraceSink::File(c) => {
+                let Some(chunks) = node.tap().take_chunks(TRACE_BATCH_WAIT) else {
+                    return;
+                };
+                write_chunks(c, node, chunks, write_error);
+                if write_error.is_none() && last_flush.elapsed() >= FILE_FLUSH {
+                    last_flush = std::time::Instant::now();
+                    *write_error = c.flush().err();
+                }
+                if write_error.is_some() || c.full() {
+                    return;
+                }
+            }
+        }
+        if !*alive || !node.is_running() {
+            return;
+        }
+    }
+}
+
+/// A thread at the normal policy that sleeps until the session's control socket has
+/// something to read (the client's stop, or its leaving), then moves the session's threads out
+/// of `SCHED_IDLE` so that they run to act on it however busy the CPUs are.
+struct StopWatcher<'scope> {
+    wake: OwnedFd,
+    thread: std::thread::ScopedJoinHandle<'scope, ()>,
+}
+
+impl<'scope> StopWatcher<'scope> {
+    /// Starts the watcher of `control` for the threads `lift` (best effort: without a thread
+    /// or an eventfd, none; the session then acts on the stop when its CPU time comes).
+    fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        control: std::os::fd::RawFd,
+        lift: Vec<sys::ThreadTid>,
+    ) -> Option<Self> {
+        let wake = sys::eventfd().ok()?;
+        let wake_fd = wake.as_raw_fd();
+        let thread = std::thread::Builder::new()
+            .name("trace-stop".into())
+            .spawn_scoped(scope, move || loop {
+                match sys::poll_readable(&[control, wake_fd], Duration::MAX) {
+                    Ok(r) if r[1] => return,
+                    Ok(r) if r[0] => {
+                        for t in &lift {
+                            let _ = t.set_idle(false);
+                        }
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            })
+            .ok()?;
+        Some(StopWatcher { wake, thread })
+    }
+
+    /// Ends the watcher and waits for it.
+    fn end(self) {
+        sys::eventfd_signal(self.wake.as_raw_fd());
+        let _ = self.thread.join();
+    }
 }
 
 /// Writes each chunk into the capture file, reading the records in place (nothing more after
