@@ -293,6 +293,7 @@ impl Node {
         let origin_wall_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        stack.set_seq_origin(origin_wall_ns);
         let inner = Arc::new(Inner {
             name: cfg.name,
             core: Mutex::new(Core {

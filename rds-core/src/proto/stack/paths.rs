@@ -392,6 +392,12 @@ impl Stack {
             return c;
         }
         let mut conn = Conn::new(laddr, faddr, kind, now);
+        if let (TransportKind::Ib | TransportKind::Tcp, Some(origin)) = (kind, self.seq_origin) {
+            let first = (origin.saturating_add(now.as_nanos()) / 1000).max(1);
+            for p in &mut conn.paths {
+                p.next_tx_seq = first;
+            }
+        }
         if let Some(m) = self.seq_memos.remove(&(laddr, faddr, kind)) {
             m.restore(&mut conn);
         }
