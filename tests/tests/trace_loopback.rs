@@ -15,6 +15,11 @@
 //! so the node confirms the end with its counts (a file the node writes, and frames streamed
 //! to rds-trace's standard output).
 //!
+//! While a trace runs, the node's session thread is under `SCHED_IDLE` and the thread that
+//! watches for the stop is not (started before the session went idle, it does not inherit
+//! the policy); once the trace ends (the session's thread ends with it) no thread of the node
+//! is left under `SCHED_IDLE`.
+//!
 //! Uses the release binaries next to this test's executable (`cargo test --workspace
 //! --release` builds them). Private runtime directory.
 
@@ -324,5 +329,89 @@ fn a_trace_ends_when_asked_while_every_cpu_is_busy() {
             "{args:?}: the node confirmed the end with its counts\n{err}"
         );
         assert!(!err.contains("did not confirm"), "{args:?}: {err}");
+    }
+}
+
+/// The scheduling policy of every thread of process `pid` (field 41 of `/proc/PID/task/TID/stat`).
+fn thread_policies(pid: u32) -> Vec<(String, u32)> {
+    let mut v = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let Ok(stat) = std::fs::read_to_string(t.join("stat")) else {
+            continue;
+        };
+        let (head, rest) = stat.rsplit_once(')').unwrap();
+        let name = head.split_once('(').unwrap().1.to_string();
+        // After the name: field 3 (state) is the first; the policy is field 41.
+        let policy = rest
+            .split_whitespace()
+            .nth(41 - 3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        v.push((name, policy));
+    }
+    v
+}
+
+#[test]
+fn a_trace_yields_but_its_stop_watcher_does_not() {
+    const SCHED_IDLE: u32 = 5;
+    const W_ACTIVE: &str = "127.25.3.1";
+    const W_PASSIVE: &str = "127.25.3.2";
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let child = Command::new(bin("rds-stress"))
+        .args(["--loopback", "-r", W_ACTIVE, "-s", W_PASSIVE, "-T", "30"])
+        .env("RDS_RUNTIME_DIR", &run)
+        .env("RDS_NO_DAEMON", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    let end = Instant::now() + Duration::from_secs(20);
+    while nodes(&run).len() < 2 {
+        assert!(Instant::now() < end, "rds-stress's nodes did not appear");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let file = dir.path().join("w.pcap");
+    for out in ["-", file.to_str().unwrap()] {
+        let r = Command::new(bin("rds-trace"))
+            .args(["-w", out, "-G", "2", "--node", W_ACTIVE])
+            .env("RDS_RUNTIME_DIR", &run)
+            .env("RDS_NO_DAEMON", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // While it captures: the session's thread yields, its stop watcher does not (started
+        // before the session went idle, it does not inherit the policy).
+        std::thread::sleep(Duration::from_millis(1200));
+        let during = thread_policies(pid);
+        let policy_of = |name: &str| during.iter().find(|t| t.0 == name).map(|t| t.1);
+        assert_eq!(
+            policy_of("rds-trace-out"),
+            Some(SCHED_IDLE),
+            "-w {out}: {during:?}"
+        );
+        assert!(
+            policy_of("trace-stop").is_some_and(|p| p != SCHED_IDLE),
+            "-w {out}: the stop watcher must not run under SCHED_IDLE: {during:?}"
+        );
+        let r = r.wait_with_output().unwrap();
+        let err = text(&r.stderr);
+        assert_eq!(r.status.code(), Some(0), "-w {out}: {err}");
+        assert!(err.contains(" frames captured, "), "-w {out}: {err}");
+        // The session's thread ended with it.
+        let idle: Vec<_> = thread_policies(pid)
+            .into_iter()
+            .filter(|t| t.1 == SCHED_IDLE)
+            .collect();
+        assert!(
+            idle.is_empty(),
+            "-w {out}: threads left under SCHED_IDLE: {idle:?}"
+        );
     }
 }

@@ -109,9 +109,6 @@ pub(super) fn trace(
     {
         return send(stream, &Reply::error(libc::EBUSY, e.to_string()), &[]).is_ok();
     }
-    // The session thread and the file's writer now only take CPU time the traffic leaves.
-    let _ = sys::set_thread_idle(true);
-    set_writer_idle(&sink, true);
     let started = Reply::TraceStarted {
         transports: transports(node),
         link: match &sink {
@@ -123,9 +120,10 @@ pub(super) fn trace(
         node.tap().stop();
         return false;
     }
-    // This thread (and the file's writer) runs under SCHED_IDLE: on CPUs the traffic keeps
-    // busy it may not run for seconds, and would not see the client's stop. A watcher at the
-    // normal policy, asleep until the client sends something (the stop) or leaves, lifts them.
+    // This thread (and the file's writer) runs under SCHED_IDLE while it captures: on CPUs
+    // the traffic keeps busy it may not run for seconds, and would not see the client's stop.
+    // A watcher at the normal policy, asleep until the client sends something (the stop) or
+    // leaves, lifts them.
     let mut lift = vec![sys::ThreadTid::current()];
     if let TraceSink::File(c) = &sink {
         lift.extend(c.get_ref().and_then(|f| f.writer_tid().ok()));
@@ -133,7 +131,11 @@ pub(super) fn trace(
     let mut alive = true;
     let mut write_error: Option<TraceError> = None;
     std::thread::scope(|scope| {
+        // Started first: it must not inherit SCHED_IDLE.
         let watcher = StopWatcher::start(scope, stream.as_raw_fd(), lift);
+        // The session thread and the file's writer now only take CPU time the traffic leaves.
+        let _ = sys::set_thread_idle(true);
+        set_writer_idle(&sink, true);
         capture_until_stop(stream, node, &mut sink, &mut alive, &mut write_error);
         // The watcher ends before the writer thread can (the sink finishes below).
         if let Some(w) = watcher {
