@@ -77,34 +77,56 @@ fn frames_between(file: &Path) -> (usize, usize, usize) {
     (there, back, data)
 }
 
-#[test]
-fn trace_rds_stress_loopback_without_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("run");
+/// Starts `rds-stress --loopback` (`active`, `passive`, `secs` seconds) with the runtime
+/// directory `run` and waits (at most 20 s) until both its nodes serve their control sockets;
+/// returns the process and the nodes as `rds-info --list-nodes` lists them.
+fn loopback_stress(
+    run: &Path,
+    active: &str,
+    passive: &str,
+    secs: &str,
+) -> (KillOnDrop, Vec<serde_json::Value>) {
     let stress = Command::new(bin("rds-stress"))
-        .args(["--loopback", "-r", ACTIVE, "-s", PASSIVE, "-T", "30"])
-        .env("RDS_RUNTIME_DIR", &run)
+        .args(["--loopback", "-r", active, "-s", passive, "-T", secs])
+        .env("RDS_RUNTIME_DIR", run)
         .env("RDS_NO_DAEMON", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let pid = stress.id();
-    let _stress = KillOnDrop(stress);
-
-    // Both nodes serve their control sockets (at most 20 s).
+    let stress = KillOnDrop(stress);
     let end = Instant::now() + Duration::from_secs(20);
-    let listed = loop {
-        let n = nodes(&run);
+    loop {
+        let n = nodes(run);
         if n.len() == 2 {
-            break n;
+            return (stress, n);
         }
         assert!(
             Instant::now() < end,
             "rds-stress's nodes did not appear: {n:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    };
+    }
+}
+
+/// The counts of rds-trace's summary line "N frames captured, M dropped" in `err`: the one a
+/// trace prints when the node confirmed its end.
+fn confirmed_counts(err: &str) -> Option<(u64, u64)> {
+    err.lines().find_map(|l| {
+        let w: Vec<&str> = l.split(' ').collect();
+        match w[..] {
+            [n, "frames", "captured,", m, "dropped"] => Some((n.parse().ok()?, m.parse().ok()?)),
+            _ => None,
+        }
+    })
+}
+
+#[test]
+fn trace_rds_stress_loopback_without_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (stress, listed) = loopback_stress(&run, ACTIVE, PASSIVE, "30");
+    let pid = stress.0.id();
     for n in &listed {
         assert_eq!(n["pid"], pid);
         assert_eq!(n["program"], "rds-stress");
@@ -264,15 +286,9 @@ fn trace_two_processes_without_node() {
     data.sort();
     data.dedup();
     assert_eq!(data.len(), n, "a frame written twice\n{err}");
-    let summary = err
-        .lines()
-        .find(|l| l.ends_with(" dropped"))
-        .unwrap_or_default();
-    assert_eq!(
-        summary.split(' ').next().unwrap().parse::<usize>().unwrap(),
-        keys.len(),
-        "{err}"
-    );
+    let (captured, _) = confirmed_counts(&err)
+        .unwrap_or_else(|| panic!("the nodes did not confirm the end\n{err}"));
+    assert_eq!(captured, keys.len() as u64, "{err}");
 }
 
 #[test]
@@ -281,28 +297,7 @@ fn a_trace_ends_when_asked_while_every_cpu_is_busy() {
     const BUSY_PASSIVE: &str = "127.25.2.2";
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let stress = Command::new(bin("rds-stress"))
-        .args([
-            "--loopback",
-            "-r",
-            BUSY_ACTIVE,
-            "-s",
-            BUSY_PASSIVE,
-            "-T",
-            "40",
-        ])
-        .env("RDS_RUNTIME_DIR", &run)
-        .env("RDS_NO_DAEMON", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _stress = KillOnDrop(stress);
-    let end = Instant::now() + Duration::from_secs(20);
-    while nodes(&run).len() < 2 {
-        assert!(Instant::now() < end, "rds-stress's nodes did not appear");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let _stress = loopback_stress(&run, BUSY_ACTIVE, BUSY_PASSIVE, "40");
     // The tasks start 2 s after the nodes.
     std::thread::sleep(Duration::from_secs(2));
     let _busy = BusyCpus::start(Duration::from_secs(60));
@@ -318,14 +313,7 @@ fn a_trace_ends_when_asked_while_every_cpu_is_busy() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
         assert!(
-            err.lines().any(|l| {
-                let w: Vec<&str> = l.split(' ').collect();
-                w.len() == 5
-                    && w[0].parse::<u64>().is_ok()
-                    && w[1..3] == ["frames", "captured,"]
-                    && w[3].parse::<u64>().is_ok()
-                    && w[4] == "dropped"
-            }),
+            confirmed_counts(&err).is_some(),
             "{args:?}: the node confirmed the end with its counts\n{err}"
         );
         assert!(!err.contains("did not confirm"), "{args:?}: {err}");
@@ -361,21 +349,8 @@ fn a_trace_yields_but_its_stop_watcher_does_not() {
     const W_PASSIVE: &str = "127.25.3.2";
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let child = Command::new(bin("rds-stress"))
-        .args(["--loopback", "-r", W_ACTIVE, "-s", W_PASSIVE, "-T", "30"])
-        .env("RDS_RUNTIME_DIR", &run)
-        .env("RDS_NO_DAEMON", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let _child = KillOnDrop(child);
-    let end = Instant::now() + Duration::from_secs(20);
-    while nodes(&run).len() < 2 {
-        assert!(Instant::now() < end, "rds-stress's nodes did not appear");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (stress, _) = loopback_stress(&run, W_ACTIVE, W_PASSIVE, "30");
+    let pid = stress.0.id();
     let file = dir.path().join("w.pcap");
     for out in ["-", file.to_str().unwrap()] {
         let r = Command::new(bin("rds-trace"))
@@ -403,7 +378,7 @@ fn a_trace_yields_but_its_stop_watcher_does_not() {
         let r = r.wait_with_output().unwrap();
         let err = text(&r.stderr);
         assert_eq!(r.status.code(), Some(0), "-w {out}: {err}");
-        assert!(err.contains(" frames captured, "), "-w {out}: {err}");
+        assert!(confirmed_counts(&err).is_some(), "-w {out}: {err}");
         // The session's thread ended with it.
         let idle: Vec<_> = thread_policies(pid)
             .into_iter()

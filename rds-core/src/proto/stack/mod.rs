@@ -146,7 +146,7 @@ pub struct Stack {
     shutting_down: bool,
     cong_changed: bool,
     /// The wall clock at engine time zero (ns since the Unix epoch), if the caller gave it:
-    /// the first sequence number of a new IB connection ([`Stack::set_seq_origin`]).
+    /// where a new IB or TCP connection's sequence numbers start ([`Stack::set_seq_origin`]).
     seq_origin: Option<u64>,
 }
 impl Stack {
