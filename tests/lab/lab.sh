@@ -12,6 +12,7 @@ CACHE=${LAB_CACHE:-$LAB_DIR/cache}
 RUN=${LAB_RUN:-$LAB_DIR/run}
 NS=rdslab
 GUEST_MEM=${LAB_MEM:-768}
+GUEST_SMP=${LAB_SMP:-1}
 BOOT_TIMEOUT=${LAB_BOOT_TIMEOUT:-120}
 EXEC_TIMEOUT=${LAB_EXEC_TIMEOUT:-120}
 LAB_LOCK=${LAB_LOCK:-/run/lock/rdslab.lock}
@@ -487,6 +488,15 @@ accel_args() {
 	esac
 }
 
+# LAB_SMP: vCPUs per guest, a small positive integer (1..8; default 1). qemu's TCG runs one
+# host thread per vCPU (multi-threaded TCG, its default for x86 guests on x86 hosts).
+check_smp() {
+	case "$GUEST_SMP" in
+	[1-8]) ;;
+	*) die "LAB_SMP must be the number of vCPUs per guest, 1 to 8, got '$GUEST_SMP'" ;;
+	esac
+}
+
 qemu_pid_of() {
 	# prints the pid of guest $1's qemu if it is alive and is ours
 	local g=$1 pf="$RUN/g$1/qemu.pid" pid
@@ -509,7 +519,7 @@ qemu_args() {
 	local gd="$RUN/g$g" ip
 	ip=$(guest_ip "$g")
 	# shellcheck disable=SC2206
-	QARGS=(-name "lab-g$g" $ACCEL_ARGS -smp 1 -m "$GUEST_MEM"
+	QARGS=(-name "lab-g$g" $ACCEL_ARGS -smp "$GUEST_SMP" -m "$GUEST_MEM"
 		-nodefaults -no-user-config -no-reboot
 		-L "$QROOT/usr/share/qemu" -L "$QROOT/usr/share/seabios"
 		-kernel "$VMLINUX" -initrd "$INITRD"
@@ -542,6 +552,7 @@ cmd_shell() {
 	. "$CACHE/lab.env"
 	qemu_env
 	accel_args
+	check_smp
 	netns_up
 	rm -rf "$RUN/g$g"
 	mkdir -p "$RUN/g$g/share/jobs"
@@ -580,6 +591,7 @@ cmd_start() {
 	[ -s "$VMLINUX" ] && [ -s "$INITRD" ] || die "lab files missing (run lab.sh setup)"
 	qemu_env
 	accel_args
+	check_smp
 	netns_up
 	local t0 g
 	t0=$(now_ms)
@@ -588,6 +600,7 @@ cmd_start() {
 GUESTS=$n
 IB=$ib
 ACCEL=$ACCEL_USED
+SMP=$GUEST_SMP
 KVER=$KVER
 EOF
 	# wait for LAB:READY on every console
@@ -616,7 +629,7 @@ EOF
 		fi
 		sleep 0.05
 	done
-	log "$n guest(s) READY in $(($(now_ms) - t0)) ms (accel $ACCEL_USED, kernel $KVER, rds_rdma=$ib)"
+	log "$n guest(s) READY in $(($(now_ms) - t0)) ms (accel $ACCEL_USED, $GUEST_SMP vCPU each, kernel $KVER, rds_rdma=$ib)"
 	for g in $(seq 1 "$n"); do grep -m1 '^LAB:READY' "$RUN/g$g/console.log" >&2; done
 }
 
@@ -1097,7 +1110,8 @@ usage: lab.sh COMMAND
   status                show what is running
   stop                  stop our qemu processes; delete the netns if the lab created it
 environment: ACCEL=auto|tcg|kvm  KPKG=linux-image-6.1.0-NN-amd64  LAB_CACHE  LAB_RUN
-             LAB_MEM (MB, 768)  LAB_BOOT_TIMEOUT (s, 120)  LAB_EXEC_TIMEOUT (s, 120)  LAB_IB
+             LAB_MEM (MB, 768)  LAB_SMP (vCPUs per guest, 1..8, 1)  LAB_BOOT_TIMEOUT (s, 120)
+             LAB_EXEC_TIMEOUT (s, 120)  LAB_IB
 EOF
 }
 

@@ -10,7 +10,15 @@ pub struct CpuTicks(pub [u64; 8]);
 impl CpuTicks {
     /// Parses the `cpu ` line of `/proc/stat` (the text may hold the whole file).
     pub fn parse(stat: &str) -> Option<CpuTicks> {
-        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        Self::parse_cpu(stat, "cpu")
+    }
+
+    /// Parses the line of `/proc/stat` whose first word is `name`: `cpu` (all CPUs), `cpu0`,
+    /// `cpu1`...
+    pub fn parse_cpu(stat: &str, name: &str) -> Option<CpuTicks> {
+        let line = stat
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))?;
         let mut t = [0u64; 8];
         let mut it = line.split_whitespace().skip(1);
         for v in &mut t {
@@ -78,5 +86,9 @@ mod tests {
         assert_eq!(b.shares(&a), None);
         assert_eq!(CpuTicks::parse("cpu  1 2 3"), None);
         assert_eq!(CpuTicks::parse("intr 5"), None);
+        let two = "cpu  3 0 3 3 0 0 0 0 0 0\ncpu0 1 0 1 1 0 0 0 0 0 0\ncpu1 2 0 2 2 0 0 0 0 0 0\n";
+        assert_eq!(CpuTicks::parse_cpu(two, "cpu1").unwrap().0[0], 2);
+        assert_eq!(CpuTicks::parse_cpu(two, "cpu").unwrap().0[0], 3);
+        assert_eq!(CpuTicks::parse_cpu(two, "cpu2"), None);
     }
 }

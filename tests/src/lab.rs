@@ -83,6 +83,9 @@ pub struct LabOptions {
     pub accel: Option<String>,
     /// How long the guests may take to print `LAB:READY`.
     pub boot_timeout: Duration,
+    /// vCPUs per guest (`LAB_SMP` for lab.sh, 1..8); `None` leaves lab.sh's default (1, or
+    /// `LAB_SMP` from the environment).
+    pub smp: Option<u32>,
 }
 
 impl Default for LabOptions {
@@ -91,6 +94,7 @@ impl Default for LabOptions {
             ib: true,
             accel: None,
             boot_timeout: Duration::from_secs(120),
+            smp: None,
         }
     }
 }
@@ -154,6 +158,9 @@ fn lab_script(
     if let Some(o) = opts {
         if let Some(a) = &o.accel {
             cmd.env("ACCEL", a);
+        }
+        if let Some(n) = o.smp {
+            cmd.env("LAB_SMP", n.to_string());
         }
         cmd.env(
             "LAB_BOOT_TIMEOUT",
@@ -274,6 +281,16 @@ impl Lab {
 
     fn jobs_dir(&self, g: usize) -> PathBuf {
         self.share_dir(g).join("jobs")
+    }
+
+    /// The pid of guest `g`'s qemu (its pidfile), if it has one.
+    pub fn qemu_pid(&self, g: usize) -> Option<u32> {
+        self.check_guest(g);
+        fs::read_to_string(self.run.join(format!("g{g}")).join("qemu.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The guest's console log so far (kernel messages, LAB markers, agent errors).

@@ -7,6 +7,7 @@ pub mod hostdaemon;
 pub mod ib;
 pub mod interop;
 pub mod lab;
+pub mod labbench;
 pub mod manpage;
 pub mod peer;
 pub mod proc;

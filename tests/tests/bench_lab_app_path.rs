@@ -98,10 +98,14 @@
 //! with them (commit c29aa49) the daemon rows gave 0.21 / 0.81 / 0.33 (docs/performance.md,
 //! "The same rows on one CPU, against the kernel's RDS (the lab)").
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use rds_tests::guestcpu::{CpuShares, CpuTicks};
 use rds_tests::ib::release_bin;
 use rds_tests::lab::{guest_addr, GuestJob, Lab, NETNS};
+use rds_tests::labbench::{
+    bench_secs, embedded_stress, kernel_warmup, run_pair, unload_kernel_rds, wait_listen,
+    OUR_ENV as ENV, SHORT as T,
+};
 use rds_tests::stress::{average, c_rds_stress, our_rds_stress, TX_PER_SEC};
 use rds_tests::wireprof::{captures_dir, profile_packets, read_pcap, Capture, Profile, Proto};
 use std::collections::BTreeMap;
@@ -117,10 +121,6 @@ const G1B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 6);
 /// First control port; every run takes a fresh block of ten (tasks use port+1..).
 const PORT_BASE: u16 = 4600;
 const DEFAULT_SECS: u64 = 5;
-/// Limit of short guest commands.
-const T: Duration = Duration::from_secs(60);
-/// Our tools' runtime directory in the guests (the daemon's control socket is there).
-const ENV: &str = "mkdir -p -m 700 /tmp/rds-bench && export RDS_RUNTIME_DIR=/tmp/rds-bench &&";
 /// qperf's control port (its default), where the server in g2 listens.
 const QPERF_PORT: u16 = 19765;
 /// The message sizes of the qperf bandwidth rows: the row's name, `rds_bw`'s options and
@@ -260,22 +260,6 @@ impl Bench<'_> {
         p
     }
 
-    /// Waits (bounded) until TCP `port` listens in guest `g`: the passive side is ready
-    /// (the C program's stdout is a file, fully buffered, so its "waiting" line is not seen).
-    fn wait_listen(&self, g: usize, port: u16) -> Result<()> {
-        self.lab
-            .exec_ok(
-                g,
-                &format!(
-                    "i=0; while [ $i -lt 300 ]; do ss -Hltn 'sport = :{port}' | grep -q :{port} \
-                     && exit 0; i=$((i+1)); sleep 0.1; done; exit 1"
-                ),
-                T,
-            )
-            .map(|_| ())
-            .with_context(|| format!("nothing listens on TCP {port} in g{g}"))
-    }
-
     /// One run of a passive and an active rds-stress (`{P}` in the commands is the port);
     /// returns the active side's average tx/s. Fails on a non-zero exit or a missing average
     /// line on either side.
@@ -283,36 +267,7 @@ impl Bench<'_> {
         let port = self.port();
         let (pg, pcmd) = (passive.0, passive.1.replace("{P}", &port.to_string()));
         let (ag, acmd) = (active.0, active.1.replace("{P}", &port.to_string()));
-        let limit = self.limit();
-        let p = self.lab.spawn(pg, &pcmd, limit)?;
-        if let Err(e) = self.wait_listen(pg, port) {
-            p.kill();
-            let o = p.wait();
-            bail!("{who}: the passive side (g{pg}: {pcmd}) is not ready: {e:#}\n{o:?}");
-        }
-        let a = match self.lab.exec(ag, &acmd, limit) {
-            Ok(a) => a,
-            Err(e) => {
-                p.kill();
-                let _ = p.wait();
-                return Err(e).with_context(|| format!("{who}: active side g{ag}: {acmd}"));
-            }
-        };
-        if a.status != 0 {
-            p.kill();
-        }
-        let po = p.wait().with_context(|| format!("{who}: passive side"))?;
-        ensure!(
-            a.status == 0 && po.status == 0,
-            "{who}: active exit {}, passive exit {}\n--- active (g{ag}: {acmd}) ---\n{}{}\n--- \
-             passive (g{pg}: {pcmd}) ---\n{}{}",
-            a.status,
-            po.status,
-            a.stdout,
-            a.stderr,
-            po.stdout,
-            po.stderr
-        );
+        let (a, po) = run_pair(self.lab, who, (pg, &pcmd), (ag, &acmd), port, self.limit())?;
         let (line, row) = average(&a.stdout).with_context(|| format!("{who}: active side"))?;
         let (pline, _) = average(&po.stdout).with_context(|| format!("{who}: passive side"))?;
         self.res.notes.push(format!("{who}: g{ag}$ {acmd}"));
@@ -426,7 +381,7 @@ impl Bench<'_> {
         let cmd = format!("{env} exec qperf -t {secs} {opts} {g2} {test}");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            self.wait_listen(2, QPERF_PORT)?;
+            wait_listen(self.lab, 2, QPERF_PORT)?;
             let job = self.lab.spawn(1, &cmd, self.limit())?;
             let probed = probe.map(|p| {
                 std::thread::sleep(Duration::from_millis(secs * 500));
@@ -624,28 +579,13 @@ impl Bench<'_> {
     /// The kernel rows: C rds-stress on the kernel's RDS/TCP (and its loopback transport).
     fn kernel(&mut self) -> Result<()> {
         let (g1, g2) = (guest_addr(1), guest_addr(2));
-        for g in 1..=2 {
-            self.lab
-                .exec_ok(g, "grep -q '^rds_tcp ' /proc/modules", T)
-                .with_context(|| format!("the kernel's rds_tcp is not loaded in g{g}"))?;
-        }
         // Warm-up: RDS pings bring the kernel's connection g1 -> g2 up and finish its
-        // multipath handshake first. Without it the first run fails: the active side's first
-        // request goes out on lane 0 while the handshake is pending, the messages after it on
-        // their own lanes, and the passive side sees sequence 1 before 0 ("header ... bogus").
-        // (The loopback transport has one lane, and does not answer pings.)
-        let o = self
-            .lab
-            .exec(
-                1,
-                &format!("rdstool ping -b {g1} -d {g2} -c 3 -i 100 -W 15000"),
-                T,
-            )?
-            .check(&format!("kernel warm-up ping {g1} -> {g2}"))?;
-        self.res.notes.push(format!(
-            "kernel warm-up {g1} -> {g2}: {}",
-            o.stdout.lines().last().unwrap_or_default()
-        ));
+        // multipath handshake first (the loopback transport has one lane, and does not answer
+        // pings).
+        let ping = kernel_warmup(self.lab)?;
+        self.res
+            .notes
+            .push(format!("kernel warm-up {g1} -> {g2}: {ping}"));
         let [c1, c2] = self.progs.c.clone();
         let secs = self.secs;
         for (i, pat) in PATTERNS.iter().enumerate() {
@@ -700,20 +640,6 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// Removes the kernel's RDS from both guests: our nodes need port 16385.
-    fn unload_kernel_rds(&mut self) -> Result<()> {
-        for g in 1..=2 {
-            self.lab
-                .exec_ok(
-                    g,
-                    "rmmod rds_tcp && rmmod rds && ! grep -q '^rds' /proc/modules",
-                    T,
-                )
-                .with_context(|| format!("removing the kernel's RDS modules from g{g}"))?;
-        }
-        Ok(())
-    }
-
     /// The daemon's `recv_delivered` (`rds-ctrl stats --json` in g1).
     fn daemon_delivered(&self) -> Result<u64> {
         let out = self
@@ -737,16 +663,12 @@ impl Bench<'_> {
             let run = |b: &mut Self| {
                 b.pair(
                     &who,
-                    (
-                        2,
-                        &format!(
-                            "{ENV} RDS_NO_DAEMON=1 {s2} --stack user --transport tcp -r {g2} -p {{P}}"
-                        ),
-                    ),
+                    (2, &format!("{} -r {g2} -p {{P}}", embedded_stress(&s2))),
                     (
                         1,
                         &format!(
-                            "{ENV} RDS_NO_DAEMON=1 {s1} --stack user --transport tcp -r {g1} -s {g2} -p {{P}} {} -T {secs}",
+                            "{} -r {g1} -s {g2} -p {{P}} {} -T {secs}",
+                            embedded_stress(&s1),
                             pat.args
                         ),
                     ),
@@ -975,18 +897,6 @@ fn bw_table(res: &Results, secs: u64) -> String {
     s
 }
 
-fn bench_secs() -> Result<u64> {
-    match std::env::var("BENCH_SECS") {
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|n| (1..=300).contains(n))
-            .with_context(|| format!("BENCH_SECS={v}: whole seconds, 1..=300")),
-        Err(_) => Ok(DEFAULT_SECS),
-    }
-}
-
 /// Copies the programs into the guests' shares and adds g1's second address.
 fn install(lab: &Lab, c: &[u8]) -> Result<Progs> {
     let ours = std::fs::read(our_rds_stress()?).context("reading our rds-stress")?;
@@ -1014,7 +924,7 @@ fn install(lab: &Lab, c: &[u8]) -> Result<Progs> {
 #[test]
 #[ignore = "benchmark: scripts/bench-lab-app-path.sh (root, RDS_TOOLS_GIT)"]
 fn bench_lab_app_path() {
-    let secs = bench_secs().unwrap_or_else(|e| panic!("{e:#}"));
+    let secs = bench_secs(DEFAULT_SECS).unwrap_or_else(|e| panic!("{e:#}"));
     // Everything that can fail without the lab first.
     our_rds_stress().unwrap_or_else(|e| panic!("{e:#}"));
     release_bin("rds-ctrl").unwrap_or_else(|e| panic!("{e:#}"));
@@ -1040,7 +950,7 @@ fn bench_lab_app_path() {
     let phase = |name: &str, r: Result<()>| rds_tests::report_phase(name, t0, r);
     let mut r = phase("kernel rows", b.kernel());
     if r.is_ok() {
-        r = phase("unloading the kernel's RDS", b.unload_kernel_rds());
+        r = phase("unloading the kernel's RDS", unload_kernel_rds(&lab));
     }
     let unloaded = r.is_ok();
     if r.is_ok() {
