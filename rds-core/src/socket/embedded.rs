@@ -179,7 +179,11 @@ impl Embedded {
     }
 
     pub(super) fn set_cong_monitor(&self, on: bool) {
-        self.core().stack.set_cong_monitor(self.id, on);
+        let mut core = self.core();
+        core.stack.set_cong_monitor(self.id, on);
+        // A congestion notification already noted becomes (or stops being) something to
+        // receive: the readiness flags that a receive looks at first follow.
+        self.update_fds(&core);
     }
 
     pub(super) fn set_recverr(&self, on: bool) {
@@ -306,6 +310,20 @@ impl Embedded {
     ) -> io::Result<(Received, Option<SystemTime>)> {
         let deadline = tmo.map(|t| Instant::now() + t);
         let inner = &self.node.inner;
+        if !inner.is_running() {
+            return Err(node_down());
+        }
+        // A non-blocking receive on a socket with nothing to receive answers without the
+        // engine's lock: the readiness flags follow every change of what a receive would find
+        // (each delivery's wake, each receive), under that lock. A message whose delivery is
+        // under way in another thread is not seen yet, as a message still in the kernel's
+        // softirq is not seen by its `recvmsg`; its wake comes after. An event loop's last
+        // receive of a round (rds-stress drains until EAGAIN) then no longer waits for the
+        // I/O thread's hold of the engine (the most frequent wait for the lock at `--loopback
+        // -t 2 -d 32`).
+        if nonblock && !self.waiter.signaled().0 {
+            return Err(err(libc::EAGAIN));
+        }
         let mut core = inner.lock_core();
         loop {
             if !inner.is_running() {
