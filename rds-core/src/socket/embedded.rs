@@ -318,9 +318,9 @@ impl Embedded {
         // (each delivery's wake, each receive), under that lock. A message whose delivery is
         // under way in another thread is not seen yet, as a message still in the kernel's
         // softirq is not seen by its `recvmsg`; its wake comes after. An event loop's last
-        // receive of a round (rds-stress drains until EAGAIN) then no longer waits for the
-        // I/O thread's hold of the engine (the most frequent wait for the lock at `--loopback
-        // -t 2 -d 32`).
+        // receive of a round (rds-stress drains until EAGAIN; the preload library tries one
+        // before it waits) then no longer waits for the I/O thread's hold of the engine
+        // (receives were that lock's most frequent waiters at `--loopback -t 2 -d 32`).
         if nonblock && !self.waiter.signaled().0 {
             return Err(err(libc::EAGAIN));
         }
