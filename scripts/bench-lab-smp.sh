@@ -12,21 +12,10 @@
 #   BENCH_SECS  -T of each run (default 5); BENCH_TIMEOUT outer limit in seconds (default 900)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(id -u)" != 0 ]; then
-	echo "bench-lab-smp.sh: needs root (the lab uses network namespaces, taps and qemu)" >&2
-	exit 2
-fi
-if [ -z "${RDS_TOOLS_GIT:-}" ]; then
-	echo "bench-lab-smp.sh: RDS_TOOLS_GIT is not set: it names a git clone of" \
-		"oracle/rds-tools, from which tests/lab/build-c-rds-stress.sh builds the original C" \
-		"rds-stress (git clone --bare https://github.com/oracle/rds-tools rds-tools.git;" \
-		"RDS_TOOLS_GIT=\$PWD/rds-tools.git $0)" >&2
-	exit 2
-fi
-export RDS_TOOLS_GIT
-case ${BENCH_SECS:-5} in '' | *[!0-9]*) echo "bench-lab-smp.sh: BENCH_SECS wants whole seconds, got '$BENCH_SECS'" >&2; exit 2 ;; esac
-# The C program first: a wrong RDS_TOOLS_GIT fails here, before anything is built or booted.
-tests/lab/build-c-rds-stress.sh 2.0.7 >/dev/null
+# Root, RDS_TOOLS_GIT, BENCH_SECS; then the C program: a wrong RDS_TOOLS_GIT fails here,
+# before anything is built or booted.
+. scripts/lib/lab-bench.sh
+lab_bench_checks bench-lab-smp.sh
 # Every wait inside the test is bounded; this is the outer bound of each step.
 timeout --kill-after=30 "${BENCH_TIMEOUT:-900}" \
 	cargo build -q --release -p rds-stress --bins --example raw_tcp
